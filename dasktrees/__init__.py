@@ -1,0 +1,15 @@
+"""dasktrees: random forests on Dask, grown by a fast numba CART learner over binned data."""
+
+__version__ = "0.1.0"
+
+from . import criteria
+from .binning import BinMapper
+from .estimators import DecisionTreeClassifier, DecisionTreeRegressor
+
+__all__ = [
+    "BinMapper",
+    "DecisionTreeClassifier",
+    "DecisionTreeRegressor",
+    "__version__",
+    "criteria",
+]

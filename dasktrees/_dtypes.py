@@ -1,0 +1,49 @@
+"""Dtypes and bin constants shared by every kernel: the one place they are defined."""
+
+import numpy as np
+
+# Binned features are uint8 codes stored features x rows, so that the codes of one feature for
+# the rows of a node are a gather from one contiguous row:
+#
+#   codes[f] = [c(f, row 0), c(f, row 1), ..., c(f, row n-1)]     (uint8)
+#
+# Codes 0 .. n_bins_non_missing[f] - 1 are values in increasing order (numeric) or category
+# codes (categorical); the last uint8 code is reserved for missing values.
+X_BINNED_DTYPE = np.uint8
+MAX_BINS = 255  # non-missing bins per feature, at most
+MISSING_BIN = 255  # code of a missing value, whatever the feature's number of bins
+N_BIN_CODES = 256  # histogram rows per feature: every code, the missing one included
+
+X_DTYPE = np.float64  # raw values given to the prediction kernels (categories as codes)
+Y_DTYPE = np.float64  # targets; class indices for classifiers are stored as floats too
+INDEX_DTYPE = np.int64  # row indices inside a tree task
+
+# A categorical split sends a set of category codes to the left child: 256 bits, one per code.
+BITSET_WORDS = N_BIN_CODES // 32
+BITSET_DTYPE = np.uint32
+
+# scikit-learn's conventions for the flat tree arrays.
+TREE_LEAF = -1  # children_left / children_right of a leaf
+TREE_UNDEFINED = -2  # feature / threshold of a leaf
+
+# One record per node while the tree grows. The grower fills it; tree.Tree turns it into the
+# scikit-learn style flat arrays (feature, threshold, children_left, ...).
+NODE_DTYPE = np.dtype(
+    [
+        ("feature", np.int32),  # split feature, TREE_UNDEFINED for a leaf
+        ("bin_threshold", np.uint8),  # numeric: rows with code <= bin_threshold go left
+        ("missing_go_to_left", np.uint8),
+        ("is_categorical", np.uint8),
+        ("bitset_idx", np.int32),  # categorical: row of the bitset table, else -1
+        ("left", np.int32),
+        ("right", np.int32),
+        ("parent", np.int32),
+        ("depth", np.int32),
+        ("start", np.int64),  # the node's rows are sample_indices[start:stop]
+        ("stop", np.int64),
+        ("n_samples", np.int64),
+        ("weighted_n_samples", np.float64),
+        ("impurity", np.float64),
+        ("improvement", np.float64),  # weighted impurity decrease of the chosen split
+    ]
+)

@@ -1,0 +1,141 @@
+"""Input validation for local (numpy / pandas) data: one place for the checks and their messages.
+
+Tables are handled column by column because a pandas frame mixes numeric and categorical columns:
+``table_columns`` turns X into a list of 1-d columns plus the information needed to bin them.
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+
+@dataclass
+class Column:
+    """One input column: its display name, values and whether it is categorical."""
+
+    name: str
+    values: object  # 1-d ndarray, pandas Series or Categorical
+    categorical: bool
+
+
+def column_label(names, j):
+    """How error messages name column ``j``: ``column 'age'`` or ``column 3``."""
+    return f"column {names[j]!r}" if names is not None else f"column {j}"
+
+
+def check_2d(X):
+    """Coerce X to a 2-d numpy array or keep a pandas DataFrame; reject what cannot be used.
+
+    Raises ``TypeError`` for sparse matrices and ``ValueError`` for complex data, a wrong number
+    of dimensions, no rows or no columns.
+    """
+    if hasattr(X, "toarray") or type(X).__module__.startswith("scipy.sparse"):
+        raise TypeError(
+            "X is a sparse matrix; dasktrees needs dense data: pass X.toarray() or a DataFrame"
+        )
+    if not isinstance(X, pd.DataFrame):
+        X = np.asarray(X)
+        if np.iscomplexobj(X):
+            raise ValueError("X: complex data not supported")
+        if X.ndim != 2:
+            raise ValueError(
+                f"X must be 2-d (n_samples, n_features), got an array of shape {X.shape}; "
+                "reshape a single feature with X.reshape(-1, 1)"
+            )
+    n_samples, n_features = X.shape
+    if n_samples == 0:
+        raise ValueError(f"X has 0 samples (shape={X.shape}); at least 1 is required")
+    if n_features == 0:
+        raise ValueError(f"X has 0 feature(s) (shape={X.shape}) while a minimum of 1 is required")
+    return X
+
+
+def _is_categorical_dtype(dtype):
+    return (
+        isinstance(dtype, pd.CategoricalDtype)
+        or pd.api.types.is_bool_dtype(dtype)
+        or pd.api.types.is_object_dtype(dtype)
+        or pd.api.types.is_string_dtype(dtype)
+    )
+
+
+def categorical_mask(X, categorical_features):
+    """Which columns of X are categorical.
+
+    pandas ``category``, ``object``, ``string`` and ``bool`` columns always are; so are the
+    columns named (or indexed, or masked) by ``categorical_features``.
+    """
+    n_features = X.shape[1]
+    names = list(map(str, X.columns)) if isinstance(X, pd.DataFrame) else None
+    mask = np.zeros(n_features, dtype=bool)
+    if isinstance(X, pd.DataFrame):
+        mask[:] = [_is_categorical_dtype(dtype) for dtype in X.dtypes]
+    if categorical_features is None:
+        return mask
+    spec = np.asarray(categorical_features)
+    if spec.dtype == bool:
+        if spec.shape != (n_features,):
+            raise ValueError(
+                f"categorical_features: a boolean mask must have one entry per feature "
+                f"({n_features}), got shape {spec.shape}"
+            )
+        return mask | spec
+    for item in np.atleast_1d(spec).tolist():
+        if isinstance(item, str):
+            if names is None or item not in names:
+                raise ValueError(
+                    f"categorical_features: no column named {item!r} in X"
+                    + ("" if names is None else f"; columns are {names}")
+                )
+            mask[names.index(item)] = True
+        elif isinstance(item, int) and -n_features <= item < n_features:
+            mask[item] = True
+        else:
+            raise ValueError(
+                f"categorical_features: {item!r} is neither a column name nor an index "
+                f"in [0, {n_features})"
+            )
+    return mask
+
+
+def table_columns(X, is_categorical):
+    """Split a checked 2-d X into ``Column``s; numeric ones become float64 with NaN for missing."""
+    names = list(map(str, X.columns)) if isinstance(X, pd.DataFrame) else None
+    columns = []
+    for j in range(X.shape[1]):
+        raw = X.iloc[:, j] if names is not None else X[:, j]
+        name = column_label(names, j)
+        if is_categorical[j]:
+            columns.append(Column(name, raw, True))
+        else:
+            columns.append(Column(name, numeric_values(raw, name), False))
+    return columns
+
+
+def numeric_values(raw, name):
+    """A numeric column as float64 with NaN for missing values; inf and strings are errors."""
+    if isinstance(raw, pd.Series):
+        if pd.api.types.is_datetime64_any_dtype(raw.dtype) or pd.api.types.is_timedelta64_dtype(
+            raw.dtype
+        ):
+            raise TypeError(f"X {name} has dtype {raw.dtype}; convert dates to numbers first")
+        raw = raw.to_numpy(dtype=np.float64, na_value=np.nan)
+    raw = np.asarray(raw)
+    if raw.dtype.kind in "USO":
+        try:
+            values = raw.astype(np.float64)
+        except ValueError as exc:
+            raise TypeError(
+                f"X {name} holds strings ({exc}); declare it in categorical_features "
+                "or encode it as numbers"
+            ) from None
+    elif raw.dtype.kind == "c":
+        raise ValueError(f"X {name}: complex data not supported")
+    elif raw.dtype.kind in "mM":
+        raise TypeError(f"X {name} has dtype {raw.dtype}; convert dates to numbers first")
+    else:
+        values = raw.astype(np.float64, copy=False)
+    if np.isinf(values).any():
+        raise ValueError(f"X {name} contains infinity; replace it with a finite value or NaN")
+    return values

@@ -1,0 +1,261 @@
+"""Binning: raw features -> uint8 codes (numeric quantile bins, category codes, a missing bin)."""
+
+from typing import NamedTuple
+
+import numpy as np
+import pandas as pd
+
+from ._dtypes import MAX_BINS, MISSING_BIN, N_BIN_CODES, X_BINNED_DTYPE, X_DTYPE
+from ._random import row_uniforms
+from ._validation import categorical_mask, check_2d, table_columns
+
+# Stream of the counter-based hash that picks the rows whose values set the bin edges.
+_BINNING_STREAM = 0
+
+
+def numeric_bin_edges(values, max_bins):
+    """Upper edges of the bins of one numeric feature.
+
+    With at most ``max_bins`` distinct values every value gets its own bin and the edges are the
+    midpoints between neighbouring values, so small data is split exactly as CART splits it.
+    Otherwise the edges are ``max_bins - 1`` quantiles of ``values`` (fewer where they tie).
+
+    Parameters
+    ----------
+    values : ndarray of float64, shape (n,)
+        Sampled values; NaN is ignored.
+    max_bins : int
+        At most this many non-missing bins, 2 <= max_bins <= 255.
+
+    Returns
+    -------
+    ndarray of float64, shape (n_bins - 1,)
+        Increasing edges; a value ``x`` falls in bin ``searchsorted(edges, x, side="left")``,
+        that is bin b holds ``edges[b - 1] < x <= edges[b]``.
+    """
+    values = values[~np.isnan(values)]
+    if values.size == 0:
+        return np.empty(0, dtype=X_DTYPE)
+    distinct = np.unique(values)
+    if distinct.size <= max_bins:
+        return distinct[:-1] + (distinct[1:] - distinct[:-1]) / 2
+    percentiles = np.linspace(0, 100, max_bins + 1)[1:-1]
+    return np.unique(np.percentile(values, percentiles, method="midpoint"))
+
+
+def category_bins(categories, counts, max_bins):
+    """Bin of each known category.
+
+    Categories keep their order and get bins 0, 1, ...; when there are more than ``max_bins``
+    the ``max_bins - 1`` most frequent keep a bin of their own and the rest share the last bin,
+    ``max_bins - 1``, an "other" category.
+    """
+    n = len(categories)
+    if n <= max_bins:
+        return np.arange(n, dtype=np.int32)
+    by_frequency = np.argsort(-np.asarray(counts), kind="stable")
+    kept = np.sort(by_frequency[: max_bins - 1])
+    bins = np.full(n, max_bins - 1, dtype=np.int32)
+    bins[kept] = np.arange(max_bins - 1, dtype=np.int32)
+    return bins
+
+
+def observed_categories(values):
+    """Observed categories of a column, in their natural order, with their counts."""
+    counts = pd.Series(values).value_counts(dropna=True, sort=False)
+    if isinstance(counts.index.dtype, pd.CategoricalDtype):
+        counts = counts[counts > 0].sort_index()  # the dtype's own order
+    else:
+        try:
+            counts = counts.sort_index()
+        except TypeError:  # mixed types: order by their text
+            counts = counts.iloc[np.argsort(counts.index.astype(str), kind="stable")]
+    categories = np.asarray(counts.index.astype(object))
+    return categories, counts.to_numpy()
+
+
+class BinMapper:
+    """Map raw features to uint8 codes.
+
+    Numeric features get quantile bins (see ``numeric_bin_edges``) computed on at most
+    ``subsample`` rows, chosen by a hash of (random_state, global row id) so that the edges do
+    not depend on how the data is partitioned. Categorical features get one code per category,
+    rare ones merged into an "other" code beyond the bin budget (see ``category_bins``). NaN, and
+    at transform time categories never seen in ``fit``, get the missing code ``MISSING_BIN``.
+
+    Parameters
+    ----------
+    max_bins : int, default=255
+        Non-missing bins per feature, 2 to 255.
+    categorical_features : list of str or int, bool mask, or None
+        Columns to treat as categorical besides pandas category / object / string / bool ones.
+    subsample : int, default=200_000
+        Rows sampled to compute quantiles.
+    random_state : int, default=0
+        Seed of the row hash.
+
+    Attributes
+    ----------
+    n_features_in_ : int
+    feature_names_in_ : ndarray of str or None
+    is_categorical_ : ndarray of bool, shape (n_features,)
+    bin_edges_ : list of ndarray or None
+        Numeric features: the edges; categorical: None.
+    categories_ : list of ndarray or None
+        Categorical features: the known categories; numeric: None.
+    category_bins_ : list of ndarray or None
+        Categorical features: the bin of each known category.
+    n_bins_non_missing_ : ndarray of int32, shape (n_features,)
+    """
+
+    def __init__(self, max_bins=255, categorical_features=None, subsample=200_000, random_state=0):
+        self.max_bins = max_bins
+        self.categorical_features = categorical_features
+        self.subsample = subsample
+        self.random_state = random_state
+
+    def fit(self, X, row_ids=None):
+        """Learn bin edges and category codes from X (numpy array or pandas DataFrame)."""
+        if not 2 <= self.max_bins <= MAX_BINS:
+            raise ValueError(f"max_bins must be an integer in [2, {MAX_BINS}], got {self.max_bins}")
+        X = check_2d(X)
+        n_samples, n_features = X.shape
+        self.n_features_in_ = n_features
+        self.feature_names_in_ = (
+            np.asarray(X.columns.astype(str), dtype=object) if isinstance(X, pd.DataFrame) else None
+        )
+        self.is_categorical_ = categorical_mask(X, self.categorical_features)
+        sample = self._sample_rows(n_samples, row_ids)
+        self.bin_edges_, self.categories_, self.category_bins_ = [], [], []
+        n_bins = np.empty(n_features, dtype=np.int32)
+        for j, column in enumerate(table_columns(X, self.is_categorical_)):
+            if column.categorical:
+                categories, counts = observed_categories(column.values)
+                bins = category_bins(categories, counts, self.max_bins)
+                self.categories_.append(categories)
+                self.category_bins_.append(bins)
+                self.bin_edges_.append(None)
+                n_bins[j] = bins.max() + 1 if len(bins) else 1
+            else:
+                values = column.values if sample is None else column.values[sample]
+                edges = numeric_bin_edges(values, self.max_bins)
+                self.bin_edges_.append(edges)
+                self.categories_.append(None)
+                self.category_bins_.append(None)
+                n_bins[j] = len(edges) + 1
+        self.n_bins_non_missing_ = n_bins
+        self.missing_values_bin_idx_ = MISSING_BIN
+        return self
+
+    def _sample_rows(self, n_samples, row_ids):
+        """Boolean mask of the rows whose values set the quantiles, or None for all rows."""
+        if n_samples <= self.subsample:
+            return None
+        if row_ids is None:
+            row_ids = np.arange(n_samples, dtype=np.int64)
+        u = np.empty(n_samples)
+        row_uniforms(self.random_state, _BINNING_STREAM, row_ids, u)
+        return u < self.subsample / n_samples
+
+    def _columns(self, X):
+        X = check_2d(X)
+        if X.shape[1] != self.n_features_in_:
+            raise ValueError(
+                f"X has {X.shape[1]} features, but the bin mapper was fitted on "
+                f"{self.n_features_in_} features"
+            )
+        return table_columns(X, self.is_categorical_)
+
+    def _category_bins_of(self, j, values):
+        """Bins of the values of categorical feature j; unseen and missing -> MISSING_BIN."""
+        codes = pd.Categorical(values, categories=self.categories_[j]).codes
+        return np.where(codes >= 0, self.category_bins_[j][codes], MISSING_BIN)
+
+    def transform(self, X):
+        """Binned codes of X.
+
+        Returns
+        -------
+        ndarray of uint8, shape (n_features, n_samples)
+            Features x rows (C order), missing values coded ``MISSING_BIN``.
+        """
+        columns = self._columns(X)
+        out = np.empty((len(columns), X.shape[0]), dtype=X_BINNED_DTYPE)
+        for j, column in enumerate(columns):
+            if column.categorical:
+                out[j] = self._category_bins_of(j, column.values)
+            else:
+                codes = np.searchsorted(self.bin_edges_[j], column.values, side="left")
+                codes[np.isnan(column.values)] = MISSING_BIN
+                out[j] = codes
+        return out
+
+    def encode(self, X):
+        """Raw values as the prediction kernels read them.
+
+        Returns
+        -------
+        ndarray of float64, shape (n_samples, n_features)
+            Numeric features unchanged; categorical ones as their bin code; NaN for missing
+            values and unseen categories.
+        """
+        columns = self._columns(X)
+        out = np.empty((X.shape[0], len(columns)), dtype=X_DTYPE)
+        for j, column in enumerate(columns):
+            if column.categorical:
+                bins = self._category_bins_of(j, column.values).astype(X_DTYPE)
+                bins[bins == MISSING_BIN] = np.nan
+                out[:, j] = bins
+            else:
+                out[:, j] = column.values
+        return out
+
+    def threshold_table(self):
+        """Split thresholds in raw units: ``table[f, b]`` is the upper edge of bin b of f.
+
+        Returns
+        -------
+        ndarray of float64, shape (n_features, N_BIN_CODES)
+            ``+inf`` past the last edge of a numeric feature (a split that keeps every value on
+            the left), NaN for categorical features.
+        """
+        table = np.full((self.n_features_in_, N_BIN_CODES), np.inf)
+        for j, edges in enumerate(self.bin_edges_):
+            if edges is None:
+                table[j] = np.nan
+            else:
+                table[j, : len(edges)] = edges
+        return table
+
+    def kernel_arrays(self):
+        """The bin description the grower takes, as a ``BinArrays``."""
+        return BinArrays(
+            self.n_bins_non_missing_, self.is_categorical_, self.bin_values(),
+            self.threshold_table(),
+        )
+
+    def bin_values(self):
+        """A representative raw value per numeric bin, for drawing random thresholds.
+
+        Returns
+        -------
+        ndarray of float64, shape (n_features, N_BIN_CODES)
+            Bin b of a numeric feature is represented by the midpoint of its edges (the outer
+            bins by their inner edge); categorical features by their bin index.
+        """
+        values = np.tile(np.arange(N_BIN_CODES, dtype=X_DTYPE), (self.n_features_in_, 1))
+        for j, edges in enumerate(self.bin_edges_):
+            if edges is None or len(edges) == 0:
+                continue
+            inner = (edges[:-1] + edges[1:]) / 2
+            values[j, : len(edges) + 1] = np.concatenate([edges[:1], inner, edges[-1:]])
+        return values
+
+
+class BinArrays(NamedTuple):
+    """What the grower needs to know of the bins, as arrays (see ``BinMapper.kernel_arrays``)."""
+
+    n_bins: np.ndarray  # int32 (n_features,): non-missing bins
+    is_categorical: np.ndarray  # bool (n_features,)
+    bin_values: np.ndarray  # float64 (n_features, N_BIN_CODES): see BinMapper.bin_values
+    thresholds: np.ndarray  # float64 (n_features, N_BIN_CODES): see BinMapper.threshold_table

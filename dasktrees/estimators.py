@@ -1,0 +1,301 @@
+"""scikit-learn style tree estimators: validate, bin, delegate to the grower, set attributes."""
+
+import numpy as np
+import pandas as pd
+from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
+from sklearn.utils import check_random_state
+from sklearn.utils.class_weight import compute_sample_weight
+from sklearn.utils.multiclass import check_classification_targets
+from sklearn.utils.validation import (
+    check_consistent_length,
+    check_is_fitted,
+    column_or_1d,
+    validate_data,
+)
+
+from ._params import check_tree_params
+from ._validation import check_2d
+from .binning import BinMapper
+from .tree.grower import grow_tree
+
+
+def check_target(y, n_samples, is_classifier):
+    """y as a 1-d array; NaN (and for regression, inf) is a ValueError."""
+    y = column_or_1d(y, warn=True)
+    if len(y) != n_samples:
+        raise ValueError(f"y has {len(y)} samples but X has {n_samples}")
+    missing = pd.isna(y)
+    if missing.any():
+        rows = np.flatnonzero(missing)[:5].tolist()
+        raise ValueError(f"y contains NaN (first at rows {rows}); drop or impute those rows")
+    if not is_classifier:
+        try:
+            y = y.astype(np.float64)
+        except (TypeError, ValueError):
+            raise ValueError(f"y must be numeric for a regressor, got dtype {y.dtype}") from None
+        if np.isinf(y).any():
+            raise ValueError("y contains infinity")
+    return y
+
+
+def check_sample_weight(sample_weight, n_samples):
+    """sample_weight as float64 of shape (n_samples,): finite, non-negative, not all zero."""
+    if sample_weight is None:
+        return np.ones(n_samples)
+    if np.ndim(sample_weight) == 0:
+        return np.full(n_samples, float(sample_weight))
+    sample_weight = np.asarray(sample_weight, dtype=np.float64)
+    if sample_weight.shape != (n_samples,):
+        raise ValueError(
+            f"sample_weight.shape == {sample_weight.shape}, expected ({n_samples},)"
+        )
+    if not np.isfinite(sample_weight).all():
+        raise ValueError("sample_weight contains NaN or infinity")
+    if (sample_weight < 0).any():
+        raise ValueError("sample_weight contains negative values")
+    if sample_weight.sum() <= 0:
+        raise ValueError("sample_weight sums to zero: there is nothing to fit")
+    return sample_weight
+
+
+class BaseDecisionTree(BaseEstimator):
+    """Shared fit and predict logic of the tree estimators (not for direct use)."""
+
+    def __init__(
+        self,
+        *,
+        criterion,
+        splitter="best",
+        max_depth=None,
+        min_samples_split=2,
+        min_samples_leaf=1,
+        min_weight_fraction_leaf=0.0,
+        max_features=None,
+        random_state=None,
+        max_leaf_nodes=None,
+        min_impurity_decrease=0.0,
+        max_bins=255,
+        categorical_features=None,
+    ):
+        self.criterion = criterion
+        self.splitter = splitter
+        self.max_depth = max_depth
+        self.min_samples_split = min_samples_split
+        self.min_samples_leaf = min_samples_leaf
+        self.min_weight_fraction_leaf = min_weight_fraction_leaf
+        self.max_features = max_features
+        self.random_state = random_state
+        self.max_leaf_nodes = max_leaf_nodes
+        self.min_impurity_decrease = min_impurity_decrease
+        self.max_bins = max_bins
+        self.categorical_features = categorical_features
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.allow_nan = True
+        tags.input_tags.categorical = True
+        return tags
+
+    def _fit(self, X, y, sample_weight, is_classifier):
+        X = check_2d(X)
+        validate_data(self, X, y, reset=True, skip_check_array=True)
+        n_samples, n_features = X.shape
+        if n_samples < 2:
+            raise ValueError(f"X has {n_samples} sample; at least 2 are needed to fit a tree")
+        y = check_target(y, n_samples, is_classifier)
+        check_consistent_length(X, y)
+        params = check_tree_params(self, n_samples, n_features, is_classifier)
+        if not isinstance(self.max_bins, (int, np.integer)) or isinstance(self.max_bins, bool):
+            raise ValueError(f"max_bins must be an integer in [2, 255], got {self.max_bins!r}")
+        weights = check_sample_weight(sample_weight, n_samples)
+        if is_classifier:
+            check_classification_targets(y)
+            self.classes_, y_codes = np.unique(y, return_inverse=True)
+            self.n_classes_ = len(self.classes_)
+            if self.class_weight is not None:
+                weights = weights * compute_sample_weight(self.class_weight, y)
+            y_fit = y_codes.astype(np.float64)
+        else:
+            y_fit = y
+        seed = int(check_random_state(self.random_state).randint(np.iinfo(np.int32).max))
+        self.bin_mapper_ = BinMapper(
+            max_bins=self.max_bins, categorical_features=self.categorical_features,
+            random_state=seed,
+        ).fit(X)
+        codes = self.bin_mapper_.transform(X)
+        self.max_features_ = params.max_features
+        self.n_outputs_ = 1
+        self.tree_ = grow_tree(
+            codes, y_fit, weights, self.bin_mapper_.kernel_arrays(), params,
+            self.n_classes_ if is_classifier else 1, seed,
+        )
+        return self
+
+    def _encode(self, X):
+        check_is_fitted(self, "tree_")
+        X = check_2d(X)
+        validate_data(self, X, reset=False, skip_check_array=True)
+        return self.bin_mapper_.encode(X)
+
+    def apply(self, X):
+        """Index of the leaf each sample ends up in: ndarray of int64, shape (n_samples,)."""
+        return self.tree_.apply(self._encode(X))
+
+    def decision_path(self, X):
+        """Sparse (CSR) indicator of the nodes each sample goes through,
+        shape (n_samples, n_nodes)."""
+        return self.tree_.decision_path(self._encode(X))
+
+    def get_depth(self):
+        """Depth of the tree: the longest root-to-leaf path (0 for a single leaf)."""
+        check_is_fitted(self, "tree_")
+        return self.tree_.max_depth
+
+    def get_n_leaves(self):
+        """Number of leaves of the tree."""
+        check_is_fitted(self, "tree_")
+        return self.tree_.n_leaves
+
+    @property
+    def feature_importances_(self):
+        """Mean decrease in impurity per feature, normalized to sum to one."""
+        check_is_fitted(self, "tree_")
+        return self.tree_.compute_feature_importances()
+
+
+class DecisionTreeClassifier(ClassifierMixin, BaseDecisionTree):
+    """A CART classification tree grown on binned features.
+
+    Parameters
+    ----------
+    criterion : {"gini", "entropy", "log_loss", "gain_ratio", "misclassification"}
+        Impurity of a node; ``"gain_ratio"`` chooses splits by C4.5's gain ratio (entropy gain
+        over split information). Entropies are in bits.
+    splitter : {"best", "random"}, default="best"
+        ``"random"`` evaluates one uniformly drawn threshold per candidate feature (extra-trees).
+    max_depth : int, default=None
+    min_samples_split : int or float, default=2
+    min_samples_leaf : int or float, default=1
+    min_weight_fraction_leaf : float, default=0.0
+    max_features : {"sqrt", "log2"}, int, float or None, default=None
+        Features drawn at each node; constant ones do not count (as in scikit-learn).
+    random_state : int, RandomState or None, default=None
+    max_leaf_nodes : int, default=None
+        Grow best-first up to this many leaves.
+    min_impurity_decrease : float, default=0.0
+    class_weight : dict, "balanced" or None, default=None
+    max_bins : int, default=255
+        Bins per feature (numeric quantiles or categories), plus one for missing values.
+    categorical_features : list of str or int, bool mask, or None
+        Columns to treat as categorical, besides pandas category / object / string / bool ones.
+
+    Attributes
+    ----------
+    tree_ : dasktrees.tree.Tree
+    classes_ : ndarray of shape (n_classes,)
+    n_classes_ : int
+    n_features_in_ : int
+    feature_names_in_ : ndarray of str
+        Only when X had string column names.
+    max_features_ : int
+    bin_mapper_ : dasktrees.binning.BinMapper
+    feature_importances_ : ndarray of shape (n_features,)
+    """
+
+    def __init__(
+        self,
+        *,
+        criterion="gini",
+        splitter="best",
+        max_depth=None,
+        min_samples_split=2,
+        min_samples_leaf=1,
+        min_weight_fraction_leaf=0.0,
+        max_features=None,
+        random_state=None,
+        max_leaf_nodes=None,
+        min_impurity_decrease=0.0,
+        class_weight=None,
+        max_bins=255,
+        categorical_features=None,
+    ):
+        super().__init__(
+            criterion=criterion,
+            splitter=splitter,
+            max_depth=max_depth,
+            min_samples_split=min_samples_split,
+            min_samples_leaf=min_samples_leaf,
+            min_weight_fraction_leaf=min_weight_fraction_leaf,
+            max_features=max_features,
+            random_state=random_state,
+            max_leaf_nodes=max_leaf_nodes,
+            min_impurity_decrease=min_impurity_decrease,
+            max_bins=max_bins,
+            categorical_features=categorical_features,
+        )
+        self.class_weight = class_weight
+
+    def fit(self, X, y, sample_weight=None):
+        """Grow the tree on X (numpy array or pandas DataFrame) and class labels y."""
+        return self._fit(X, y, sample_weight, is_classifier=True)
+
+    def predict_proba(self, X):
+        """Class probabilities: weighted class fractions of each sample's leaf,
+        shape (n_samples, n_classes)."""
+        return self.tree_.predict(self._encode(X))
+
+    def predict_log_proba(self, X):
+        """Logarithm of ``predict_proba``."""
+        with np.errstate(divide="ignore"):
+            return np.log(self.predict_proba(X))
+
+    def predict(self, X):
+        """Most probable class of each sample."""
+        return self.classes_.take(np.argmax(self.predict_proba(X), axis=1))
+
+
+class DecisionTreeRegressor(RegressorMixin, BaseDecisionTree):
+    """A CART regression tree grown on binned features, with the squared error criterion.
+
+    Parameters are those of ``DecisionTreeClassifier`` except ``criterion`` (only
+    ``"squared_error"``) and ``class_weight`` (none).
+    """
+
+    def __init__(
+        self,
+        *,
+        criterion="squared_error",
+        splitter="best",
+        max_depth=None,
+        min_samples_split=2,
+        min_samples_leaf=1,
+        min_weight_fraction_leaf=0.0,
+        max_features=None,
+        random_state=None,
+        max_leaf_nodes=None,
+        min_impurity_decrease=0.0,
+        max_bins=255,
+        categorical_features=None,
+    ):
+        super().__init__(
+            criterion=criterion,
+            splitter=splitter,
+            max_depth=max_depth,
+            min_samples_split=min_samples_split,
+            min_samples_leaf=min_samples_leaf,
+            min_weight_fraction_leaf=min_weight_fraction_leaf,
+            max_features=max_features,
+            random_state=random_state,
+            max_leaf_nodes=max_leaf_nodes,
+            min_impurity_decrease=min_impurity_decrease,
+            max_bins=max_bins,
+            categorical_features=categorical_features,
+        )
+
+    def fit(self, X, y, sample_weight=None):
+        """Grow the tree on X (numpy array or pandas DataFrame) and numeric targets y."""
+        return self._fit(X, y, sample_weight, is_classifier=False)
+
+    def predict(self, X):
+        """Mean target of each sample's leaf: ndarray of shape (n_samples,)."""
+        return self.tree_.predict(self._encode(X))[:, 0]

@@ -1,0 +1,338 @@
+"""Grow one tree from binned rows and per-row weights (numba kernels).
+
+The grower sees only arrays: the codes (features x rows), targets, weights (sample_weight x
+class_weight x bootstrap count, zero-weight rows already dropped from ``sample_indices``) and the
+resolved parameters. It returns growth records; ``tree.Tree`` turns them into flat arrays.
+
+Each node's best split is found when the node is created and kept in its record; a frontier heap
+says which node to split next:
+
+* depth-first (no ``max_leaf_nodes``): key ``(-depth, node_id)``, left subtree first;
+* best-first (``max_leaf_nodes``): key ``(-improvement, node_id)``, as scikit-learn does.
+
+The whole loop runs in numba: a full-depth tree on a million rows has some hundred thousand
+nodes, and a Python step per node would cost more than all the histograms.
+"""
+
+import heapq
+
+import numpy as np
+from numba import njit
+
+from .._dtypes import BITSET_DTYPE, BITSET_WORDS, N_BIN_CODES, NODE_DTYPE, TREE_LEAF, TREE_UNDEFINED
+from .._random import next_below, new_state
+from ..criteria import SQUARED_ERROR, impurity, stats_weight
+from .histogram import build_histogram, compact, node_statistics
+from .splitting import (
+    NO_SPLIT,
+    category_order,
+    partition,
+    random_category_cut,
+    random_cut,
+    scan_cuts,
+)
+from .tree import Tree
+
+EPSILON = np.finfo(np.float64).eps
+
+# Rows of the float scratch matrix ``vec`` (n_channels wide each).
+_LEFT, _RIGHT, _PREFIX, _MISSING, _BEST_LEFT, _TOTAL = 0, 1, 2, 3, 4, 5
+# Rows of the integer scratch matrix ``ibuf`` (N_BIN_CODES wide each).
+_TOUCHED, _BINS, _ORDER, _BEST_BINS = 0, 1, 2, 3
+
+
+@njit(cache=True)
+def find_split(
+    codes, y, w, sample_indices, start, stop, node_impurity, n_bins, is_categorical, bin_values,
+    criterion, n_classes, random_splitter, max_features, min_samples_leaf, min_weight_leaf,
+    state, features, hist, stats, vec, ibuf, keys,
+):
+    """Best split of one node over up to ``max_features`` features drawn at random.
+
+    Features are drawn without replacement; like scikit-learn, features constant in the node do
+    not count towards ``max_features``, so a valid split is found whenever one exists among the
+    drawn features.
+
+    Parameters
+    ----------
+    codes : ndarray of uint8, shape (n_features, n_rows)
+    vec : ndarray of float64, shape (6, n_channels)
+        Scratch; on entry ``vec[_TOTAL]`` holds the node statistics; on return
+        ``vec[_BEST_LEFT]`` holds the left child's statistics of the best split.
+    ibuf : ndarray of int64, shape (4, N_BIN_CODES)
+        Scratch; on return ``ibuf[_BEST_BINS]`` holds the codes sent left by a categorical split.
+
+    Returns
+    -------
+    score : float
+        ``NO_SPLIT`` when no valid split exists.
+    feature, bin_threshold : int
+    missing_go_to_left, is_categorical : bool
+    n_left_bins : int
+        Number of codes in ``ibuf[_BEST_BINS]`` (categorical splits).
+    """
+    n_features = features.shape[0]
+    for f in range(n_features):
+        features[f] = f
+    order = ibuf[_ORDER]
+    bins = ibuf[_BINS]
+    best = (NO_SPLIT, -1, 0, False, False, 0)
+    n_visited = 0
+    n_drawn = 0
+    while n_drawn < n_features and n_visited < max_features:
+        k = n_drawn + next_below(state, n_features - n_drawn)
+        f = features[k]
+        features[k] = features[n_drawn]
+        features[n_drawn] = f
+        n_drawn += 1
+        n_touched = build_histogram(
+            codes[f], sample_indices, start, stop, y, w, criterion, hist, ibuf[_TOUCHED]
+        )
+        compact(hist, ibuf[_TOUCHED], n_touched, n_bins[f], bins, stats, vec[_MISSING])
+        if n_touched + (vec[_MISSING, 0] > 0.0) < 2:
+            continue  # constant in this node
+        n_visited += 1
+        n_orders = 1
+        if is_categorical[f] and criterion != SQUARED_ERROR and n_classes > 2 and not random_splitter:
+            n_orders = n_classes  # one-vs-rest orders: the multiclass heuristic
+        for t in range(n_orders):
+            if is_categorical[f]:
+                target_class = t if n_orders > 1 else (next_below(state, n_classes) if n_classes > 2 else 1)
+                category_order(stats, n_touched, criterion, target_class, keys, order)
+            else:
+                for j in range(n_touched):
+                    order[j] = j
+            only_cut = -1
+            if random_splitter and n_touched >= 2:
+                if is_categorical[f]:
+                    only_cut = random_category_cut(n_touched, state)
+                else:
+                    only_cut = random_cut(bins, n_touched, bin_values[f], state)
+            score, position, missing_left = scan_cuts(
+                stats, order, n_touched, vec[_MISSING], vec[_TOTAL], criterion, node_impurity,
+                min_samples_leaf, min_weight_leaf, only_cut, vec[_LEFT], vec[_RIGHT],
+                vec[_PREFIX],
+            )
+            if score > best[0]:
+                best_left = vec[_BEST_LEFT]
+                best_left[:] = 0.0
+                if missing_left:
+                    best_left += vec[_MISSING]
+                for j in range(position + 1):
+                    best_left += stats[order[j]]
+                    ibuf[_BEST_BINS, j] = bins[order[j]]
+                best = (score, f, bins[order[position]], missing_left, is_categorical[f],
+                        position + 1)
+    return best
+
+
+@njit(cache=True)
+def _grow_records(nodes, values, bitsets, n_needed):
+    """Double the growth arrays while they hold fewer than ``n_needed`` rows."""
+    while nodes.shape[0] < n_needed:
+        new_nodes = np.zeros(2 * nodes.shape[0], dtype=NODE_DTYPE)
+        new_nodes[: nodes.shape[0]] = nodes
+        nodes = new_nodes
+        new_values = np.zeros((2 * values.shape[0], values.shape[1]))
+        new_values[: values.shape[0]] = values
+        values = new_values
+    while bitsets.shape[0] < n_needed:
+        new_bitsets = np.zeros((2 * bitsets.shape[0], BITSET_WORDS), dtype=BITSET_DTYPE)
+        new_bitsets[: bitsets.shape[0]] = bitsets
+        bitsets = new_bitsets
+    return nodes, values, bitsets
+
+
+@njit(cache=True)
+def grow(
+    codes, y, w, sample_indices, n_bins, is_categorical, bin_values, criterion, n_classes,
+    random_splitter, max_features, max_depth, min_samples_split, min_samples_leaf,
+    min_weight_leaf, max_leaf_nodes, min_impurity_decrease, seed,
+):
+    """Grow a tree on the rows ``sample_indices`` (reordered in place: leaves own slices).
+
+    Parameters
+    ----------
+    codes : ndarray of uint8, shape (n_features, n_rows)
+    y : ndarray of float64, shape (n_rows,)
+        Class index (classification) or target (regression).
+    w : ndarray of float64, shape (n_rows,)
+        Positive weights of the rows in ``sample_indices``.
+    sample_indices : ndarray of int64, shape (n_in_bag,)
+    n_bins : ndarray of int32, shape (n_features,)
+        Non-missing bins per feature.
+    is_categorical : ndarray of bool, shape (n_features,)
+    bin_values : ndarray of float64, shape (n_features, N_BIN_CODES)
+        Representative raw value of each bin (random splits).
+    criterion, n_classes : int
+    random_splitter : bool
+        One random cut per candidate feature (extra-trees) instead of the best one.
+    max_features, max_depth, min_samples_split, min_samples_leaf : int
+    min_weight_leaf : float
+    max_leaf_nodes : int
+        0 for no limit (depth-first growth); else best-first growth up to this many leaves.
+    min_impurity_decrease : float
+    seed : int
+        Seed of the feature draws and random cuts.
+
+    Returns
+    -------
+    nodes : ndarray of NODE_DTYPE, shape (n_nodes,)
+    values : ndarray of float64, shape (n_nodes, n_values)
+        Class weight fractions (classification) or weighted mean target (regression).
+    bitsets : ndarray of uint32, shape (n_bitsets, BITSET_WORDS)
+        Left-going codes of the categorical splits.
+    """
+    classification = criterion != SQUARED_ERROR
+    n_channels = n_classes + 1 if classification else 4
+    n_values = n_classes if classification else 1
+    nodes = np.zeros(64, dtype=NODE_DTYPE)
+    values = np.zeros((64, n_values))
+    bitsets = np.zeros((64, BITSET_WORDS), dtype=BITSET_DTYPE)
+    state = new_state(seed)
+    features = np.empty(codes.shape[0], dtype=np.int64)
+    hist = np.zeros((N_BIN_CODES, n_channels))
+    stats = np.zeros((N_BIN_CODES, n_channels))
+    vec = np.zeros((6, n_channels))
+    ibuf = np.zeros((4, N_BIN_CODES), dtype=np.int64)
+    keys = np.zeros(N_BIN_CODES)
+    buffer = np.empty(sample_indices.shape[0], dtype=np.int64)
+    w_root = 0.0
+    for i in range(sample_indices.shape[0]):
+        w_root += w[sample_indices[i]]
+    frontier = [(0.0, np.int64(0))]
+    frontier.pop()
+
+    n_nodes = 0
+    n_bitsets = 0
+    pending = [(np.int64(-1), np.int64(0), np.int64(0), np.int64(sample_indices.shape[0]))]
+    n_split = 0
+    while len(pending) > 0:
+        nodes, values, bitsets = _grow_records(nodes, values, bitsets, n_nodes + len(pending))
+        # Create the nodes of the last split (or the root): statistics, leaf tests, best split.
+        for parent, depth, start, stop in pending:
+            node_id = n_nodes
+            n_nodes += 1
+            total = vec[_TOTAL]
+            node_impurity = node_statistics(sample_indices, start, stop, y, w, criterion, total)
+            w_node = stats_weight(total, criterion)
+            record = nodes[node_id]
+            record["feature"] = TREE_UNDEFINED
+            record["bitset_idx"] = -1
+            record["left"] = TREE_LEAF
+            record["right"] = TREE_LEAF
+            record["parent"] = parent
+            record["depth"] = depth
+            record["start"] = start
+            record["stop"] = stop
+            record["n_samples"] = stop - start
+            record["weighted_n_samples"] = w_node
+            record["impurity"] = node_impurity
+            if classification:
+                for k in range(n_classes):
+                    values[node_id, k] = total[1 + k] / w_node if w_node > 0.0 else 0.0
+            else:
+                values[node_id, 0] = total[2] / w_node if w_node > 0.0 else 0.0
+            if parent >= 0:
+                if nodes[parent]["left"] == TREE_LEAF:
+                    nodes[parent]["left"] = node_id
+                else:
+                    nodes[parent]["right"] = node_id
+            n_node = stop - start
+            if (
+                depth >= max_depth
+                or n_node < min_samples_split
+                or n_node < 2 * min_samples_leaf
+                or w_node < 2 * min_weight_leaf
+                or node_impurity <= EPSILON
+            ):
+                continue
+            score, feature, bin_threshold, missing_left, categorical, n_left_bins = find_split(
+                codes, y, w, sample_indices, start, stop, node_impurity, n_bins,
+                is_categorical, bin_values, criterion, n_classes, random_splitter,
+                max_features, min_samples_leaf, min_weight_leaf, state, features, hist, stats,
+                vec, ibuf, keys,
+            )
+            if score == NO_SPLIT:
+                continue
+            left = vec[_BEST_LEFT]
+            right = vec[_RIGHT]
+            right[:] = total - left
+            w_left = stats_weight(left, criterion)
+            w_right = stats_weight(right, criterion)
+            improvement = (w_node / w_root) * (
+                node_impurity
+                - w_left / w_node * impurity(left, criterion)
+                - w_right / w_node * impurity(right, criterion)
+            )
+            if improvement + EPSILON < min_impurity_decrease:
+                continue
+            record["feature"] = feature
+            record["bin_threshold"] = bin_threshold
+            record["missing_go_to_left"] = missing_left
+            record["is_categorical"] = categorical
+            record["improvement"] = improvement
+            if categorical:
+                record["bitset_idx"] = n_bitsets
+                bitsets[n_bitsets] = 0
+                for j in range(n_left_bins):
+                    code = ibuf[_BEST_BINS, j]
+                    bitsets[n_bitsets, code >> 5] |= np.uint32(1) << np.uint32(code & 31)
+                n_bitsets += 1
+            key = -improvement if max_leaf_nodes > 0 else -float(depth)
+            heapq.heappush(frontier, (key, np.int64(node_id)))
+        pending.clear()
+
+        # Split the next node of the frontier; its children are created on the next pass.
+        if len(frontier) == 0 or (max_leaf_nodes > 0 and n_split + 1 >= max_leaf_nodes):
+            break
+        node_id = heapq.heappop(frontier)[1]
+        record = nodes[node_id]
+        start = record["start"]
+        stop = record["stop"]
+        bitset_idx = max(record["bitset_idx"], 0)
+        boundary = partition(
+            codes[record["feature"]], sample_indices, start, stop, record["bin_threshold"],
+            record["missing_go_to_left"] == 1, record["is_categorical"] == 1,
+            bitsets[bitset_idx], buffer,
+        )
+        depth = np.int64(record["depth"] + 1)
+        pending.append((np.int64(node_id), depth, start, boundary))
+        pending.append((np.int64(node_id), depth, boundary, stop))
+        n_split += 1
+
+    # Nodes left on the frontier (best-first growth stopped) become leaves.
+    for k in range(n_nodes):
+        if nodes[k]["left"] == TREE_LEAF:
+            nodes[k]["feature"] = TREE_UNDEFINED
+            nodes[k]["bitset_idx"] = -1
+            nodes[k]["improvement"] = 0.0
+    return nodes[:n_nodes].copy(), values[:n_nodes].copy(), bitsets[:n_bitsets].copy()
+
+
+def grow_tree(codes, y, weights, bin_arrays, params, n_classes, seed):
+    """Grow one tree and return it as a ``Tree``.
+
+    Parameters
+    ----------
+    codes : ndarray of uint8, shape (n_features, n_rows)
+    y : ndarray of float64, shape (n_rows,)
+        Class index (classification) or target (regression).
+    weights : ndarray of float64, shape (n_rows,)
+        Row weights; rows of weight zero (e.g. out of the bootstrap sample) are left out.
+    bin_arrays : binning.BinArrays
+    params : _params.GrowthParams
+    n_classes : int
+        Number of classes, 1 for regression.
+    seed : int
+        Seed of the feature draws and random cuts.
+    """
+    sample_indices = np.flatnonzero(weights > 0).astype(np.int64)
+    nodes, values, bitsets = grow(
+        codes, y, weights, sample_indices, bin_arrays.n_bins, bin_arrays.is_categorical,
+        bin_arrays.bin_values, params.criterion, n_classes, params.random_splitter,
+        params.max_features, params.max_depth, params.min_samples_split, params.min_samples_leaf,
+        params.min_weight_fraction_leaf * weights.sum(), params.max_leaf_nodes,
+        params.min_impurity_decrease, seed,
+    )
+    return Tree.from_growth(nodes, values, bitsets, bin_arrays.thresholds, codes.shape[0])

@@ -1,0 +1,226 @@
+"""Tree: a grown tree as flat node arrays, and the numba kernels that route rows through it."""
+
+import numpy as np
+from numba import njit, prange
+from scipy import sparse
+
+from .._dtypes import BITSET_DTYPE, BITSET_WORDS, TREE_LEAF, TREE_UNDEFINED
+from .splitting import goes_left
+
+# The arrays that define a tree, in the order the kernels take them. Everything a Tree can do
+# (predict, export, save) reads only these.
+TREE_ARRAYS = (
+    "children_left",  # int32 (n_nodes,): left child, TREE_LEAF for a leaf
+    "children_right",  # int32 (n_nodes,)
+    "feature",  # int32 (n_nodes,): split feature, TREE_UNDEFINED for a leaf
+    "threshold",  # float64 (n_nodes,): numeric split: x <= threshold goes left (raw units)
+    "bin_threshold",  # uint8 (n_nodes,): the same split on binned codes: code <= bin_threshold
+    "missing_go_to_left",  # uint8 (n_nodes,)
+    "is_categorical",  # uint8 (n_nodes,)
+    "bitset_idx",  # int32 (n_nodes,): row of categorical_bitsets, -1 for numeric splits
+    "categorical_bitsets",  # uint32 (n_bitsets, 8): codes sent left by categorical splits
+    "value",  # float64 (n_nodes, n_values): class fractions or mean target
+    "n_node_samples",  # int64 (n_nodes,): rows (with positive weight) reaching the node
+    "weighted_n_node_samples",  # float64 (n_nodes,)
+    "impurity",  # float64 (n_nodes,)
+    "node_depth",  # int32 (n_nodes,): root at depth 0
+)
+
+
+class Tree:
+    """A fitted tree, stored as flat arrays with scikit-learn's names.
+
+    The root is node 0; ``children_left[i] == TREE_LEAF`` marks a leaf. A row goes left at
+    node i when its feature value is missing and ``missing_go_to_left[i]``, when the feature is
+    categorical and its category code is in ``categorical_bitsets[bitset_idx[i]]``, or when it is
+    numeric and ``x <= threshold[i]``. Unlike scikit-learn's ``tree_.value``, ``value`` has no
+    output axis: ``(n_nodes, n_classes)`` or ``(n_nodes, 1)``.
+    """
+
+    def __init__(self, n_features, **arrays):
+        missing = set(TREE_ARRAYS) - set(arrays)
+        if missing:
+            raise ValueError(f"Tree is missing arrays {sorted(missing)}")
+        self.n_features = int(n_features)
+        for name in TREE_ARRAYS:
+            setattr(self, name, arrays[name])
+
+    @classmethod
+    def from_growth(cls, nodes, values, bitsets, thresholds, n_features):
+        """Build a Tree from the grower's records.
+
+        ``thresholds`` is the (n_features, N_BIN_CODES) table of raw split values
+        (``BinMapper.threshold_table``): a numeric split at bin b is ``x <= thresholds[f, b]``.
+        """
+        is_split = nodes["left"] != TREE_LEAF
+        numeric = is_split & (nodes["is_categorical"] == 0)
+        threshold = np.full(len(nodes), float(TREE_UNDEFINED))
+        threshold[numeric] = thresholds[nodes["feature"][numeric], nodes["bin_threshold"][numeric]]
+        if len(bitsets) == 0:  # one all-zero row, so that kernels can always index the table
+            bitsets = np.zeros((1, BITSET_WORDS), dtype=BITSET_DTYPE)
+        return cls(
+            n_features,
+            children_left=nodes["left"].astype(np.int32),
+            children_right=nodes["right"].astype(np.int32),
+            feature=nodes["feature"].astype(np.int32),
+            threshold=threshold,
+            bin_threshold=nodes["bin_threshold"].copy(),
+            missing_go_to_left=nodes["missing_go_to_left"].copy(),
+            is_categorical=nodes["is_categorical"].copy(),
+            bitset_idx=nodes["bitset_idx"].astype(np.int32),
+            categorical_bitsets=np.ascontiguousarray(bitsets),
+            value=np.ascontiguousarray(values),
+            n_node_samples=nodes["n_samples"].astype(np.int64),
+            weighted_n_node_samples=nodes["weighted_n_samples"].copy(),
+            impurity=nodes["impurity"].copy(),
+            node_depth=nodes["depth"].astype(np.int32),
+        )
+
+    @property
+    def node_count(self):
+        return len(self.children_left)
+
+    @property
+    def n_leaves(self):
+        return int(np.sum(self.children_left == TREE_LEAF))
+
+    @property
+    def max_depth(self):
+        return int(self.node_depth.max())
+
+    def _routing(self):
+        return (
+            self.feature, self.threshold, self.missing_go_to_left, self.is_categorical,
+            self.bitset_idx, self.categorical_bitsets, self.children_left, self.children_right,
+        )
+
+    def apply(self, X):
+        """Leaf reached by each row of ``X`` (float64, (n_samples, n_features), see
+        ``BinMapper.encode``)."""
+        out = np.empty(X.shape[0], dtype=np.int64)
+        _apply_encoded(np.ascontiguousarray(X, dtype=np.float64), *self._routing(), out)
+        return out
+
+    def apply_binned(self, codes):
+        """Leaf reached by each row of binned ``codes`` (uint8, (n_features, n_samples))."""
+        out = np.empty(codes.shape[1], dtype=np.int64)
+        _apply_binned(
+            codes, self.feature, self.bin_threshold, self.missing_go_to_left, self.is_categorical,
+            self.bitset_idx, self.categorical_bitsets, self.children_left, self.children_right,
+            out,
+        )
+        return out
+
+    def predict(self, X):
+        """``value`` of the leaf of each row of encoded ``X``: (n_samples, n_values)."""
+        return self.value[self.apply(X)]
+
+    def decision_path(self, X):
+        """Indicator matrix (CSR, (n_samples, n_nodes)) of the nodes each row goes through."""
+        leaves = self.apply(X)
+        indptr = np.zeros(len(leaves) + 1, dtype=np.int64)
+        np.cumsum(self.node_depth[leaves] + 1, out=indptr[1:])
+        indices = np.empty(indptr[-1], dtype=np.int64)
+        _fill_paths(leaves, indptr, self._parents(), indices)
+        data = np.ones(len(indices), dtype=np.int64)
+        return sparse.csr_matrix((data, indices, indptr), shape=(len(leaves), self.node_count))
+
+    def _parents(self):
+        parents = np.full(self.node_count, -1, dtype=np.int64)
+        split = np.flatnonzero(self.children_left != TREE_LEAF)
+        parents[self.children_left[split]] = split
+        parents[self.children_right[split]] = split
+        return parents
+
+    def compute_feature_importances(self, normalize=True):
+        """Mean decrease in impurity per feature (Breiman et al. 1984).
+
+        Each split adds ``w_t * i(t) - w_left * i(left) - w_right * i(right)`` to its feature,
+        divided by the root weight; with ``normalize`` the importances sum to one (unless the
+        tree is a single leaf, when they are all zero).
+        """
+        split = np.flatnonzero(self.children_left != TREE_LEAF)
+        left = self.children_left[split]
+        right = self.children_right[split]
+        w = self.weighted_n_node_samples
+        decrease = (
+            w[split] * self.impurity[split]
+            - w[left] * self.impurity[left]
+            - w[right] * self.impurity[right]
+        )
+        importances = np.zeros(self.n_features)
+        np.add.at(importances, self.feature[split], decrease)
+        importances /= w[0]
+        total = importances.sum()
+        if normalize and total > 0.0:
+            importances /= total
+        return importances
+
+    def __getstate__(self):
+        return {"n_features": self.n_features, **{k: getattr(self, k) for k in TREE_ARRAYS}}
+
+    def __setstate__(self, state):
+        state = dict(state)
+        self.__init__(state.pop("n_features"), **state)
+
+
+@njit(cache=True, inline="always")
+def _goes_left_raw(x, threshold, missing_go_to_left, is_categorical, bitset):
+    if np.isnan(x):
+        return missing_go_to_left != 0
+    if is_categorical:
+        code = np.int64(x)
+        return (bitset[code >> 5] >> (code & 31)) & 1 == 1
+    return x <= threshold
+
+
+@njit(cache=True, parallel=True)
+def _apply_encoded(X, feature, threshold, missing_go_to_left, is_categorical, bitset_idx,
+                   bitsets, children_left, children_right, out):
+    """Route every row of encoded X to its leaf.
+
+    Parameters
+    ----------
+    X : ndarray of float64, shape (n_samples, n_features)
+        Raw numeric values, categorical codes, NaN for missing (``BinMapper.encode``).
+    feature ... children_right :
+        The tree's arrays (see ``TREE_ARRAYS``).
+    out : ndarray of int64, shape (n_samples,)
+        Written: leaf index of each row.
+    """
+    for i in prange(X.shape[0]):
+        node = 0
+        while children_left[node] != TREE_LEAF:
+            goes = _goes_left_raw(
+                X[i, feature[node]], threshold[node], missing_go_to_left[node],
+                is_categorical[node], bitsets[max(bitset_idx[node], 0)],
+            )
+            node = children_left[node] if goes else children_right[node]
+        out[i] = node
+
+
+@njit(cache=True, parallel=True)
+def _apply_binned(codes, feature, bin_threshold, missing_go_to_left, is_categorical, bitset_idx,
+                  bitsets, children_left, children_right, out):
+    """Route every row of binned codes (uint8, (n_features, n_samples)) to its leaf."""
+    for i in prange(codes.shape[1]):
+        node = 0
+        while children_left[node] != TREE_LEAF:
+            goes = goes_left(
+                codes[feature[node], i], bin_threshold[node], missing_go_to_left[node] != 0,
+                is_categorical[node] != 0, bitsets[max(bitset_idx[node], 0)],
+            )
+            node = children_left[node] if goes else children_right[node]
+        out[i] = node
+
+
+@njit(cache=True)
+def _fill_paths(leaves, indptr, parents, indices):
+    """Write each row's root-to-leaf node list into ``indices[indptr[i]:indptr[i + 1]]``."""
+    for i in range(leaves.shape[0]):
+        node = leaves[i]
+        k = indptr[i + 1] - 1
+        while node >= 0:
+            indices[k] = node
+            node = parents[node]
+            k -= 1
