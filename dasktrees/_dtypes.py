@@ -47,3 +47,19 @@ NODE_DTYPE = np.dtype(
         ("improvement", np.float64),  # weighted impurity decrease of the chosen split
     ]
 )
+
+# The fields prediction reads, packed in one aligned record per node so that a node visit
+# touches one cache line instead of one per array (a deep tree does not fit in cache).
+ROUTING_NODE_DTYPE = np.dtype(
+    [
+        ("threshold", np.float64),
+        ("left", np.int32),
+        ("right", np.int32),
+        ("feature", np.int32),
+        ("bitset_idx", np.int32),
+        ("bin_threshold", np.uint8),
+        ("missing_go_to_left", np.uint8),
+        ("is_categorical", np.uint8),
+    ],
+    align=True,
+)

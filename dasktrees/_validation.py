@@ -100,8 +100,16 @@ def categorical_mask(X, categorical_features):
 
 
 def table_columns(X, is_categorical):
-    """Split a checked 2-d X into ``Column``s; numeric ones become float64 with NaN for missing."""
+    """Split a checked 2-d X into ``Column``s; numeric ones as real arrays with NaN for missing."""
     names = list(map(str, X.columns)) if isinstance(X, pd.DataFrame) else None
+    checked = False
+    if names is None and X.dtype.kind == "f":
+        # One pass over the whole matrix rather than one strided pass per column.
+        has_inf = np.isinf(X).any(axis=0)
+        if has_inf.any():
+            j = int(np.flatnonzero(has_inf)[0])
+            raise ValueError(f"X column {j} contains infinity; replace it with a finite value or NaN")
+        checked = True
     columns = []
     for j in range(X.shape[1]):
         raw = X.iloc[:, j] if names is not None else X[:, j]
@@ -109,12 +117,16 @@ def table_columns(X, is_categorical):
         if is_categorical[j]:
             columns.append(Column(name, raw, True))
         else:
-            columns.append(Column(name, numeric_values(raw, name), False))
+            columns.append(Column(name, numeric_values(raw, name, check_inf=not checked), False))
     return columns
 
 
-def numeric_values(raw, name):
-    """A numeric column as float64 with NaN for missing values; inf and strings are errors."""
+def numeric_values(raw, name, check_inf=True):
+    """A numeric column as a real-valued ndarray (NaN for missing); inf and strings are errors.
+
+    Float and integer columns are returned as they are (possibly a strided view); booleans,
+    pandas extension types and numeric strings become float64.
+    """
     if isinstance(raw, pd.Series):
         if pd.api.types.is_datetime64_any_dtype(raw.dtype) or pd.api.types.is_timedelta64_dtype(
             raw.dtype
@@ -134,8 +146,10 @@ def numeric_values(raw, name):
         raise ValueError(f"X {name}: complex data not supported")
     elif raw.dtype.kind in "mM":
         raise TypeError(f"X {name} has dtype {raw.dtype}; convert dates to numbers first")
+    elif raw.dtype.kind == "b":
+        values = raw.astype(np.float64)
     else:
-        values = raw.astype(np.float64, copy=False)
-    if np.isinf(values).any():
+        values = raw  # real dtypes stay as they are: the kernels read them without a copy
+    if check_inf and values.dtype.kind == "f" and np.isinf(values).any():
         raise ValueError(f"X {name} contains infinity; replace it with a finite value or NaN")
     return values

@@ -4,6 +4,7 @@ from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
+from numba import njit
 
 from ._dtypes import MAX_BINS, MISSING_BIN, N_BIN_CODES, X_BINNED_DTYPE, X_DTYPE
 from ._random import row_uniforms
@@ -18,12 +19,13 @@ def numeric_bin_edges(values, max_bins):
 
     With at most ``max_bins`` distinct values every value gets its own bin and the edges are the
     midpoints between neighbouring values, so small data is split exactly as CART splits it.
-    Otherwise the edges are ``max_bins - 1`` quantiles of ``values`` (fewer where they tie).
+    Otherwise the edges are ``max_bins - 1`` quantiles of ``values`` (midpoint interpolation;
+    fewer edges where quantiles tie).
 
     Parameters
     ----------
-    values : ndarray of float64, shape (n,)
-        Sampled values; NaN is ignored.
+    values : ndarray, shape (n,)
+        Sampled values of any real dtype; NaN is ignored.
     max_bins : int
         At most this many non-missing bins, 2 <= max_bins <= 255.
 
@@ -33,14 +35,59 @@ def numeric_bin_edges(values, max_bins):
         Increasing edges; a value ``x`` falls in bin ``searchsorted(edges, x, side="left")``,
         that is bin b holds ``edges[b - 1] < x <= edges[b]``.
     """
-    values = values[~np.isnan(values)]
-    if values.size == 0:
+    values = np.asarray(values)
+    if values.dtype.kind == "f":
+        values = values[~np.isnan(values)]
+    ordered = np.sort(values).astype(X_DTYPE)  # sorted in the input dtype: float32 sorts faster
+    if ordered.size == 0:
         return np.empty(0, dtype=X_DTYPE)
-    distinct = np.unique(values)
-    if distinct.size <= max_bins:
+    is_new = np.empty(ordered.size, dtype=bool)
+    is_new[0] = True
+    np.not_equal(ordered[1:], ordered[:-1], out=is_new[1:])
+    if np.count_nonzero(is_new) <= max_bins:
+        distinct = ordered[is_new]
         return distinct[:-1] + (distinct[1:] - distinct[:-1]) / 2
-    percentiles = np.linspace(0, 100, max_bins + 1)[1:-1]
-    return np.unique(np.percentile(values, percentiles, method="midpoint"))
+    # Quantile q at position h = (n - 1) q, the midpoint of its two neighbouring order statistics.
+    positions = (ordered.size - 1) * np.linspace(0.0, 1.0, max_bins + 1)[1:-1]
+    below = ordered[np.floor(positions).astype(np.int64)]
+    above = ordered[np.ceil(positions).astype(np.int64)]
+    return np.unique(below + (above - below) / 2)
+
+
+@njit(cache=True, inline="always")
+def _bin_code(x, padded_edges):
+    """Number of edges below x: a binary search over the 256 padded edges, unrolled and without
+    data-dependent branches (random data defeats branch prediction)."""
+    if np.isnan(x):
+        return MISSING_BIN
+    low = 0
+    low += (padded_edges[low + 127] < x) * 128
+    low += (padded_edges[low + 63] < x) * 64
+    low += (padded_edges[low + 31] < x) * 32
+    low += (padded_edges[low + 15] < x) * 16
+    low += (padded_edges[low + 7] < x) * 8
+    low += (padded_edges[low + 3] < x) * 4
+    low += (padded_edges[low + 1] < x) * 2
+    low += (padded_edges[low] < x) * 1
+    return low
+
+
+@njit(cache=True)
+def bin_numeric(values, padded_edges, out):
+    """Bin codes of one numeric column.
+
+    Parameters
+    ----------
+    values : ndarray of a real dtype, shape (n,)
+        May be a strided view (a column of a row-major X).
+    padded_edges : ndarray of float64, shape (N_BIN_CODES,)
+        The feature's edges followed by +inf (a row of ``BinMapper.threshold_table``).
+    out : ndarray of uint8, shape (n,)
+        Written: the number of edges below each value (``searchsorted`` left), MISSING_BIN for
+        NaN.
+    """
+    for i in range(values.shape[0]):
+        out[i] = _bin_code(values[i], padded_edges)
 
 
 def category_bins(categories, counts, max_bins):
@@ -126,6 +173,11 @@ class BinMapper:
         )
         self.is_categorical_ = categorical_mask(X, self.categorical_features)
         sample = self._sample_rows(n_samples, row_ids)
+        # Quantiles come from the sampled rows, category counts from all rows.
+        sampled_columns = table_columns(
+            X if sample is None else (X[sample] if isinstance(X, np.ndarray) else X.iloc[sample]),
+            self.is_categorical_,
+        )
         self.bin_edges_, self.categories_, self.category_bins_ = [], [], []
         n_bins = np.empty(n_features, dtype=np.int32)
         for j, column in enumerate(table_columns(X, self.is_categorical_)):
@@ -137,8 +189,7 @@ class BinMapper:
                 self.bin_edges_.append(None)
                 n_bins[j] = bins.max() + 1 if len(bins) else 1
             else:
-                values = column.values if sample is None else column.values[sample]
-                edges = numeric_bin_edges(values, self.max_bins)
+                edges = numeric_bin_edges(sampled_columns[j].values, self.max_bins)
                 self.bin_edges_.append(edges)
                 self.categories_.append(None)
                 self.category_bins_.append(None)
@@ -181,13 +232,12 @@ class BinMapper:
         """
         columns = self._columns(X)
         out = np.empty((len(columns), X.shape[0]), dtype=X_BINNED_DTYPE)
+        padded_edges = self.threshold_table()
         for j, column in enumerate(columns):
             if column.categorical:
                 out[j] = self._category_bins_of(j, column.values)
             else:
-                codes = np.searchsorted(self.bin_edges_[j], column.values, side="left")
-                codes[np.isnan(column.values)] = MISSING_BIN
-                out[j] = codes
+                bin_numeric(column.values, padded_edges[j], out[j])
         return out
 
     def encode(self, X):
@@ -195,10 +245,13 @@ class BinMapper:
 
         Returns
         -------
-        ndarray of float64, shape (n_samples, n_features)
+        ndarray of float64 (float32 for an all-numeric float32 array), shape
+        (n_samples, n_features)
             Numeric features unchanged; categorical ones as their bin code; NaN for missing
             values and unseen categories.
         """
+        if not self.is_categorical_.any() and isinstance(X, np.ndarray) and X.dtype.kind in "fiub":
+            return self._encode_numeric(X)
         columns = self._columns(X)
         out = np.empty((X.shape[0], len(columns)), dtype=X_DTYPE)
         for j, column in enumerate(columns):
@@ -209,6 +262,21 @@ class BinMapper:
             else:
                 out[:, j] = column.values
         return out
+
+    def _encode_numeric(self, X):
+        """``encode`` of an all-numeric ndarray: one conversion, no per-column work."""
+        X = check_2d(X)
+        if X.shape[1] != self.n_features_in_:
+            raise ValueError(
+                f"X has {X.shape[1]} features, but the bin mapper was fitted on "
+                f"{self.n_features_in_} features"
+            )
+        # float32 stays float32: comparing it with float64 thresholds is exact, and half the size
+        X = np.ascontiguousarray(X, dtype=X.dtype if X.dtype.kind == "f" else X_DTYPE)
+        if np.isinf(X).any():
+            j = int(np.flatnonzero(np.isinf(X).any(axis=0))[0])
+            raise ValueError(f"X column {j} contains infinity; replace it with a finite value or NaN")
+        return X
 
     def threshold_table(self):
         """Split thresholds in raw units: ``table[f, b]`` is the upper edge of bin b of f.

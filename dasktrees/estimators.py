@@ -251,7 +251,8 @@ class DecisionTreeClassifier(ClassifierMixin, BaseDecisionTree):
 
     def predict(self, X):
         """Most probable class of each sample."""
-        return self.classes_.take(np.argmax(self.predict_proba(X), axis=1))
+        node_class = np.argmax(self.tree_.value, axis=1)  # per node, cheaper than per sample
+        return self.classes_.take(node_class[self.apply(X)])
 
 
 class DecisionTreeRegressor(RegressorMixin, BaseDecisionTree):

@@ -56,6 +56,8 @@ def find_split(
     Parameters
     ----------
     codes : ndarray of uint8, shape (n_features, n_rows)
+    y, w : ndarray of float64
+        Targets and weights in ``sample_indices`` order (see ``histogram.build_histogram``).
     vec : ndarray of float64, shape (6, n_channels)
         Scratch; on entry ``vec[_TOTAL]`` holds the node statistics; on return
         ``vec[_BEST_LEFT]`` holds the left child's statistics of the best split.
@@ -88,7 +90,7 @@ def find_split(
         n_touched = build_histogram(
             codes[f], sample_indices, start, stop, y, w, criterion, hist, ibuf[_TOUCHED]
         )
-        compact(hist, ibuf[_TOUCHED], n_touched, n_bins[f], bins, stats, vec[_MISSING])
+        n_touched = compact(hist, ibuf[_TOUCHED], n_touched, n_bins[f], bins, stats, vec[_MISSING])
         if n_touched + (vec[_MISSING, 0] > 0.0) < 2:
             continue  # constant in this node
         n_visited += 1
@@ -110,8 +112,7 @@ def find_split(
                     only_cut = random_cut(bins, n_touched, bin_values[f], state)
             score, position, missing_left = scan_cuts(
                 stats, order, n_touched, vec[_MISSING], vec[_TOTAL], criterion, node_impurity,
-                min_samples_leaf, min_weight_leaf, only_cut, vec[_LEFT], vec[_RIGHT],
-                vec[_PREFIX],
+                min_samples_leaf, min_weight_leaf, only_cut, vec[_PREFIX],
             )
             if score > best[0]:
                 best_left = vec[_BEST_LEFT]
@@ -196,7 +197,12 @@ def grow(
     vec = np.zeros((6, n_channels))
     ibuf = np.zeros((4, N_BIN_CODES), dtype=np.int64)
     keys = np.zeros(N_BIN_CODES)
+    # y and w in sample_indices order; the partition keeps them aligned with their rows.
+    node_y = y[sample_indices]
+    node_w = w[sample_indices]
     buffer = np.empty(sample_indices.shape[0], dtype=np.int64)
+    y_buffer = np.empty(sample_indices.shape[0])
+    w_buffer = np.empty(sample_indices.shape[0])
     w_root = 0.0
     for i in range(sample_indices.shape[0]):
         w_root += w[sample_indices[i]]
@@ -214,7 +220,7 @@ def grow(
             node_id = n_nodes
             n_nodes += 1
             total = vec[_TOTAL]
-            node_impurity = node_statistics(sample_indices, start, stop, y, w, criterion, total)
+            node_impurity = node_statistics(node_y, node_w, start, stop, criterion, total)
             w_node = stats_weight(total, criterion)
             record = nodes[node_id]
             record["feature"] = TREE_UNDEFINED
@@ -248,7 +254,7 @@ def grow(
             ):
                 continue
             score, feature, bin_threshold, missing_left, categorical, n_left_bins = find_split(
-                codes, y, w, sample_indices, start, stop, node_impurity, n_bins,
+                codes, node_y, node_w, sample_indices, start, stop, node_impurity, n_bins,
                 is_categorical, bin_values, criterion, n_classes, random_splitter,
                 max_features, min_samples_leaf, min_weight_leaf, state, features, hist, stats,
                 vec, ibuf, keys,
@@ -292,9 +298,9 @@ def grow(
         stop = record["stop"]
         bitset_idx = max(record["bitset_idx"], 0)
         boundary = partition(
-            codes[record["feature"]], sample_indices, start, stop, record["bin_threshold"],
-            record["missing_go_to_left"] == 1, record["is_categorical"] == 1,
-            bitsets[bitset_idx], buffer,
+            codes[record["feature"]], sample_indices, node_y, node_w, start, stop,
+            record["bin_threshold"], record["missing_go_to_left"] == 1,
+            record["is_categorical"] == 1, bitsets[bitset_idx], buffer, y_buffer, w_buffer,
         )
         depth = np.int64(record["depth"] + 1)
         pending.append((np.int64(node_id), depth, start, boundary))

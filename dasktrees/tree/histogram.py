@@ -19,6 +19,8 @@ from ..criteria import SQUARED_ERROR, impurity
 
 # Below this many touched bins, sorting them beats walking every bin of the feature.
 _SORT_TOUCHED_BELOW = 32
+# Above this many rows a node fills most bins: skip the bookkeeping, walk every bin instead.
+_TRACK_TOUCHED_BELOW = 1024
 
 
 @njit(cache=True)
@@ -31,10 +33,11 @@ def build_histogram(codes_f, sample_indices, start, stop, y, w, criterion, hist,
         Codes of the feature for every row of the training set.
     sample_indices : ndarray of int64
         Rows of the tree; the node owns the slice ``[start:stop]``.
-    y : ndarray of float64, shape (n_rows,)
-        Class index (classification) or target (regression).
-    w : ndarray of float64, shape (n_rows,)
-        Row weights.
+    y, w : ndarray of float64, shape (n_in_bag,)
+        Class index (classification) or target (regression), and row weight, in the order of
+        ``sample_indices`` (``y[i]`` belongs to row ``sample_indices[i]``): the partition
+        moves them with the rows, so only the codes are gathered row by row (LightGBM's
+        "ordered gradients").
     criterion : int
         Selects the channel layout.
     hist : ndarray of float64, shape (N_BIN_CODES, n_channels)
@@ -45,8 +48,11 @@ def build_histogram(codes_f, sample_indices, start, stop, y, w, criterion, hist,
     Returns
     -------
     int
-        Number of non-missing codes met (the filled prefix of ``touched``).
+        Number of non-missing codes met (the filled prefix of ``touched``), or -1 for a large
+        node, whose touched bins were not recorded.
     """
+    if stop - start > _TRACK_TOUCHED_BELOW:
+        return _build_dense(codes_f, sample_indices, start, stop, y, w, criterion, hist)
     n_touched = 0
     if criterion == SQUARED_ERROR:
         for i in range(start, stop):
@@ -55,11 +61,11 @@ def build_histogram(codes_f, sample_indices, start, stop, y, w, criterion, hist,
             if hist[b, 0] == 0.0 and b != MISSING_BIN:
                 touched[n_touched] = b
                 n_touched += 1
-            wy = w[row] * y[row]
+            wy = w[i] * y[i]
             hist[b, 0] += 1.0
-            hist[b, 1] += w[row]
+            hist[b, 1] += w[i]
             hist[b, 2] += wy
-            hist[b, 3] += wy * y[row]
+            hist[b, 3] += wy * y[i]
     else:
         for i in range(start, stop):
             row = sample_indices[i]
@@ -68,8 +74,30 @@ def build_histogram(codes_f, sample_indices, start, stop, y, w, criterion, hist,
                 touched[n_touched] = b
                 n_touched += 1
             hist[b, 0] += 1.0
-            hist[b, 1 + np.int64(y[row])] += w[row]
+            hist[b, 1 + np.int64(y[i])] += w[i]
     return n_touched
+
+
+@njit(cache=True)
+def _build_dense(codes_f, sample_indices, start, stop, y, w, criterion, hist):
+    """``build_histogram`` for a large node: no bookkeeping of touched bins.
+
+    Returns -1, which tells ``compact`` to find the filled bins by walking every bin.
+    """
+    if criterion == SQUARED_ERROR:
+        for i in range(start, stop):
+            b = codes_f[sample_indices[i]]
+            wy = w[i] * y[i]
+            hist[b, 0] += 1.0
+            hist[b, 1] += w[i]
+            hist[b, 2] += wy
+            hist[b, 3] += wy * y[i]
+    else:
+        for i in range(start, stop):
+            b = codes_f[sample_indices[i]]
+            hist[b, 0] += 1.0
+            hist[b, 1 + np.int64(y[i])] += w[i]
+    return -1
 
 
 @njit(cache=True)
@@ -101,17 +129,22 @@ def compact(hist, touched, n_touched, n_bins_f, bins_out, stats_out, missing_out
         Written: their statistics rows.
     missing_out : ndarray of float64, shape (n_channels,)
         Written: statistics of the missing code (zero when no row is missing).
+
+    Returns
+    -------
+    int
+        Number of filled non-missing bins.
     """
-    if n_touched < _SORT_TOUCHED_BELOW:
+    if 0 <= n_touched < _SORT_TOUCHED_BELOW:
         _insertion_sort(touched, n_touched)
         for k in range(n_touched):
             bins_out[k] = touched[k]
     else:
-        k = 0
+        n_touched = 0
         for b in range(n_bins_f):
             if hist[b, 0] > 0.0:
-                bins_out[k] = b
-                k += 1
+                bins_out[n_touched] = b
+                n_touched += 1
     for k in range(n_touched):
         b = bins_out[k]
         for c in range(hist.shape[1]):
@@ -120,11 +153,19 @@ def compact(hist, touched, n_touched, n_bins_f, bins_out, stats_out, missing_out
     for c in range(hist.shape[1]):
         missing_out[c] = hist[MISSING_BIN, c]
         hist[MISSING_BIN, c] = 0.0
+    return n_touched
 
 
 @njit(cache=True)
-def node_statistics(sample_indices, start, stop, y, w, criterion, stats_out):
-    """Statistics vector of the rows ``sample_indices[start:stop]`` (layout in ``criteria``).
+def node_statistics(node_y, node_w, start, stop, criterion, stats_out):
+    """Statistics vector of the node's rows (layout in ``criteria``).
+
+    Parameters
+    ----------
+    node_y, node_w : ndarray of float64, shape (n_in_bag,)
+        Targets and weights in ``sample_indices`` order; the node owns ``[start:stop]``.
+    stats_out : ndarray of float64, shape (n_channels,)
+        Written.
 
     Returns
     -------
@@ -135,21 +176,18 @@ def node_statistics(sample_indices, start, stop, y, w, criterion, stats_out):
     stats_out[:] = 0.0
     if criterion == SQUARED_ERROR:
         for i in range(start, stop):
-            row = sample_indices[i]
             stats_out[0] += 1.0
-            stats_out[1] += w[row]
-            stats_out[2] += w[row] * y[row]
-            stats_out[3] += w[row] * y[row] * y[row]
+            stats_out[1] += node_w[i]
+            stats_out[2] += node_w[i] * node_y[i]
+            stats_out[3] += node_w[i] * node_y[i] * node_y[i]
         if stats_out[1] <= 0.0:
             return 0.0
         mean = stats_out[2] / stats_out[1]
         deviation = 0.0
         for i in range(start, stop):
-            row = sample_indices[i]
-            deviation += w[row] * (y[row] - mean) ** 2
+            deviation += node_w[i] * (node_y[i] - mean) ** 2
         return deviation / stats_out[1]
     for i in range(start, stop):
-        row = sample_indices[i]
         stats_out[0] += 1.0
-        stats_out[1 + np.int64(y[row])] += w[row]
+        stats_out[1 + np.int64(node_y[i])] += node_w[i]
     return impurity(stats_out, criterion)

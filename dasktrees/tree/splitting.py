@@ -17,18 +17,29 @@ from numba import njit
 
 from .._dtypes import MISSING_BIN
 from .._random import next_below, next_uniform
-from ..criteria import GAIN_RATIO, SQUARED_ERROR, binary_entropy, impurity, stats_weight
+from ..criteria import (
+    GAIN_RATIO,
+    GINI,
+    MISCLASSIFICATION,
+    SQUARED_ERROR,
+    binary_entropy,
+    impurity,
+    stats_weight,
+)
+
+_LN2 = np.log(2.0)
 
 NO_SPLIT = -np.inf
 
 
 @njit(cache=True, inline="always")
 def split_score(left, right, criterion, parent_impurity):
-    """What the search maximises for one candidate split.
+    """What the search maximises for one candidate split, from the children's statistics.
 
     ``-(w_left * impurity_left + w_right * impurity_right)`` for impurity criteria, which orders
     candidates as the impurity decrease does; for the gain ratio, the decrease per unit of weight
-    divided by the split information.
+    divided by the split information. The reference for ``cut_score``, which gives the same
+    ordering faster.
     """
     w_left = stats_weight(left, criterion)
     w_right = stats_weight(right, criterion)
@@ -43,23 +54,73 @@ def split_score(left, right, criterion, parent_impurity):
 
 
 @njit(cache=True, inline="always")
-def _is_valid(left, right, criterion, min_samples_leaf, min_weight_leaf):
-    w_left = stats_weight(left, criterion)
-    w_right = stats_weight(right, criterion)
-    return (
-        left[0] >= min_samples_leaf
-        and right[0] >= min_samples_leaf
-        and w_left >= min_weight_leaf
-        and w_right >= min_weight_leaf
-        and w_left > 0.0
-        and w_right > 0.0
-    )
+def _xlogx(x):
+    return x * np.log(x) if x > 0.0 else 0.0
+
+
+@njit(cache=True, inline="always")
+def cut_score(prefix, missing, total, missing_left, criterion, parent_impurity, min_weight_leaf):
+    """Score of one cut, computed from the running prefix without building child vectors.
+
+    The left child is ``prefix`` (plus ``missing`` when ``missing_left``), the right child the
+    rest of ``total``. Scores are proxies that order candidates as ``split_score`` does, up to a
+    constant of the node (``w`` the node weight, l_k and r_k the children's class weights):
+
+        gini               sum_k l_k^2 / w_l + sum_k r_k^2 / w_r        (= w - weighted Gini)
+        entropy            sum_k l_k ln l_k - w_l ln w_l + (same right)  (= -ln 2 x weighted H)
+        misclassification  max_k l_k + max_k r_k                        (= w - weighted error)
+        squared_error      (wy_l)^2 / w_l + (wy_r)^2 / w_r              (= sum wy^2 - weighted SSE)
+        gain_ratio         the gain ratio itself
+
+    Returns NO_SPLIT when a child's weight is below ``min_weight_leaf`` or zero. This runs for
+    every cut of every candidate feature of every node: it must stay a few flops per class.
+    """
+    m = 1.0 if missing_left else 0.0
+    if criterion == SQUARED_ERROR:
+        w_left = prefix[1] + m * missing[1]
+        w_right = total[1] - w_left
+        if w_left < min_weight_leaf or w_right < min_weight_leaf or w_left <= 0.0 or w_right <= 0.0:
+            return NO_SPLIT
+        s_left = prefix[2] + m * missing[2]
+        s_right = total[2] - s_left
+        return s_left * s_left / w_left + s_right * s_right / w_right
+    w_left = 0.0
+    w_right = 0.0
+    acc_left = 0.0
+    acc_right = 0.0
+    for k in range(1, prefix.shape[0]):
+        lk = prefix[k] + m * missing[k]
+        rk = total[k] - lk
+        w_left += lk
+        w_right += rk
+        if criterion == GINI:
+            acc_left += lk * lk
+            acc_right += rk * rk
+        elif criterion == MISCLASSIFICATION:
+            acc_left = max(acc_left, lk)
+            acc_right = max(acc_right, rk)
+        else:
+            acc_left += _xlogx(lk)
+            acc_right += _xlogx(rk)
+    if w_left < min_weight_leaf or w_right < min_weight_leaf or w_left <= 0.0 or w_right <= 0.0:
+        return NO_SPLIT
+    if criterion == GINI:
+        return acc_left / w_left + acc_right / w_right
+    if criterion == MISCLASSIFICATION:
+        return acc_left + acc_right
+    entropy_proxy = acc_left - _xlogx(w_left) + acc_right - _xlogx(w_right)
+    if criterion != GAIN_RATIO:
+        return entropy_proxy
+    info = binary_entropy(w_left, w_right)
+    if info <= 0.0:
+        return NO_SPLIT
+    return (parent_impurity + entropy_proxy / _LN2 / (w_left + w_right)) / info
 
 
 @njit(cache=True)
 def scan_cuts(
     stats, order, n_bins, missing, total, criterion, parent_impurity,
-    min_samples_leaf, min_weight_leaf, only_cut, left, right, prefix,
+    min_samples_leaf, min_weight_leaf, only_cut, prefix,
 ):
     """Best cut of the bins ``stats[order[0]], ..., stats[order[n_bins - 1]]``.
 
@@ -73,13 +134,13 @@ def scan_cuts(
         Statistics of the node's missing rows and of all its rows.
     only_cut : int
         -1 to scan every cut; else evaluate only the cut after this position (random splits).
-    left, right, prefix : ndarray of float64, shape (n_channels,)
+    prefix : ndarray of float64, shape (n_channels,)
         Scratch space.
 
     Returns
     -------
     score : float
-        ``split_score`` of the best valid candidate, ``NO_SPLIT`` if none is valid.
+        ``cut_score`` of the best valid candidate, ``NO_SPLIT`` if none is valid.
     position : int
         Cut position: ``order[:position + 1]`` goes left.
     missing_go_to_left : bool
@@ -98,12 +159,12 @@ def scan_cuts(
         for missing_left in (False, True):
             if missing_left and (last or not has_missing):
                 continue
-            for c in range(prefix.shape[0]):
-                left[c] = prefix[c] + missing[c] if missing_left else prefix[c]
-                right[c] = total[c] - left[c]
-            if not _is_valid(left, right, criterion, min_samples_leaf, min_weight_leaf):
+            n_left = prefix[0] + missing[0] if missing_left else prefix[0]
+            if n_left < min_samples_leaf or total[0] - n_left < min_samples_leaf:
                 continue
-            score = split_score(left, right, criterion, parent_impurity)
+            score = cut_score(
+                prefix, missing, total, missing_left, criterion, parent_impurity, min_weight_leaf
+            )
             if score > best_score:
                 best_score = score
                 best_position = j
@@ -163,14 +224,16 @@ def goes_left(code, bin_threshold, missing_go_to_left, is_categorical, bitset):
 
 
 @njit(cache=True)
-def partition(codes_f, sample_indices, start, stop, bin_threshold, missing_go_to_left,
-              is_categorical, bitset, buffer):
-    """Stable in-place partition of ``sample_indices[start:stop]`` by a split.
+def partition(codes_f, sample_indices, node_y, node_w, start, stop, bin_threshold,
+              missing_go_to_left, is_categorical, bitset, buffer, y_buffer, w_buffer):
+    """Stable in-place partition of a node's rows by a split.
 
         before  [a b c d e f]        (rows of the node, in row order)
         after   [b e | a c d f]      left rows, then right rows, each still in row order
 
-    Keeping row order keeps the feature gathers of the children cache friendly.
+    ``node_y`` and ``node_w`` (targets and weights in ``sample_indices`` order) are moved with
+    their rows, so the children find theirs contiguous. Keeping row order keeps the feature
+    gathers of the children cache friendly.
 
     Returns
     -------
@@ -183,9 +246,15 @@ def partition(codes_f, sample_indices, start, stop, bin_threshold, missing_go_to
         row = sample_indices[i]
         if goes_left(codes_f[row], bin_threshold, missing_go_to_left, is_categorical, bitset):
             sample_indices[n_left] = row
+            node_y[n_left] = node_y[i]
+            node_w[n_left] = node_w[i]
             n_left += 1
         else:
             buffer[n_right] = row
+            y_buffer[n_right] = node_y[i]
+            w_buffer[n_right] = node_w[i]
             n_right += 1
     sample_indices[n_left:stop] = buffer[:n_right]
+    node_y[n_left:stop] = y_buffer[:n_right]
+    node_w[n_left:stop] = w_buffer[:n_right]
     return n_left

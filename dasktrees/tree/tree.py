@@ -4,8 +4,14 @@ import numpy as np
 from numba import njit, prange
 from scipy import sparse
 
-from .._dtypes import BITSET_DTYPE, BITSET_WORDS, TREE_LEAF, TREE_UNDEFINED
-from .splitting import goes_left
+from .._dtypes import (
+    BITSET_DTYPE,
+    BITSET_WORDS,
+    MISSING_BIN,
+    ROUTING_NODE_DTYPE,
+    TREE_LEAF,
+    TREE_UNDEFINED,
+)
 
 # The arrays that define a tree, in the order the kernels take them. Everything a Tree can do
 # (predict, export, save) reads only these.
@@ -88,27 +94,41 @@ class Tree:
     def max_depth(self):
         return int(self.node_depth.max())
 
-    def _routing(self):
-        return (
-            self.feature, self.threshold, self.missing_go_to_left, self.is_categorical,
-            self.bitset_idx, self.categorical_bitsets, self.children_left, self.children_right,
-        )
+    @property
+    def routing_nodes(self):
+        """The routing fields packed in one ``ROUTING_NODE_DTYPE`` record per node (derived
+        from the arrays on first use, and not stored)."""
+        if getattr(self, "_routing_nodes", None) is None:
+            nodes = np.zeros(self.node_count, dtype=ROUTING_NODE_DTYPE)
+            nodes["left"] = self.children_left
+            nodes["right"] = self.children_right
+            nodes["threshold"] = self.threshold
+            for name in ("feature", "bitset_idx", "bin_threshold", "missing_go_to_left",
+                         "is_categorical"):
+                nodes[name] = getattr(self, name)
+            self._routing_nodes = nodes
+        return self._routing_nodes
 
     def apply(self, X):
-        """Leaf reached by each row of ``X`` (float64, (n_samples, n_features), see
-        ``BinMapper.encode``)."""
+        """Leaf reached by each row of encoded X.
+
+        Parameters
+        ----------
+        X : ndarray of float32 or float64, shape (n_samples, n_features)
+            Numeric values, category codes and NaN, as ``BinMapper.encode`` returns them.
+
+        Returns
+        -------
+        ndarray of int64, shape (n_samples,)
+        """
         out = np.empty(X.shape[0], dtype=np.int64)
-        _apply_encoded(np.ascontiguousarray(X, dtype=np.float64), *self._routing(), out)
+        _apply_encoded(X, self.routing_nodes, self.categorical_bitsets, out)
         return out
 
     def apply_binned(self, codes):
         """Leaf reached by each row of binned ``codes`` (uint8, (n_features, n_samples))."""
         out = np.empty(codes.shape[1], dtype=np.int64)
-        _apply_binned(
-            codes, self.feature, self.bin_threshold, self.missing_go_to_left, self.is_categorical,
-            self.bitset_idx, self.categorical_bitsets, self.children_left, self.children_right,
-            out,
-        )
+        _apply_binned(codes, self.routing_nodes, self.categorical_bitsets, out)
         return out
 
     def predict(self, X):
@@ -156,7 +176,7 @@ class Tree:
             importances /= total
         return importances
 
-    def __getstate__(self):
+    def __getstate__(self):  # the arrays only: routing_nodes is derived again on use
         return {"n_features": self.n_features, **{k: getattr(self, k) for k in TREE_ARRAYS}}
 
     def __setstate__(self, state):
@@ -165,53 +185,56 @@ class Tree:
 
 
 @njit(cache=True, inline="always")
-def _goes_left_raw(x, threshold, missing_go_to_left, is_categorical, bitset):
-    if np.isnan(x):
-        return missing_go_to_left != 0
-    if is_categorical:
-        code = np.int64(x)
-        return (bitset[code >> 5] >> (code & 31)) & 1 == 1
-    return x <= threshold
+def _in_bitset(bitsets, row, code):
+    return (bitsets[row, code >> 5] >> (code & 31)) & 1 == 1
 
 
 @njit(cache=True, parallel=True)
-def _apply_encoded(X, feature, threshold, missing_go_to_left, is_categorical, bitset_idx,
-                   bitsets, children_left, children_right, out):
+def _apply_encoded(X, nodes, bitsets, out):
     """Route every row of encoded X to its leaf.
 
     Parameters
     ----------
-    X : ndarray of float64, shape (n_samples, n_features)
-        Raw numeric values, categorical codes, NaN for missing (``BinMapper.encode``).
-    feature ... children_right :
-        The tree's arrays (see ``TREE_ARRAYS``).
+    X : ndarray of float32 or float64, shape (n_samples, n_features)
+        Numeric values, categorical codes, NaN for missing (``BinMapper.encode``).
+    nodes : ndarray of ROUTING_NODE_DTYPE, shape (n_nodes,)
+    bitsets : ndarray of uint32, shape (n_bitsets, BITSET_WORDS)
     out : ndarray of int64, shape (n_samples,)
         Written: leaf index of each row.
     """
     for i in prange(X.shape[0]):
-        node = 0
-        while children_left[node] != TREE_LEAF:
-            goes = _goes_left_raw(
-                X[i, feature[node]], threshold[node], missing_go_to_left[node],
-                is_categorical[node], bitsets[max(bitset_idx[node], 0)],
-            )
-            node = children_left[node] if goes else children_right[node]
-        out[i] = node
+        node = nodes[0]
+        k = 0
+        while node["left"] != TREE_LEAF:
+            x = X[i, node["feature"]]
+            if np.isnan(x):
+                goes = node["missing_go_to_left"] != 0
+            elif node["is_categorical"]:
+                goes = _in_bitset(bitsets, node["bitset_idx"], np.int64(x))
+            else:
+                goes = x <= node["threshold"]
+            k = node["left"] if goes else node["right"]
+            node = nodes[k]
+        out[i] = k
 
 
 @njit(cache=True, parallel=True)
-def _apply_binned(codes, feature, bin_threshold, missing_go_to_left, is_categorical, bitset_idx,
-                  bitsets, children_left, children_right, out):
+def _apply_binned(codes, nodes, bitsets, out):
     """Route every row of binned codes (uint8, (n_features, n_samples)) to its leaf."""
     for i in prange(codes.shape[1]):
-        node = 0
-        while children_left[node] != TREE_LEAF:
-            goes = goes_left(
-                codes[feature[node], i], bin_threshold[node], missing_go_to_left[node] != 0,
-                is_categorical[node] != 0, bitsets[max(bitset_idx[node], 0)],
-            )
-            node = children_left[node] if goes else children_right[node]
-        out[i] = node
+        node = nodes[0]
+        k = 0
+        while node["left"] != TREE_LEAF:
+            code = codes[node["feature"], i]
+            if code == MISSING_BIN:
+                goes = node["missing_go_to_left"] != 0
+            elif node["is_categorical"]:
+                goes = _in_bitset(bitsets, node["bitset_idx"], np.int64(code))
+            else:
+                goes = code <= node["bin_threshold"]
+            k = node["left"] if goes else node["right"]
+            node = nodes[k]
+        out[i] = k
 
 
 @njit(cache=True)
