@@ -37,17 +37,17 @@ def check_2d(X):
     if not isinstance(X, pd.DataFrame):
         X = np.asarray(X)
         if np.iscomplexobj(X):
-            raise ValueError("X: complex data not supported")
+            raise ValueError("X: Complex data not supported")
         if X.ndim != 2:
             raise ValueError(
-                f"X must be 2-d (n_samples, n_features), got an array of shape {X.shape}; "
-                "reshape a single feature with X.reshape(-1, 1)"
+                f"X must be 2-d (n_samples, n_features), got an array of shape {X.shape}. "
+                "Reshape your data with X.reshape(-1, 1) if it has a single feature"
             )
     n_samples, n_features = X.shape
     if n_samples == 0:
         raise ValueError(f"X has 0 samples (shape={X.shape}); at least 1 is required")
     if n_features == 0:
-        raise ValueError(f"X has 0 feature(s) (shape={X.shape}) while a minimum of 1 is required")
+        raise ValueError(f"X has 0 feature(s) (shape={X.shape}) while a minimum of 1 is required.")
     return X
 
 
@@ -143,7 +143,7 @@ def numeric_values(raw, name, check_inf=True):
                 "or encode it as numbers"
             ) from None
     elif raw.dtype.kind == "c":
-        raise ValueError(f"X {name}: complex data not supported")
+        raise ValueError(f"X {name}: Complex data not supported")
     elif raw.dtype.kind in "mM":
         raise TypeError(f"X {name} has dtype {raw.dtype}; convert dates to numbers first")
     elif raw.dtype.kind == "b":

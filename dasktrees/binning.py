@@ -195,6 +195,7 @@ class BinMapper:
                 self.category_bins_.append(None)
                 n_bins[j] = len(edges) + 1
         self.n_bins_non_missing_ = n_bins
+        self._category_index = [None if c is None else pd.Index(c, dtype=object) for c in self.categories_]
         self.missing_values_bin_idx_ = MISSING_BIN
         return self
 
@@ -219,7 +220,7 @@ class BinMapper:
 
     def _category_bins_of(self, j, values):
         """Bins of the values of categorical feature j; unseen and missing -> MISSING_BIN."""
-        codes = pd.Categorical(values, categories=self.categories_[j]).codes
+        codes = self._category_index[j].get_indexer(pd.Series(values).astype(object))
         return np.where(codes >= 0, self.category_bins_[j][codes], MISSING_BIN)
 
     def transform(self, X):

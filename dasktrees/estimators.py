@@ -42,9 +42,9 @@ def check_sample_weight(sample_weight, n_samples):
     """sample_weight as float64 of shape (n_samples,): finite, non-negative, not all zero."""
     if sample_weight is None:
         return np.ones(n_samples)
-    if np.ndim(sample_weight) == 0:
-        return np.full(n_samples, float(sample_weight))
     sample_weight = np.asarray(sample_weight, dtype=np.float64)
+    if sample_weight.ndim == 0:
+        sample_weight = np.full(n_samples, float(sample_weight))
     if sample_weight.shape != (n_samples,):
         raise ValueError(
             f"sample_weight.shape == {sample_weight.shape}, expected ({n_samples},)"
@@ -118,10 +118,15 @@ class BaseDecisionTree(BaseEstimator):
         else:
             y_fit = y
         seed = int(check_random_state(self.random_state).randint(np.iinfo(np.int32).max))
+        # Rows of zero weight take no part in the fit, not even in placing the bin edges.
+        in_fit = np.flatnonzero(weights > 0)
+        X_in_fit = X if len(in_fit) == n_samples else (
+            X.iloc[in_fit] if isinstance(X, pd.DataFrame) else X[in_fit]
+        )
         self.bin_mapper_ = BinMapper(
             max_bins=self.max_bins, categorical_features=self.categorical_features,
             random_state=seed,
-        ).fit(X)
+        ).fit(X_in_fit, row_ids=in_fit)
         codes = self.bin_mapper_.transform(X)
         self.max_features_ = params.max_features
         self.n_outputs_ = 1
@@ -139,12 +144,14 @@ class BaseDecisionTree(BaseEstimator):
 
     def apply(self, X):
         """Index of the leaf each sample ends up in: ndarray of int64, shape (n_samples,)."""
-        return self.tree_.apply(self._encode(X))
+        encoded = self._encode(X)
+        return self.tree_.apply(encoded)
 
     def decision_path(self, X):
         """Sparse (CSR) indicator of the nodes each sample goes through,
         shape (n_samples, n_nodes)."""
-        return self.tree_.decision_path(self._encode(X))
+        encoded = self._encode(X)
+        return self.tree_.decision_path(encoded)
 
     def get_depth(self):
         """Depth of the tree: the longest root-to-leaf path (0 for a single leaf)."""
@@ -242,7 +249,8 @@ class DecisionTreeClassifier(ClassifierMixin, BaseDecisionTree):
     def predict_proba(self, X):
         """Class probabilities: weighted class fractions of each sample's leaf,
         shape (n_samples, n_classes)."""
-        return self.tree_.predict(self._encode(X))
+        encoded = self._encode(X)
+        return self.tree_.predict(encoded)
 
     def predict_log_proba(self, X):
         """Logarithm of ``predict_proba``."""
@@ -251,8 +259,9 @@ class DecisionTreeClassifier(ClassifierMixin, BaseDecisionTree):
 
     def predict(self, X):
         """Most probable class of each sample."""
+        leaves = self.apply(X)
         node_class = np.argmax(self.tree_.value, axis=1)  # per node, cheaper than per sample
-        return self.classes_.take(node_class[self.apply(X)])
+        return self.classes_.take(node_class[leaves])
 
 
 class DecisionTreeRegressor(RegressorMixin, BaseDecisionTree):
@@ -299,4 +308,5 @@ class DecisionTreeRegressor(RegressorMixin, BaseDecisionTree):
 
     def predict(self, X):
         """Mean target of each sample's leaf: ndarray of shape (n_samples,)."""
-        return self.tree_.predict(self._encode(X))[:, 0]
+        encoded = self._encode(X)
+        return self.tree_.predict(encoded)[:, 0]

@@ -122,6 +122,11 @@ def find_split(
                 for j in range(position + 1):
                     best_left += stats[order[j]]
                     ibuf[_BEST_BINS, j] = bins[order[j]]
+                if vec[_MISSING, 0] == 0.0:
+                    # No missing value reached this node: at predict time missing values
+                    # follow the heavier child.
+                    w_left = stats_weight(best_left, criterion)
+                    missing_left = w_left >= stats_weight(vec[_TOTAL], criterion) - w_left
                 best = (score, f, bins[order[position]], missing_left, is_categorical[f],
                         position + 1)
     return best

@@ -1,0 +1,142 @@
+"""BinMapper: exact and quantile edges, categories, missing values, partition independence."""
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dasktrees import BinMapper
+from dasktrees._dtypes import MISSING_BIN
+from dasktrees.binning import bin_numeric, numeric_bin_edges
+
+
+def test_few_distinct_values_get_one_bin_each_with_midpoint_edges():
+    X = np.array([[3.0], [1.0], [2.0], [1.0], [10.0]])
+    mapper = BinMapper().fit(X)
+    np.testing.assert_array_equal(mapper.bin_edges_[0], [1.5, 2.5, 6.5])
+    np.testing.assert_array_equal(mapper.transform(X)[0], [2, 0, 1, 0, 3])
+    assert mapper.n_bins_non_missing_[0] == 4
+
+
+def test_many_values_get_quantile_bins():
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(20_000, 1))
+    mapper = BinMapper(max_bins=16).fit(x)
+    codes = mapper.transform(x)[0]
+    assert mapper.n_bins_non_missing_[0] == 16
+    counts = np.bincount(codes, minlength=16)
+    assert counts.min() > 0.8 * len(x) / 16 and counts.max() < 1.2 * len(x) / 16
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 2**31), n=st.integers(1, 2000), max_bins=st.integers(2, 255))
+def test_binning_kernel_matches_searchsorted(seed, n, max_bins):
+    rng = np.random.default_rng(seed)
+    values = rng.integers(-50, 50, n) * rng.choice([0.5, 1.0], n)
+    values[rng.random(n) < 0.1] = np.nan
+    edges = numeric_bin_edges(values, max_bins)
+    padded = np.full(256, np.inf)
+    padded[: len(edges)] = edges
+    out = np.empty(n, dtype=np.uint8)
+    bin_numeric(values.astype(np.float32), padded, out)
+    expected = np.searchsorted(edges, values, side="left")
+    expected[np.isnan(values)] = MISSING_BIN
+    np.testing.assert_array_equal(out, expected)
+
+
+def test_nan_goes_to_the_missing_bin():
+    X = np.array([[1.0], [np.nan], [2.0]])
+    codes = BinMapper().fit(X).transform(X)[0]
+    assert codes[1] == MISSING_BIN and codes[0] != MISSING_BIN
+
+
+def test_all_missing_column_is_one_empty_bin():
+    X = np.array([[np.nan, 1.0], [np.nan, 2.0]])
+    mapper = BinMapper().fit(X)
+    assert mapper.n_bins_non_missing_[0] == 1
+    assert (mapper.transform(X)[0] == MISSING_BIN).all()
+
+
+def test_edges_do_not_depend_on_partitioning():
+    # More rows than the subsample: rows are chosen by a hash of their global id, so a
+    # partition's rows (given with their global ids) sample exactly the rows the whole does.
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(3000, 2))
+    whole = BinMapper(subsample=500, random_state=3).fit(X)
+    chosen = whole._sample_rows(3000, np.arange(3000))
+    part_rows = np.arange(1000, 2000)
+    part_sample = BinMapper(subsample=500 * 1000 // 3000, random_state=3)._sample_rows(
+        1000, part_rows
+    )
+    np.testing.assert_array_equal(part_sample, chosen[1000:2000])
+    assert 300 < chosen.sum() < 700
+    again = BinMapper(subsample=500, random_state=3).fit(X)
+    for a, b in zip(whole.bin_edges_, again.bin_edges_):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_pandas_categorical_object_string_and_bool_columns():
+    X = pd.DataFrame(
+        {
+            "num": [1.0, 2.0, np.nan, 4.0],
+            "cat": pd.Categorical(["b", "a", "b", None], categories=["b", "a", "z"]),
+            "obj": np.array(["x", "y", "x", "y"], dtype=object),
+            "str": pd.array(["u", "v", None, "u"], dtype="string"),
+            "flag": [True, False, True, True],
+        }
+    )
+    mapper = BinMapper().fit(X)
+    np.testing.assert_array_equal(mapper.is_categorical_, [False, True, True, True, True])
+    codes = mapper.transform(X)
+    # pandas categories keep their dtype order; unobserved ones get no bin.
+    assert list(mapper.categories_[1]) == ["b", "a"]
+    np.testing.assert_array_equal(codes[1], [0, 1, 0, MISSING_BIN])
+    np.testing.assert_array_equal(codes[3], [0, 1, MISSING_BIN, 0])
+    np.testing.assert_array_equal(codes[4], [1, 0, 1, 1])
+
+
+def test_unseen_categories_are_missing_at_transform():
+    train = pd.DataFrame({"c": ["a", "b", "a"]})
+    mapper = BinMapper().fit(train)
+    codes = mapper.transform(pd.DataFrame({"c": ["b", "new", None]}))[0]
+    np.testing.assert_array_equal(codes, [1, MISSING_BIN, MISSING_BIN])
+    encoded = mapper.encode(pd.DataFrame({"c": ["b", "new"]}))[:, 0]
+    assert encoded[0] == 1 and np.isnan(encoded[1])
+
+
+def test_rare_categories_share_the_other_bin():
+    values = ["common"] * 50 + ["second"] * 20 + [f"rare{i}" for i in range(10)]
+    mapper = BinMapper(max_bins=3).fit(pd.DataFrame({"c": values}))
+    codes = mapper.transform(pd.DataFrame({"c": values}))[0]
+    assert len(set(codes[:50])) == 1 and len(set(codes[50:70])) == 1
+    assert set(codes[70:]) == {2}, "the rare categories share the last bin"
+    assert codes[0] != codes[50] and 2 not in (codes[0], codes[50])
+
+
+def test_declared_categorical_numpy_column():
+    X = np.array([[5.0, 1.0], [7.0, 2.0], [5.0, 3.0]])
+    mapper = BinMapper(categorical_features=[0]).fit(X)
+    assert mapper.is_categorical_.tolist() == [True, False]
+    np.testing.assert_array_equal(mapper.transform(X)[0], [0, 1, 0])
+
+
+@pytest.mark.parametrize(
+    "X, match",
+    [
+        (np.array([[1.0], [np.inf]]), "column 0 contains infinity"),
+        (pd.DataFrame({"a": [1.0, 2.0], "b": [1.0, -np.inf]}), "column 'b' contains infinity"),
+        (np.array([["a", "1"], ["b", "2"]], dtype=object), "column 0 holds strings"),
+        (np.array([[1 + 2j], [3j]]), "Complex data not supported"),
+        (np.empty((0, 3)), "0 samples"),
+        (np.empty((3, 0)), "0 feature"),
+    ],
+)
+def test_bad_input(X, match):
+    with pytest.raises((ValueError, TypeError), match=match):
+        BinMapper().fit(X)
+
+
+def test_unknown_categorical_feature_name():
+    with pytest.raises(ValueError, match="categorical_features: no column named 'zz'"):
+        BinMapper(categorical_features=["zz"]).fit(pd.DataFrame({"a": [1, 2]}))

@@ -1,0 +1,198 @@
+"""Invariants of grown trees: children partition their parent, counts and weights add up,
+impurity decreases, and both prediction kernels route rows as the growth did."""
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from dasktrees import DecisionTreeClassifier, DecisionTreeRegressor
+from dasktrees._dtypes import TREE_LEAF
+
+
+def random_table(seed, n=600, with_missing=True, with_categorical=True):
+    rng = np.random.default_rng(seed)
+    X = pd.DataFrame(
+        {
+            "a": rng.normal(size=n),
+            "b": rng.integers(0, 5, n).astype(float),
+            "c": rng.exponential(size=n),
+        }
+    )
+    if with_missing:
+        X.loc[rng.random(n) < 0.15, "a"] = np.nan
+        X.loc[rng.random(n) < 0.05, "c"] = np.nan
+    if with_categorical:
+        X["d"] = pd.Categorical(rng.choice(list("pqrstu"), n))
+    signal = np.nan_to_num(X["a"].to_numpy()) + X["b"].to_numpy() / 2
+    if with_categorical:
+        signal += X["d"].isin(["p", "s"]).to_numpy()
+    return X, signal + rng.normal(scale=0.5, size=n)
+
+
+def assert_tree_invariants(tree):
+    t = tree.tree_
+    split = np.flatnonzero(t.children_left != TREE_LEAF)
+    left, right = t.children_left[split], t.children_right[split]
+    np.testing.assert_array_equal(t.n_node_samples[split], t.n_node_samples[left] + t.n_node_samples[right])
+    np.testing.assert_allclose(
+        t.weighted_n_node_samples[split],
+        t.weighted_n_node_samples[left] + t.weighted_n_node_samples[right],
+    )
+    # Impurity decrease of every split is non-negative (concavity of the impurities).
+    w = t.weighted_n_node_samples
+    decrease = w[split] * t.impurity[split] - w[left] * t.impurity[left] - w[right] * t.impurity[right]
+    assert (decrease >= -1e-9 * w[split]).all()
+    # Every node but the root has exactly one parent; depths grow by one.
+    children = np.concatenate([left, right])
+    assert sorted(children.tolist()) == list(range(1, t.node_count))
+    np.testing.assert_array_equal(t.node_depth[left], t.node_depth[split] + 1)
+    # Parents' values are the weighted mean of their children's.
+    np.testing.assert_allclose(
+        t.value[split] * w[split, None],
+        t.value[left] * w[left, None] + t.value[right] * w[right, None],
+        atol=1e-9,
+    )
+
+
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("criterion", ["gini", "entropy", "gain_ratio", "misclassification"])
+def test_classifier_invariants(seed, criterion):
+    X, signal = random_table(seed)
+    y = np.digitize(signal, np.quantile(signal, [0.3, 0.7]))
+    weights = np.random.default_rng(seed).choice([0.0, 1.0, 2.5], len(y), p=[0.1, 0.6, 0.3])
+    tree = DecisionTreeClassifier(criterion=criterion, max_features=2, random_state=seed)
+    tree.fit(X, y, sample_weight=weights)
+    assert_tree_invariants(tree)
+    assert tree.tree_.n_node_samples[0] == np.count_nonzero(weights)
+    assert tree.tree_.weighted_n_node_samples[0] == pytest.approx(weights.sum())
+
+
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("splitter", ["best", "random"])
+def test_regressor_invariants(seed, splitter):
+    X, y = random_table(seed)
+    tree = DecisionTreeRegressor(splitter=splitter, random_state=seed, min_samples_leaf=3).fit(X, y)
+    assert_tree_invariants(tree)
+    leaves = tree.tree_.children_left == TREE_LEAF
+    assert tree.tree_.n_node_samples[leaves].min() >= 3
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_leaves_hold_their_training_rows(seed):
+    """A fully grown tree on distinct rows: each training row's leaf value is its own target,
+    and the raw-value and binned kernels send every row to the same leaf."""
+    X, y = random_table(seed)
+    tree = DecisionTreeRegressor(random_state=seed).fit(X, y)
+    np.testing.assert_allclose(tree.predict(X), y)
+    leaves_raw = tree.apply(X)
+    leaves_binned = tree.tree_.apply_binned(tree.bin_mapper_.transform(X))
+    np.testing.assert_array_equal(leaves_raw, leaves_binned)
+    assert (tree.tree_.children_left[leaves_raw] == TREE_LEAF).all()
+
+
+def test_decision_path_is_the_root_to_leaf_path():
+    X, y = random_table(0)
+    tree = DecisionTreeRegressor(max_depth=5, random_state=0).fit(X, y)
+    paths = tree.decision_path(X).toarray().astype(bool)
+    leaves = tree.apply(X)
+    for i in range(0, len(X), 37):
+        nodes = np.flatnonzero(paths[i])
+        assert nodes[0] == 0 and nodes[-1] == leaves[i]
+        assert len(nodes) == tree.tree_.node_depth[leaves[i]] + 1
+        for parent, child in zip(nodes[:-1], nodes[1:]):
+            assert child in (tree.tree_.children_left[parent], tree.tree_.children_right[parent])
+
+
+def test_missing_values_unseen_in_training_go_to_the_heavier_child():
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(300, 1))
+    y = (X[:, 0] > 0.8).astype(int)  # the right child (x > 0.8) is the lighter one
+    tree = DecisionTreeClassifier(max_depth=1).fit(X, y)
+    assert tree.tree_.missing_go_to_left[0] == 1
+    assert tree.predict([[np.nan]])[0] == 0
+
+
+def test_missing_values_seen_in_training_go_to_the_better_side():
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=400)
+    y = (x > 0).astype(int)
+    x[y == 1][:50] = np.nan
+    x[rng.random(400) < 0.3] = np.nan
+    y[np.isnan(x)] = 1  # missing means class 1, which lives on the right
+    tree = DecisionTreeClassifier(max_depth=1).fit(x[:, None], y)
+    assert tree.tree_.missing_go_to_left[0] == 0
+    assert tree.score(x[:, None], y) == 1.0
+
+
+def test_split_on_missingness_alone():
+    x = np.array([1.0, 1.0, np.nan, np.nan, 1.0, np.nan])
+    y = np.array([0, 0, 1, 1, 0, 1])
+    tree = DecisionTreeClassifier().fit(x[:, None], y)
+    assert tree.get_n_leaves() == 2 and tree.score(x[:, None], y) == 1.0
+
+
+def test_categorical_split_is_a_subset_of_categories():
+    rng = np.random.default_rng(0)
+    cat = rng.choice(list("abcdefgh"), 800)
+    y = np.isin(cat, ["b", "e", "h"]).astype(int)
+    X = pd.DataFrame({"c": pd.Categorical(cat)})
+    tree = DecisionTreeClassifier(max_depth=1).fit(X, y)
+    assert tree.score(X, y) == 1.0, "one subset split separates the classes exactly"
+
+
+def test_multiclass_categorical_one_vs_rest_orders():
+    rng = np.random.default_rng(1)
+    cat = rng.choice(list("abcdef"), 900)
+    y = np.select([np.isin(cat, ["a", "d"]), np.isin(cat, ["b", "f"])], [0, 1], 2)
+    X = pd.DataFrame({"c": cat})
+    tree = DecisionTreeClassifier(max_depth=2).fit(X, y)
+    assert tree.score(X, y) == 1.0
+
+
+@pytest.mark.parametrize("max_leaf_nodes", [2, 5, 17])
+def test_best_first_growth_stops_at_max_leaf_nodes(max_leaf_nodes):
+    X, signal = random_table(1)
+    tree = DecisionTreeRegressor(max_leaf_nodes=max_leaf_nodes, random_state=0).fit(X, signal)
+    assert tree.get_n_leaves() == max_leaf_nodes
+    assert_tree_invariants(tree)
+
+
+def test_best_first_with_unlimited_leaves_equals_depth_first():
+    X, signal = random_table(2, with_missing=False)
+    deep = DecisionTreeRegressor(random_state=0).fit(X, signal)
+    best_first = DecisionTreeRegressor(max_leaf_nodes=10_000, random_state=0).fit(X, signal)
+    np.testing.assert_allclose(deep.predict(X), best_first.predict(X))
+    assert deep.get_n_leaves() == best_first.get_n_leaves()
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        {"max_depth": 3},
+        {"min_samples_split": 40},
+        {"min_samples_leaf": 25},
+        {"min_weight_fraction_leaf": 0.05},
+        {"min_impurity_decrease": 0.01},
+    ],
+)
+def test_stopping_rules(params):
+    X, y = random_table(0)
+    tree = DecisionTreeRegressor(random_state=0, **params).fit(X, y)
+    t = tree.tree_
+    leaves = t.children_left == TREE_LEAF
+    split = ~leaves
+    if "max_depth" in params:
+        assert tree.get_depth() == 3
+    if "min_samples_split" in params:
+        assert t.n_node_samples[split].min() >= 40
+    if "min_samples_leaf" in params:
+        assert t.n_node_samples[leaves].min() >= 25
+    if "min_weight_fraction_leaf" in params:
+        assert t.weighted_n_node_samples[leaves].min() >= 0.05 * len(y)
+    if "min_impurity_decrease" in params:
+        index = np.flatnonzero(split)
+        w = t.weighted_n_node_samples
+        left, right = t.children_left[index], t.children_right[index]
+        decrease = (w[index] * t.impurity[index] - w[left] * t.impurity[left] - w[right] * t.impurity[right]) / w[0]
+        assert decrease.min() >= 0.01 - 1e-12
+    assert_tree_invariants(tree)
