@@ -185,7 +185,8 @@ class DecisionTreeClassifier(ClassifierMixin, BaseDecisionTree):
     min_samples_leaf : int or float, default=1
     min_weight_fraction_leaf : float, default=0.0
     max_features : {"sqrt", "log2"}, int, float or None, default=None
-        Features drawn at each node; constant ones do not count (as in scikit-learn).
+        Features drawn at each node; as in scikit-learn, more are drawn while all drawn ones are
+        constant in the node.
     random_state : int, RandomState or None, default=None
     max_leaf_nodes : int, default=None
         Grow best-first up to this many leaves.

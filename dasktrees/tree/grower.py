@@ -49,9 +49,9 @@ def find_split(
 ):
     """Best split of one node over up to ``max_features`` features drawn at random.
 
-    Features are drawn without replacement; like scikit-learn, features constant in the node do
-    not count towards ``max_features``, so a valid split is found whenever one exists among the
-    drawn features.
+    Features are drawn without replacement. As in scikit-learn, every drawn feature counts
+    towards ``max_features``, but the draw goes on past ``max_features`` until one feature that is
+    not constant in the node has been found (or none is left).
 
     Parameters
     ----------
@@ -79,9 +79,9 @@ def find_split(
     order = ibuf[_ORDER]
     bins = ibuf[_BINS]
     best = (NO_SPLIT, -1, 0, False, False, 0)
-    n_visited = 0
+    n_nonconstant = 0
     n_drawn = 0
-    while n_drawn < n_features and n_visited < max_features:
+    while n_drawn < n_features and (n_drawn < max_features or n_nonconstant == 0):
         k = n_drawn + next_below(state, n_features - n_drawn)
         f = features[k]
         features[k] = features[n_drawn]
@@ -93,7 +93,7 @@ def find_split(
         n_touched = compact(hist, ibuf[_TOUCHED], n_touched, n_bins[f], bins, stats, vec[_MISSING])
         if n_touched + (vec[_MISSING, 0] > 0.0) < 2:
             continue  # constant in this node
-        n_visited += 1
+        n_nonconstant += 1
         n_orders = 1
         if is_categorical[f] and criterion != SQUARED_ERROR and n_classes > 2 and not random_splitter:
             n_orders = n_classes  # one-vs-rest orders: the multiclass heuristic

@@ -150,25 +150,35 @@ def scan_cuts(
     best_position = -1
     best_missing_left = False
     prefix[:] = 0.0
-    for j in range(n_bins):
+    # Without missing rows the last cut (everything left) is no split.
+    n_cuts = n_bins if has_missing else n_bins - 1
+    for j in range(n_cuts):
+        row = order[j]
         for c in range(prefix.shape[0]):
-            prefix[c] += stats[order[j], c]
-        last = j == n_bins - 1
-        if (last and not has_missing) or (only_cut >= 0 and j != only_cut):
+            prefix[c] += stats[row, c]
+        if only_cut >= 0 and j != only_cut:
             continue
-        for missing_left in (False, True):
-            if missing_left and (last or not has_missing):
-                continue
-            n_left = prefix[0] + missing[0] if missing_left else prefix[0]
-            if n_left < min_samples_leaf or total[0] - n_left < min_samples_leaf:
-                continue
+        # Missing rows (if any) on the right ...
+        if prefix[0] >= min_samples_leaf and total[0] - prefix[0] >= min_samples_leaf:
             score = cut_score(
-                prefix, missing, total, missing_left, criterion, parent_impurity, min_weight_leaf
+                prefix, missing, total, False, criterion, parent_impurity, min_weight_leaf
             )
             if score > best_score:
                 best_score = score
                 best_position = j
-                best_missing_left = missing_left
+                best_missing_left = False
+        # ... and on the left, except at the last cut, where that would leave the right empty.
+        if not has_missing or j == n_bins - 1:
+            continue
+        n_left = prefix[0] + missing[0]
+        if n_left >= min_samples_leaf and total[0] - n_left >= min_samples_leaf:
+            score = cut_score(
+                prefix, missing, total, True, criterion, parent_impurity, min_weight_leaf
+            )
+            if score > best_score:
+                best_score = score
+                best_position = j
+                best_missing_left = True
     return best_score, best_position, best_missing_left
 
 
