@@ -2,10 +2,11 @@
 
 import numpy as np
 
-# Binned features are uint8 codes stored features x rows, so that the codes of one feature for
-# the rows of a node are a gather from one contiguous row:
+# Binned features are uint8 codes stored rows x features (C order): a node's candidate features
+# draw a different handful of columns at every node, and with rows contiguous one cache line
+# serves all of them for a row (measured in docs/benchmarks.md: features x rows was slower):
 #
-#   codes[f] = [c(f, row 0), c(f, row 1), ..., c(f, row n-1)]     (uint8)
+#   codes[i] = [c(row i, f0), c(row i, f1), ..., c(row i, f_{p-1})]     (uint8)
 #
 # Codes 0 .. n_bins_non_missing[f] - 1 are values in increasing order (numeric) or category
 # codes (categorical); the last uint8 code is reserved for missing values.

@@ -228,17 +228,17 @@ class BinMapper:
 
         Returns
         -------
-        ndarray of uint8, shape (n_features, n_samples)
-            Features x rows (C order), missing values coded ``MISSING_BIN``.
+        ndarray of uint8, shape (n_samples, n_features)
+            Rows x features (C order), missing values coded ``MISSING_BIN``.
         """
         columns = self._columns(X)
-        out = np.empty((len(columns), X.shape[0]), dtype=X_BINNED_DTYPE)
+        out = np.empty((X.shape[0], len(columns)), dtype=X_BINNED_DTYPE)
         padded_edges = self.threshold_table()
         for j, column in enumerate(columns):
             if column.categorical:
-                out[j] = self._category_bins_of(j, column.values)
+                out[:, j] = self._category_bins_of(j, column.values)
             else:
-                bin_numeric(column.values, padded_edges[j], out[j])
+                bin_numeric(column.values, padded_edges[j], out[:, j])
         return out
 
     def encode(self, X):

@@ -15,7 +15,7 @@ def test_few_distinct_values_get_one_bin_each_with_midpoint_edges():
     X = np.array([[3.0], [1.0], [2.0], [1.0], [10.0]])
     mapper = BinMapper().fit(X)
     np.testing.assert_array_equal(mapper.bin_edges_[0], [1.5, 2.5, 6.5])
-    np.testing.assert_array_equal(mapper.transform(X)[0], [2, 0, 1, 0, 3])
+    np.testing.assert_array_equal(mapper.transform(X)[:, 0], [2, 0, 1, 0, 3])
     assert mapper.n_bins_non_missing_[0] == 4
 
 
@@ -23,7 +23,7 @@ def test_many_values_get_quantile_bins():
     rng = np.random.default_rng(0)
     x = rng.normal(size=(20_000, 1))
     mapper = BinMapper(max_bins=16).fit(x)
-    codes = mapper.transform(x)[0]
+    codes = mapper.transform(x)[:, 0]
     assert mapper.n_bins_non_missing_[0] == 16
     counts = np.bincount(codes, minlength=16)
     assert counts.min() > 0.8 * len(x) / 16 and counts.max() < 1.2 * len(x) / 16
@@ -47,7 +47,7 @@ def test_binning_kernel_matches_searchsorted(seed, n, max_bins):
 
 def test_nan_goes_to_the_missing_bin():
     X = np.array([[1.0], [np.nan], [2.0]])
-    codes = BinMapper().fit(X).transform(X)[0]
+    codes = BinMapper().fit(X).transform(X)[:, 0]
     assert codes[1] == MISSING_BIN and codes[0] != MISSING_BIN
 
 
@@ -55,7 +55,7 @@ def test_all_missing_column_is_one_empty_bin():
     X = np.array([[np.nan, 1.0], [np.nan, 2.0]])
     mapper = BinMapper().fit(X)
     assert mapper.n_bins_non_missing_[0] == 1
-    assert (mapper.transform(X)[0] == MISSING_BIN).all()
+    assert (mapper.transform(X)[:, 0] == MISSING_BIN).all()
 
 
 def test_edges_do_not_depend_on_partitioning():
@@ -91,15 +91,15 @@ def test_pandas_categorical_object_string_and_bool_columns():
     codes = mapper.transform(X)
     # pandas categories keep their dtype order; unobserved ones get no bin.
     assert list(mapper.categories_[1]) == ["b", "a"]
-    np.testing.assert_array_equal(codes[1], [0, 1, 0, MISSING_BIN])
-    np.testing.assert_array_equal(codes[3], [0, 1, MISSING_BIN, 0])
-    np.testing.assert_array_equal(codes[4], [1, 0, 1, 1])
+    np.testing.assert_array_equal(codes[:, 1], [0, 1, 0, MISSING_BIN])
+    np.testing.assert_array_equal(codes[:, 3], [0, 1, MISSING_BIN, 0])
+    np.testing.assert_array_equal(codes[:, 4], [1, 0, 1, 1])
 
 
 def test_unseen_categories_are_missing_at_transform():
     train = pd.DataFrame({"c": ["a", "b", "a"]})
     mapper = BinMapper().fit(train)
-    codes = mapper.transform(pd.DataFrame({"c": ["b", "new", None]}))[0]
+    codes = mapper.transform(pd.DataFrame({"c": ["b", "new", None]}))[:, 0]
     np.testing.assert_array_equal(codes, [1, MISSING_BIN, MISSING_BIN])
     encoded = mapper.encode(pd.DataFrame({"c": ["b", "new"]}))[:, 0]
     assert encoded[0] == 1 and np.isnan(encoded[1])
@@ -108,7 +108,7 @@ def test_unseen_categories_are_missing_at_transform():
 def test_rare_categories_share_the_other_bin():
     values = ["common"] * 50 + ["second"] * 20 + [f"rare{i}" for i in range(10)]
     mapper = BinMapper(max_bins=3).fit(pd.DataFrame({"c": values}))
-    codes = mapper.transform(pd.DataFrame({"c": values}))[0]
+    codes = mapper.transform(pd.DataFrame({"c": values}))[:, 0]
     assert len(set(codes[:50])) == 1 and len(set(codes[50:70])) == 1
     assert set(codes[70:]) == {2}, "the rare categories share the last bin"
     assert codes[0] != codes[50] and 2 not in (codes[0], codes[50])
@@ -118,7 +118,7 @@ def test_declared_categorical_numpy_column():
     X = np.array([[5.0, 1.0], [7.0, 2.0], [5.0, 3.0]])
     mapper = BinMapper(categorical_features=[0]).fit(X)
     assert mapper.is_categorical_.tolist() == [True, False]
-    np.testing.assert_array_equal(mapper.transform(X)[0], [0, 1, 0])
+    np.testing.assert_array_equal(mapper.transform(X)[:, 0], [0, 1, 0])
 
 
 @pytest.mark.parametrize(

@@ -56,7 +56,9 @@ def test_histogram_matches_naive(seed, n_rows, n_bins, criterion):
     n_channels = 4
     hist = np.zeros((N_BIN_CODES, n_channels))
     touched = np.zeros(N_BIN_CODES, dtype=np.int64)
-    n_touched = build_histogram(codes, rows, 0, len(rows), node_y, node_w, criterion, hist, touched)
+    n_touched = build_histogram(
+        codes[:, None], 0, rows, 0, len(rows), node_y, node_w, criterion, hist, touched
+    )
     bins = np.zeros(N_BIN_CODES, dtype=np.int64)
     stats = np.zeros((N_BIN_CODES, n_channels))
     missing = np.zeros(n_channels)
@@ -196,7 +198,7 @@ def test_partition_is_stable_and_complete(seed, categorical, missing_left):
         bitset[c >> 5] |= np.uint32(1 << (c & 31))
     n = len(rows)
     boundary = partition(
-        codes, rows, node_y, node_w, start, stop, 9, missing_left, categorical, bitset,
+        codes[:, None], 0, rows, node_y, node_w, start, stop, 9, missing_left, categorical, bitset,
         np.empty(n, np.int64), np.empty(n), np.empty(n),
     )
     segment = before[start:stop]

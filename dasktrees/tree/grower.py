@@ -1,6 +1,6 @@
 """Grow one tree from binned rows and per-row weights (numba kernels).
 
-The grower sees only arrays: the codes (features x rows), targets, weights (sample_weight x
+The grower sees only arrays: the codes (rows x features), targets, weights (sample_weight x
 class_weight x bootstrap count, zero-weight rows already dropped from ``sample_indices``) and the
 resolved parameters. It returns growth records; ``tree.Tree`` turns them into flat arrays.
 
@@ -55,7 +55,7 @@ def find_split(
 
     Parameters
     ----------
-    codes : ndarray of uint8, shape (n_features, n_rows)
+    codes : ndarray of uint8, shape (n_rows, n_features)
     y, w : ndarray of float64
         Targets and weights in ``sample_indices`` order (see ``histogram.build_histogram``).
     vec : ndarray of float64, shape (6, n_channels)
@@ -88,7 +88,7 @@ def find_split(
         features[n_drawn] = f
         n_drawn += 1
         n_touched = build_histogram(
-            codes[f], sample_indices, start, stop, y, w, criterion, hist, ibuf[_TOUCHED]
+            codes, f, sample_indices, start, stop, y, w, criterion, hist, ibuf[_TOUCHED]
         )
         n_touched = compact(hist, ibuf[_TOUCHED], n_touched, n_bins[f], bins, stats, vec[_MISSING])
         if n_touched + (vec[_MISSING, 0] > 0.0) < 2:
@@ -159,7 +159,7 @@ def grow(
 
     Parameters
     ----------
-    codes : ndarray of uint8, shape (n_features, n_rows)
+    codes : ndarray of uint8, shape (n_rows, n_features)
     y : ndarray of float64, shape (n_rows,)
         Class index (classification) or target (regression).
     w : ndarray of float64, shape (n_rows,)
@@ -196,7 +196,7 @@ def grow(
     values = np.zeros((64, n_values))
     bitsets = np.zeros((64, BITSET_WORDS), dtype=BITSET_DTYPE)
     state = new_state(seed)
-    features = np.empty(codes.shape[0], dtype=np.int64)
+    features = np.empty(codes.shape[1], dtype=np.int64)
     hist = np.zeros((N_BIN_CODES, n_channels))
     stats = np.zeros((N_BIN_CODES, n_channels))
     vec = np.zeros((6, n_channels))
@@ -303,7 +303,7 @@ def grow(
         stop = record["stop"]
         bitset_idx = max(record["bitset_idx"], 0)
         boundary = partition(
-            codes[record["feature"]], sample_indices, node_y, node_w, start, stop,
+            codes, record["feature"], sample_indices, node_y, node_w, start, stop,
             record["bin_threshold"], record["missing_go_to_left"] == 1,
             record["is_categorical"] == 1, bitsets[bitset_idx], buffer, y_buffer, w_buffer,
         )
@@ -326,7 +326,7 @@ def grow_tree(codes, y, weights, bin_arrays, params, n_classes, seed):
 
     Parameters
     ----------
-    codes : ndarray of uint8, shape (n_features, n_rows)
+    codes : ndarray of uint8, shape (n_rows, n_features)
     y : ndarray of float64, shape (n_rows,)
         Class index (classification) or target (regression).
     weights : ndarray of float64, shape (n_rows,)
@@ -346,4 +346,4 @@ def grow_tree(codes, y, weights, bin_arrays, params, n_classes, seed):
         params.min_weight_fraction_leaf * weights.sum(), params.max_leaf_nodes,
         params.min_impurity_decrease, seed,
     )
-    return Tree.from_growth(nodes, values, bitsets, bin_arrays.thresholds, codes.shape[0])
+    return Tree.from_growth(nodes, values, bitsets, bin_arrays.thresholds, codes.shape[1])

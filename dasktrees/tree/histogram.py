@@ -24,13 +24,15 @@ _TRACK_TOUCHED_BELOW = 1024
 
 
 @njit(cache=True)
-def build_histogram(codes_f, sample_indices, start, stop, y, w, criterion, hist, touched):
-    """Add the rows ``sample_indices[start:stop]`` to ``hist`` by their code of one feature.
+def build_histogram(codes, f, sample_indices, start, stop, y, w, criterion, hist, touched):
+    """Add the rows ``sample_indices[start:stop]`` to ``hist`` by their code of feature ``f``.
 
     Parameters
     ----------
-    codes_f : ndarray of uint8, shape (n_rows,)
-        Codes of the feature for every row of the training set.
+    codes : ndarray of uint8, shape (n_rows, n_features)
+        Binned training set, rows x features.
+    f : int
+        The feature.
     sample_indices : ndarray of int64
         Rows of the tree; the node owns the slice ``[start:stop]``.
     y, w : ndarray of float64, shape (n_in_bag,)
@@ -52,12 +54,11 @@ def build_histogram(codes_f, sample_indices, start, stop, y, w, criterion, hist,
         node, whose touched bins were not recorded.
     """
     if stop - start > _TRACK_TOUCHED_BELOW:
-        return _build_dense(codes_f, sample_indices, start, stop, y, w, criterion, hist)
+        return _build_dense(codes, f, sample_indices, start, stop, y, w, criterion, hist)
     n_touched = 0
     if criterion == SQUARED_ERROR:
         for i in range(start, stop):
-            row = sample_indices[i]
-            b = codes_f[row]
+            b = codes[sample_indices[i], f]
             if hist[b, 0] == 0.0 and b != MISSING_BIN:
                 touched[n_touched] = b
                 n_touched += 1
@@ -68,8 +69,7 @@ def build_histogram(codes_f, sample_indices, start, stop, y, w, criterion, hist,
             hist[b, 3] += wy * y[i]
     else:
         for i in range(start, stop):
-            row = sample_indices[i]
-            b = codes_f[row]
+            b = codes[sample_indices[i], f]
             if hist[b, 0] == 0.0 and b != MISSING_BIN:
                 touched[n_touched] = b
                 n_touched += 1
@@ -79,14 +79,14 @@ def build_histogram(codes_f, sample_indices, start, stop, y, w, criterion, hist,
 
 
 @njit(cache=True)
-def _build_dense(codes_f, sample_indices, start, stop, y, w, criterion, hist):
+def _build_dense(codes, f, sample_indices, start, stop, y, w, criterion, hist):
     """``build_histogram`` for a large node: no bookkeeping of touched bins.
 
     Returns -1, which tells ``compact`` to find the filled bins by walking every bin.
     """
     if criterion == SQUARED_ERROR:
         for i in range(start, stop):
-            b = codes_f[sample_indices[i]]
+            b = codes[sample_indices[i], f]
             wy = w[i] * y[i]
             hist[b, 0] += 1.0
             hist[b, 1] += w[i]
@@ -94,7 +94,7 @@ def _build_dense(codes_f, sample_indices, start, stop, y, w, criterion, hist):
             hist[b, 3] += wy * y[i]
     else:
         for i in range(start, stop):
-            b = codes_f[sample_indices[i]]
+            b = codes[sample_indices[i], f]
             hist[b, 0] += 1.0
             hist[b, 1 + np.int64(y[i])] += w[i]
     return -1

@@ -234,15 +234,16 @@ def goes_left(code, bin_threshold, missing_go_to_left, is_categorical, bitset):
 
 
 @njit(cache=True)
-def partition(codes_f, sample_indices, node_y, node_w, start, stop, bin_threshold,
+def partition(codes, f, sample_indices, node_y, node_w, start, stop, bin_threshold,
               missing_go_to_left, is_categorical, bitset, buffer, y_buffer, w_buffer):
     """Stable in-place partition of a node's rows by a split.
 
         before  [a b c d e f]        (rows of the node, in row order)
         after   [b e | a c d f]      left rows, then right rows, each still in row order
 
+    ``codes`` is the binned training set (rows x features) and ``f`` the split feature.
     ``node_y`` and ``node_w`` (targets and weights in ``sample_indices`` order) are moved with
-    their rows, so the children find theirs contiguous. Keeping row order keeps the feature
+    their rows, so the children find theirs contiguous. Keeping row order keeps the code
     gathers of the children cache friendly.
 
     Returns
@@ -254,7 +255,7 @@ def partition(codes_f, sample_indices, node_y, node_w, start, stop, bin_threshol
     n_right = 0
     for i in range(start, stop):
         row = sample_indices[i]
-        if goes_left(codes_f[row], bin_threshold, missing_go_to_left, is_categorical, bitset):
+        if goes_left(codes[row, f], bin_threshold, missing_go_to_left, is_categorical, bitset):
             sample_indices[n_left] = row
             node_y[n_left] = node_y[i]
             node_w[n_left] = node_w[i]

@@ -126,8 +126,8 @@ class Tree:
         return out
 
     def apply_binned(self, codes):
-        """Leaf reached by each row of binned ``codes`` (uint8, (n_features, n_samples))."""
-        out = np.empty(codes.shape[1], dtype=np.int64)
+        """Leaf reached by each row of binned ``codes`` (uint8, (n_samples, n_features))."""
+        out = np.empty(codes.shape[0], dtype=np.int64)
         _apply_binned(codes, self.routing_nodes, self.categorical_bitsets, out)
         return out
 
@@ -220,12 +220,12 @@ def _apply_encoded(X, nodes, bitsets, out):
 
 @njit(cache=True, parallel=True)
 def _apply_binned(codes, nodes, bitsets, out):
-    """Route every row of binned codes (uint8, (n_features, n_samples)) to its leaf."""
-    for i in prange(codes.shape[1]):
+    """Route every row of binned codes (uint8, (n_samples, n_features)) to its leaf."""
+    for i in prange(codes.shape[0]):
         node = nodes[0]
         k = 0
         while node["left"] != TREE_LEAF:
-            code = codes[node["feature"], i]
+            code = codes[i, node["feature"]]
             if code == MISSING_BIN:
                 goes = node["missing_go_to_left"] != 0
             elif node["is_categorical"]:
