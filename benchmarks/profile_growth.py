@@ -23,7 +23,7 @@ from dasktrees._params import check_tree_params  # noqa: E402
 from dasktrees._random import new_state  # noqa: E402
 from dasktrees._dtypes import N_BIN_CODES, TREE_LEAF  # noqa: E402
 from dasktrees.criteria import GINI  # noqa: E402
-from dasktrees.tree.grower import find_split, grow  # noqa: E402
+from dasktrees.tree.grower import _TOTAL, N_SCRATCH_VECTORS, find_split, grow  # noqa: E402
 from dasktrees.tree.histogram import node_statistics  # noqa: E402
 
 
@@ -33,7 +33,7 @@ def replay_split_search(codes, y, w, rows, nodes, n_bins, is_categorical, bin_va
     features = np.empty(codes.shape[1], np.int64)
     hist = np.zeros((N_BIN_CODES, n_channels))
     stats = np.zeros((N_BIN_CODES, n_channels))
-    vec = np.zeros((6, n_channels))
+    vec = np.zeros((N_SCRATCH_VECTORS, n_channels))
     ibuf = np.zeros((4, N_BIN_CODES), np.int64)
     keys = np.zeros(N_BIN_CODES)
     state = new_state(1)
@@ -42,7 +42,7 @@ def replay_split_search(codes, y, w, rows, nodes, n_bins, is_categorical, bin_va
         if nodes[k]["left"] == TREE_LEAF:
             continue
         start, stop = nodes[k]["start"], nodes[k]["stop"]
-        impurity = node_statistics(y, w, start, stop, GINI, vec[5])
+        impurity = node_statistics(y, w, start, stop, GINI, vec[_TOTAL])
         total += find_split(
             codes, y, w, rows, start, stop, impurity, n_bins, is_categorical, bin_values, GINI, 2,
             False, max_features, 1, 0.0, state, features, hist, stats, vec, ibuf, keys,

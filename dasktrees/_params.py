@@ -8,6 +8,7 @@ import math
 from dataclasses import dataclass
 from numbers import Integral, Real
 
+from ._dtypes import MAX_BINS
 from .criteria import CLASSIFICATION_CRITERIA, REGRESSION_CRITERIA
 
 _NO_LIMIT = 2**31 - 1
@@ -80,7 +81,8 @@ def check_tree_params(est, n_samples, n_features, is_classifier):
     ----------
     est : estimator
         Has the attributes criterion, splitter, max_features, max_depth, min_samples_split,
-        min_samples_leaf, min_weight_fraction_leaf, max_leaf_nodes, min_impurity_decrease.
+        min_samples_leaf, min_weight_fraction_leaf, max_leaf_nodes, min_impurity_decrease,
+        max_bins.
     n_samples, n_features : int
     is_classifier : bool
 
@@ -107,6 +109,8 @@ def check_tree_params(est, n_samples, n_features, is_classifier):
         _fail("min_weight_fraction_leaf", "a float in [0, 0.5]", est.min_weight_fraction_leaf)
     if not _is_real(est.min_impurity_decrease) or est.min_impurity_decrease < 0.0:
         _fail("min_impurity_decrease", "a float >= 0", est.min_impurity_decrease)
+    if not _is_int(est.max_bins) or not 2 <= est.max_bins <= MAX_BINS:
+        _fail("max_bins", f"an int in [2, {MAX_BINS}]", est.max_bins)
     min_samples_leaf = _count_or_fraction(
         "min_samples_leaf", est.min_samples_leaf, n_samples, 1, (0.0, 1.0, False)
     )

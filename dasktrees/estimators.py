@@ -105,8 +105,6 @@ class BaseDecisionTree(BaseEstimator):
         y = check_target(y, n_samples, is_classifier)
         check_consistent_length(X, y)
         params = check_tree_params(self, n_samples, n_features, is_classifier)
-        if not isinstance(self.max_bins, (int, np.integer)) or isinstance(self.max_bins, bool):
-            raise ValueError(f"max_bins must be an integer in [2, 255], got {self.max_bins!r}")
         weights = check_sample_weight(sample_weight, n_samples)
         if is_classifier:
             check_classification_targets(y)

@@ -27,7 +27,8 @@ def compare(title, ours, theirs, X_ours, X_theirs, y, scoring):
 
 
 def main():
-    print(f"dasktrees {dt.__version__}: 5-fold cross-validation\n")
+    print(f"dasktrees {dt.__version__}: 5-fold cross-validation")
+    print("(a first run compiles the numba kernels, about 20 s; later runs load them from cache)\n")
     X, y = load_breast_cancer(return_X_y=True, as_frame=True)
     params = dict(criterion="entropy", min_samples_leaf=3, random_state=0)
     compare("breast_cancer accuracy (entropy)", dt.DecisionTreeClassifier(**params),

@@ -36,7 +36,8 @@ from .tree import Tree
 EPSILON = np.finfo(np.float64).eps
 
 # Rows of the float scratch matrix ``vec`` (n_channels wide each).
-_LEFT, _RIGHT, _PREFIX, _MISSING, _BEST_LEFT, _TOTAL = 0, 1, 2, 3, 4, 5
+_RIGHT, _PREFIX, _MISSING, _BEST_LEFT, _TOTAL = 0, 1, 2, 3, 4
+N_SCRATCH_VECTORS = 5
 # Rows of the integer scratch matrix ``ibuf`` (N_BIN_CODES wide each).
 _TOUCHED, _BINS, _ORDER, _BEST_BINS = 0, 1, 2, 3
 
@@ -58,7 +59,7 @@ def find_split(
     codes : ndarray of uint8, shape (n_rows, n_features)
     y, w : ndarray of float64
         Targets and weights in ``sample_indices`` order (see ``histogram.build_histogram``).
-    vec : ndarray of float64, shape (6, n_channels)
+    vec : ndarray of float64, shape (N_SCRATCH_VECTORS, n_channels)
         Scratch; on entry ``vec[_TOTAL]`` holds the node statistics; on return
         ``vec[_BEST_LEFT]`` holds the left child's statistics of the best split.
     ibuf : ndarray of int64, shape (4, N_BIN_CODES)
@@ -199,7 +200,7 @@ def grow(
     features = np.empty(codes.shape[1], dtype=np.int64)
     hist = np.zeros((N_BIN_CODES, n_channels))
     stats = np.zeros((N_BIN_CODES, n_channels))
-    vec = np.zeros((6, n_channels))
+    vec = np.zeros((N_SCRATCH_VECTORS, n_channels))
     ibuf = np.zeros((4, N_BIN_CODES), dtype=np.int64)
     keys = np.zeros(N_BIN_CODES)
     # y and w in sample_indices order; the partition keeps them aligned with their rows.
