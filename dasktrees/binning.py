@@ -209,14 +209,17 @@ class BinMapper:
         row_uniforms(self.random_state, _BINNING_STREAM, row_ids, u)
         return u < self.subsample / n_samples
 
-    def _columns(self, X):
+    def _checked(self, X):
         X = check_2d(X)
         if X.shape[1] != self.n_features_in_:
             raise ValueError(
                 f"X has {X.shape[1]} features, but the bin mapper was fitted on "
                 f"{self.n_features_in_} features"
             )
-        return table_columns(X, self.is_categorical_)
+        return X
+
+    def _columns(self, X):
+        return table_columns(self._checked(X), self.is_categorical_)
 
     def _category_bins_of(self, j, values):
         """Bins of the values of categorical feature j; unseen and missing -> MISSING_BIN."""
@@ -266,12 +269,7 @@ class BinMapper:
 
     def _encode_numeric(self, X):
         """``encode`` of an all-numeric ndarray: one conversion, no per-column work."""
-        X = check_2d(X)
-        if X.shape[1] != self.n_features_in_:
-            raise ValueError(
-                f"X has {X.shape[1]} features, but the bin mapper was fitted on "
-                f"{self.n_features_in_} features"
-            )
+        X = self._checked(X)
         # float32 stays float32: comparing it with float64 thresholds is exact, and half the size
         X = np.ascontiguousarray(X, dtype=X.dtype if X.dtype.kind == "f" else X_DTYPE)
         if np.isinf(X).any():

@@ -53,13 +53,13 @@ def build_histogram(codes, f, sample_indices, start, stop, y, w, criterion, hist
         Number of non-missing codes met (the filled prefix of ``touched``), or -1 for a large
         node, whose touched bins were not recorded.
     """
-    if stop - start > _TRACK_TOUCHED_BELOW:
-        return _build_dense(codes, f, sample_indices, start, stop, y, w, criterion, hist)
+    # A large node fills most bins: skip the bookkeeping; compact then walks every bin.
+    track = stop - start <= _TRACK_TOUCHED_BELOW
     n_touched = 0
     if criterion == SQUARED_ERROR:
         for i in range(start, stop):
             b = codes[sample_indices[i], f]
-            if hist[b, 0] == 0.0 and b != MISSING_BIN:
+            if track and hist[b, 0] == 0.0 and b != MISSING_BIN:
                 touched[n_touched] = b
                 n_touched += 1
             wy = w[i] * y[i]
@@ -70,34 +70,12 @@ def build_histogram(codes, f, sample_indices, start, stop, y, w, criterion, hist
     else:
         for i in range(start, stop):
             b = codes[sample_indices[i], f]
-            if hist[b, 0] == 0.0 and b != MISSING_BIN:
+            if track and hist[b, 0] == 0.0 and b != MISSING_BIN:
                 touched[n_touched] = b
                 n_touched += 1
             hist[b, 0] += 1.0
             hist[b, 1 + np.int64(y[i])] += w[i]
-    return n_touched
-
-
-@njit(cache=True)
-def _build_dense(codes, f, sample_indices, start, stop, y, w, criterion, hist):
-    """``build_histogram`` for a large node: no bookkeeping of touched bins.
-
-    Returns -1, which tells ``compact`` to find the filled bins by walking every bin.
-    """
-    if criterion == SQUARED_ERROR:
-        for i in range(start, stop):
-            b = codes[sample_indices[i], f]
-            wy = w[i] * y[i]
-            hist[b, 0] += 1.0
-            hist[b, 1] += w[i]
-            hist[b, 2] += wy
-            hist[b, 3] += wy * y[i]
-    else:
-        for i in range(start, stop):
-            b = codes[sample_indices[i], f]
-            hist[b, 0] += 1.0
-            hist[b, 1 + np.int64(y[i])] += w[i]
-    return -1
+    return n_touched if track else -1
 
 
 @njit(cache=True)
