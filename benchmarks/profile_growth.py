@@ -30,6 +30,7 @@ from dasktrees.tree.histogram import node_statistics  # noqa: E402
 @njit
 def replay_split_search(codes, y, w, rows, nodes, n_bins, is_categorical, bin_values, max_features):
     n_channels = 3  # binary classification
+    candidates = np.arange(codes.shape[1], dtype=np.int64)
     features = np.empty(codes.shape[1], np.int64)
     hist = np.zeros((N_BIN_CODES, n_channels))
     stats = np.zeros((N_BIN_CODES, n_channels))
@@ -45,7 +46,7 @@ def replay_split_search(codes, y, w, rows, nodes, n_bins, is_categorical, bin_va
         impurity = node_statistics(y, w, start, stop, GINI, vec[_TOTAL])
         total += find_split(
             codes, y, w, rows, start, stop, impurity, n_bins, is_categorical, bin_values, GINI, 2,
-            False, max_features, 1, 0.0, state, features, hist, stats, vec, ibuf, keys,
+            False, max_features, 1, 0.0, state, candidates, features, hist, stats, vec, ibuf, keys,
         )[0]
     return total
 
@@ -92,7 +93,7 @@ def main():
         nodes = grow(
             codes, y, w, rows, bins.n_bins, bins.is_categorical, bins.bin_values, GINI, 2, False,
             params.max_features, params.max_depth, params.min_samples_split,
-            params.min_samples_leaf, 0.0, 0, 0.0, 0,
+            params.min_samples_leaf, 0.0, 0, 0.0, 0, np.arange(codes.shape[1], dtype=np.int64),
         )[0]
         return nodes, rows
 

@@ -72,7 +72,7 @@ def _bin_code(x, padded_edges):
     return low
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def bin_numeric(values, padded_edges, out):
     """Bin codes of one numeric column.
 

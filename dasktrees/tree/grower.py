@@ -46,9 +46,9 @@ _TOUCHED, _BINS, _ORDER, _BEST_BINS = 0, 1, 2, 3
 def find_split(
     codes, y, w, sample_indices, start, stop, node_impurity, n_bins, is_categorical, bin_values,
     criterion, n_classes, random_splitter, max_features, min_samples_leaf, min_weight_leaf,
-    state, features, hist, stats, vec, ibuf, keys,
+    state, candidates, features, hist, stats, vec, ibuf, keys,
 ):
-    """Best split of one node over up to ``max_features`` features drawn at random.
+    """Best split of one node over up to ``max_features`` features drawn from ``candidates``.
 
     Features are drawn without replacement. As in scikit-learn, every drawn feature counts
     towards ``max_features``, but the draw goes on past ``max_features`` until one feature that is
@@ -59,6 +59,10 @@ def find_split(
     codes : ndarray of uint8, shape (n_rows, n_features)
     y, w : ndarray of float64
         Targets and weights in ``sample_indices`` order (see ``histogram.build_histogram``).
+    candidates : ndarray of int64
+        The features this tree may split on (all of them, or a random subspace).
+    features : ndarray of int64, shape (>= len(candidates),)
+        Scratch for the draw.
     vec : ndarray of float64, shape (N_SCRATCH_VECTORS, n_channels)
         Scratch; on entry ``vec[_TOTAL]`` holds the node statistics; on return
         ``vec[_BEST_LEFT]`` holds the left child's statistics of the best split.
@@ -74,9 +78,8 @@ def find_split(
     n_left_bins : int
         Number of codes in ``ibuf[_BEST_BINS]`` (categorical splits).
     """
-    n_features = features.shape[0]
-    for f in range(n_features):
-        features[f] = f
+    n_features = candidates.shape[0]
+    features[:n_features] = candidates
     order = ibuf[_ORDER]
     bins = ibuf[_BINS]
     best = (NO_SPLIT, -1, 0, False, False, 0)
@@ -150,11 +153,11 @@ def _grow_records(nodes, values, bitsets, n_needed):
     return nodes, values, bitsets
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def grow(
     codes, y, w, sample_indices, n_bins, is_categorical, bin_values, criterion, n_classes,
     random_splitter, max_features, max_depth, min_samples_split, min_samples_leaf,
-    min_weight_leaf, max_leaf_nodes, min_impurity_decrease, seed,
+    min_weight_leaf, max_leaf_nodes, min_impurity_decrease, seed, candidates,
 ):
     """Grow a tree on the rows ``sample_indices`` (reordered in place: leaves own slices).
 
@@ -181,6 +184,8 @@ def grow(
     min_impurity_decrease : float
     seed : int
         Seed of the feature draws and random cuts.
+    candidates : ndarray of int64
+        Features the tree may split on.
 
     Returns
     -------
@@ -262,8 +267,8 @@ def grow(
             score, feature, bin_threshold, missing_left, categorical, n_left_bins = find_split(
                 codes, node_y, node_w, sample_indices, start, stop, node_impurity, n_bins,
                 is_categorical, bin_values, criterion, n_classes, random_splitter,
-                max_features, min_samples_leaf, min_weight_leaf, state, features, hist, stats,
-                vec, ibuf, keys,
+                max_features, min_samples_leaf, min_weight_leaf, state, candidates, features,
+                hist, stats, vec, ibuf, keys,
             )
             if score == NO_SPLIT:
                 continue
@@ -322,7 +327,7 @@ def grow(
     return nodes[:n_nodes].copy(), values[:n_nodes].copy(), bitsets[:n_bitsets].copy()
 
 
-def grow_tree(codes, y, weights, bin_arrays, params, n_classes, seed):
+def grow_tree(codes, y, weights, bin_arrays, params, n_classes, seed, candidates=None):
     """Grow one tree and return it as a ``Tree``.
 
     Parameters
@@ -338,13 +343,17 @@ def grow_tree(codes, y, weights, bin_arrays, params, n_classes, seed):
         Number of classes, 1 for regression.
     seed : int
         Seed of the feature draws and random cuts.
+    candidates : ndarray of int64, optional
+        Features the tree may split on; all by default.
     """
+    if candidates is None:
+        candidates = np.arange(codes.shape[1], dtype=np.int64)
     sample_indices = np.flatnonzero(weights > 0).astype(np.int64)
     nodes, values, bitsets = grow(
         codes, y, weights, sample_indices, bin_arrays.n_bins, bin_arrays.is_categorical,
         bin_arrays.bin_values, params.criterion, n_classes, params.random_splitter,
         params.max_features, params.max_depth, params.min_samples_split, params.min_samples_leaf,
         params.min_weight_fraction_leaf * weights.sum(), params.max_leaf_nodes,
-        params.min_impurity_decrease, seed,
+        params.min_impurity_decrease, seed, candidates,
     )
     return Tree.from_growth(nodes, values, bitsets, bin_arrays.thresholds, codes.shape[1])

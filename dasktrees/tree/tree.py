@@ -189,7 +189,7 @@ def _in_bitset(bitsets, row, code):
     return (bitsets[row, code >> 5] >> (code & 31)) & 1 == 1
 
 
-@njit(cache=True, parallel=True)
+@njit(cache=True, parallel=True, nogil=True)
 def _apply_encoded(X, nodes, bitsets, out):
     """Route every row of encoded X to its leaf.
 
@@ -218,7 +218,7 @@ def _apply_encoded(X, nodes, bitsets, out):
         out[i] = k
 
 
-@njit(cache=True, parallel=True)
+@njit(cache=True, parallel=True, nogil=True)
 def _apply_binned(codes, nodes, bitsets, out):
     """Route every row of binned codes (uint8, (n_samples, n_features)) to its leaf."""
     for i in prange(codes.shape[0]):

@@ -1,0 +1,91 @@
+"""Per-tree row counts and feature subspaces, recomputable anywhere from (seed, tree, row id).
+
+A forest never stores which rows a tree saw. Tree t's count of global row i is a pure function
+of (random_state, t, i), computed by a counter-based hash, so the task growing the tree and every
+partition computing out-of-bag votes get the same counts, however the rows are partitioned.
+
+* ``bootstrap=True``: counts are Poisson(1), the limit of the multinomial bootstrap of n draws
+  from n rows (Oza and Russell 2001; Spark MLlib's bagging). A row is out of bag with probability
+  e^-1 = 36.8 %, as with the classical bootstrap (seeds 001, 002).
+* ``max_samples=m``: counts are Poisson(m / n): about m draws per tree.
+* ``bootstrap=False``: every count is 1.
+"""
+
+import numpy as np
+from numba import njit
+
+from ._random import hash_key, mix64, to_unit
+
+# Streams separate the independent uses of one random_state.
+BOOTSTRAP_STREAM = 1
+TREE_SEED_STREAM = 2
+SUBSPACE_STREAM = 3
+PERMUTATION_STREAM = 4
+
+
+@njit(cache=True, inline="always")
+def poisson_from_uniform(u, lam):
+    """The Poisson(lam) count whose CDF first exceeds u (inverse transform; lam <= a few)."""
+    k = 0
+    p = np.exp(-lam)
+    cdf = p
+    while u >= cdf and k < 64:
+        k += 1
+        p *= lam / k
+        cdf += p
+    return k
+
+
+@njit(cache=True, nogil=True)
+def tree_counts(seed, tree, first_row, lam, out):
+    """Counts of tree ``tree`` for the rows ``first_row, first_row + 1, ...`` (global ids).
+
+    Parameters
+    ----------
+    seed : int
+        The forest's random_state.
+    tree : int
+        Tree index.
+    first_row : int
+        Global id of the first row.
+    lam : float
+        Poisson mean; 0 means no sampling (every count 1).
+    out : ndarray of float64, shape (n_rows,)
+        Written: the counts.
+    """
+    if lam <= 0.0:
+        out[:] = 1.0
+        return
+    key = mix64(np.uint64(seed) ^ mix64(np.uint64(BOOTSTRAP_STREAM)))
+    for i in range(out.shape[0]):
+        out[i] = poisson_from_uniform(to_unit(hash_key(key, tree, first_row + i)), lam)
+
+
+def sampling_rate(bootstrap, max_samples, n_rows):
+    """The Poisson mean of the row counts (0 for no sampling), from the forest parameters."""
+    if max_samples is None:
+        return 1.0 if bootstrap else 0.0
+    if isinstance(max_samples, (int, np.integer)) and not isinstance(max_samples, bool):
+        if 1 <= max_samples <= n_rows:
+            return max_samples / n_rows
+    elif isinstance(max_samples, float) and 0.0 < max_samples <= 1.0:
+        return max_samples
+    raise ValueError(
+        f"max_samples must be None, an int in [1, {n_rows}] or a float in (0, 1], "
+        f"got {max_samples!r}"
+    )
+
+
+def tree_seed(seed, tree):
+    """Seed of tree ``tree``'s own draws (features per node, random thresholds)."""
+    return int(hash_key(np.uint64(seed), TREE_SEED_STREAM, tree) >> np.uint64(33))
+
+
+def tree_subspace(seed, tree, n_features, n_kept):
+    """The features tree ``tree`` may use: ``n_kept`` of ``n_features``, drawn once per tree
+    (the seeds' random-subspace forest), as sorted int64 indices."""
+    if n_kept >= n_features:
+        return np.arange(n_features, dtype=np.int64)
+    keys = np.array([hash_key(np.uint64(seed), SUBSPACE_STREAM * 2**32 + tree, f)
+                     for f in range(n_features)])
+    return np.sort(np.argsort(keys, kind="stable")[:n_kept]).astype(np.int64)
