@@ -107,18 +107,35 @@ def category_bins(categories, counts, max_bins):
     return bins
 
 
-def observed_categories(values):
-    """Observed categories of a column, in their natural order, with their counts."""
+def category_counts(values):
+    """Counts of the observed categories of a column (a Series indexed by category)."""
     counts = pd.Series(values).value_counts(dropna=True, sort=False)
+    return counts[counts > 0]
+
+
+def order_categories(counts):
+    """Categories of a counts Series in their natural order: a categorical dtype's own order,
+    else sorted (by their text when types are mixed). Returns (categories, counts) arrays."""
     if isinstance(counts.index.dtype, pd.CategoricalDtype):
-        counts = counts[counts > 0].sort_index()  # the dtype's own order
+        counts = counts.sort_index()
     else:
         try:
             counts = counts.sort_index()
-        except TypeError:  # mixed types: order by their text
+        except TypeError:
             counts = counts.iloc[np.argsort(counts.index.astype(str), kind="stable")]
-    categories = np.asarray(counts.index.astype(object))
-    return categories, counts.to_numpy()
+    return np.asarray(counts.index.astype(object)), counts.to_numpy()
+
+
+def sample_mask(row_ids, fraction, seed):
+    """Which rows (by global id) set the quantiles.
+
+    Row i is kept when a hash of (seed, i) falls below ``fraction``: the choice of a row depends on
+    its global id only, so a partition alone picks exactly the rows the whole table would.
+    """
+    row_ids = np.asarray(row_ids, dtype=np.int64)
+    u = np.empty(len(row_ids))
+    row_uniforms(seed, _BINNING_STREAM, row_ids, u)
+    return u < fraction
 
 
 class BinMapper:
@@ -162,52 +179,73 @@ class BinMapper:
         self.random_state = random_state
 
     def fit(self, X, row_ids=None):
-        """Learn bin edges and category codes from X (numpy array or pandas DataFrame)."""
-        if not 2 <= self.max_bins <= MAX_BINS:
-            raise ValueError(f"max_bins must be an integer in [2, {MAX_BINS}], got {self.max_bins}")
+        """Learn bin edges and category codes from X (numpy array or pandas DataFrame).
+
+        ``row_ids`` are the global ids of X's rows (default 0, 1, ...), which key the sampling.
+        """
         X = check_2d(X)
-        n_samples, n_features = X.shape
-        self.n_features_in_ = n_features
+        self._set_columns(X)
+        if X.shape[0] > self.subsample:
+            if row_ids is None:
+                row_ids = np.arange(X.shape[0], dtype=np.int64)
+            keep = sample_mask(row_ids, self.sampling_fraction(X.shape[0]), self.random_state)
+            sampled = X[keep] if isinstance(X, np.ndarray) else X.iloc[np.flatnonzero(keep)]
+        else:
+            sampled = X
+        return self.fit_from_pieces(*self.pieces(X, sampled))
+
+    def sampling_fraction(self, n_rows):
+        """Share of the rows whose values set the quantiles."""
+        return min(1.0, self.subsample / n_rows)
+
+    def _set_columns(self, X):
+        """Column names, count and kinds, from X or from an empty frame with X's dtypes."""
+        self.n_features_in_ = X.shape[1]
         self.feature_names_in_ = (
             np.asarray(X.columns.astype(str), dtype=object) if isinstance(X, pd.DataFrame) else None
         )
         self.is_categorical_ = categorical_mask(X, self.categorical_features)
-        sample = self._sample_rows(n_samples, row_ids)
-        # Quantiles come from the sampled rows, category counts from all rows.
-        sampled_columns = table_columns(
-            X if sample is None else (X[sample] if isinstance(X, np.ndarray) else X.iloc[sample]),
-            self.is_categorical_,
-        )
+        return self
+
+    def pieces(self, X, sampled):
+        """What the fit needs from a block of rows: the numeric columns of its sampled rows, and
+        the category counts of all its rows. Blocks' pieces combine by concatenation and sum."""
+        numeric = [
+            c.values for c in table_columns(sampled, self.is_categorical_) if not c.categorical
+        ]
+        counts = [
+            category_counts(c.values) for c in table_columns(X, self.is_categorical_) if c.categorical
+        ]
+        return numeric, counts
+
+    def fit_from_pieces(self, numeric_samples, counts):
+        """Finish the fit from the numeric samples and category counts of ``pieces`` (one entry
+        per numeric, resp. categorical, feature; ``_set_columns`` must have run)."""
+        if not 2 <= self.max_bins <= MAX_BINS:
+            raise ValueError(f"max_bins must be an integer in [2, {MAX_BINS}], got {self.max_bins}")
+        numeric_samples, counts = iter(numeric_samples), iter(counts)
         self.bin_edges_, self.categories_, self.category_bins_ = [], [], []
-        n_bins = np.empty(n_features, dtype=np.int32)
-        for j, column in enumerate(table_columns(X, self.is_categorical_)):
-            if column.categorical:
-                categories, counts = observed_categories(column.values)
-                bins = category_bins(categories, counts, self.max_bins)
+        n_bins = np.empty(self.n_features_in_, dtype=np.int32)
+        for j, categorical in enumerate(self.is_categorical_):
+            if categorical:
+                categories, category_count = order_categories(next(counts))
+                bins = category_bins(categories, category_count, self.max_bins)
                 self.categories_.append(categories)
                 self.category_bins_.append(bins)
                 self.bin_edges_.append(None)
                 n_bins[j] = bins.max() + 1 if len(bins) else 1
             else:
-                edges = numeric_bin_edges(sampled_columns[j].values, self.max_bins)
+                edges = numeric_bin_edges(next(numeric_samples), self.max_bins)
                 self.bin_edges_.append(edges)
                 self.categories_.append(None)
                 self.category_bins_.append(None)
                 n_bins[j] = len(edges) + 1
         self.n_bins_non_missing_ = n_bins
-        self._category_index = [None if c is None else pd.Index(c, dtype=object) for c in self.categories_]
         self.missing_values_bin_idx_ = MISSING_BIN
+        self._category_index = [
+            None if c is None else pd.Index(c, dtype=object) for c in self.categories_
+        ]
         return self
-
-    def _sample_rows(self, n_samples, row_ids):
-        """Boolean mask of the rows whose values set the quantiles, or None for all rows."""
-        if n_samples <= self.subsample:
-            return None
-        if row_ids is None:
-            row_ids = np.arange(n_samples, dtype=np.int64)
-        u = np.empty(n_samples)
-        row_uniforms(self.random_state, _BINNING_STREAM, row_ids, u)
-        return u < self.subsample / n_samples
 
     def _checked(self, X):
         X = check_2d(X)

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from dasktrees import BinMapper
 from dasktrees._dtypes import MISSING_BIN
-from dasktrees.binning import bin_numeric, numeric_bin_edges
+from dasktrees.binning import bin_numeric, numeric_bin_edges, sample_mask
 
 
 def test_few_distinct_values_get_one_bin_each_with_midpoint_edges():
@@ -59,21 +59,28 @@ def test_all_missing_column_is_one_empty_bin():
 
 
 def test_edges_do_not_depend_on_partitioning():
-    # More rows than the subsample: rows are chosen by a hash of their global id, so a
-    # partition's rows (given with their global ids) sample exactly the rows the whole does.
+    """More rows than the subsample: rows are chosen by a hash of their global id, so pieces
+    computed partition by partition and combined give exactly the whole table's fit."""
     rng = np.random.default_rng(1)
-    X = rng.normal(size=(3000, 2))
+    X = pd.DataFrame({"a": rng.normal(size=3000), "c": rng.choice(list("xyz"), 3000)})
     whole = BinMapper(subsample=500, random_state=3).fit(X)
-    chosen = whole._sample_rows(3000, np.arange(3000))
-    part_rows = np.arange(1000, 2000)
-    part_sample = BinMapper(subsample=500 * 1000 // 3000, random_state=3)._sample_rows(
-        1000, part_rows
+    assert 300 < sample_mask(np.arange(3000), 500 / 3000, 3).sum() < 700
+
+    pieced = BinMapper(subsample=500, random_state=3)._set_columns(X.head(0))
+    fraction = pieced.sampling_fraction(len(X))
+    numeric, counts = [[]], [[]]
+    for start, stop in [(0, 700), (700, 1900), (1900, 3000)]:
+        part = X.iloc[start:stop]
+        keep = sample_mask(np.arange(start, stop), fraction, 3)
+        (values,), (count,) = pieced.pieces(part, part[keep])
+        numeric[0].append(values)
+        counts[0].append(count)
+    pieced.fit_from_pieces(
+        [np.concatenate(numeric[0])], [pd.concat(counts[0]).groupby(level=0).sum()]
     )
-    np.testing.assert_array_equal(part_sample, chosen[1000:2000])
-    assert 300 < chosen.sum() < 700
-    again = BinMapper(subsample=500, random_state=3).fit(X)
-    for a, b in zip(whole.bin_edges_, again.bin_edges_):
-        np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(whole.bin_edges_[0], pieced.bin_edges_[0])
+    np.testing.assert_array_equal(whole.categories_[1], pieced.categories_[1])
+    np.testing.assert_array_equal(whole.transform(X), pieced.transform(X))
 
 
 def test_pandas_categorical_object_string_and_bool_columns():
