@@ -4,12 +4,22 @@ __version__ = "0.1.0"
 
 from . import criteria
 from .binning import BinMapper
+from .ensemble import (
+    ExtraTreesClassifier,
+    ExtraTreesRegressor,
+    RandomForestClassifier,
+    RandomForestRegressor,
+)
 from .estimators import DecisionTreeClassifier, DecisionTreeRegressor
 
 __all__ = [
     "BinMapper",
     "DecisionTreeClassifier",
     "DecisionTreeRegressor",
+    "ExtraTreesClassifier",
+    "ExtraTreesRegressor",
+    "RandomForestClassifier",
+    "RandomForestRegressor",
     "__version__",
     "criteria",
 ]

@@ -1,0 +1,1 @@
+"""The Dask side of dasktrees: clients, binned partitions, tree tasks and reductions."""

@@ -1,0 +1,39 @@
+"""Find the Dask client a computation runs on; start a LocalCluster when there is none.
+
+A client is never stored on a fitted estimator nor pickled into a task: it is looked up for each
+call and passed down explicitly.
+"""
+
+import contextlib
+import logging
+import os
+
+import distributed
+
+logger = logging.getLogger("dasktrees")
+
+
+@contextlib.contextmanager
+def client_for(client=None):
+    """The given client, else the current default client, else a LocalCluster for this call.
+
+    The LocalCluster (one single-threaded worker process per core) is closed when the block
+    ends; its dashboard link is logged at INFO level.
+    """
+    if client is None:
+        try:
+            client = distributed.default_client()
+        except ValueError:
+            client = None
+    if client is not None:
+        yield client
+        return
+    n_workers = max(1, os.cpu_count() or 1)
+    with distributed.LocalCluster(
+        n_workers=n_workers, threads_per_worker=1, processes=True, dashboard_address=":0"
+    ) as cluster, distributed.Client(cluster) as local:
+        logger.info(
+            "dasktrees started a LocalCluster (%d workers) for this call; dashboard: %s",
+            n_workers, local.dashboard_link,
+        )
+        yield local

@@ -1,0 +1,254 @@
+"""Inputs -> binned partitions on the workers, each with its global row offset.
+
+Whatever the input (numpy, pandas, dask.array, dask.dataframe), the rows are cut into blocks:
+
+    rows      [ block 0        | block 1     | block 2          ]
+    offsets   0                n0            n0 + n1            n
+
+and every block is binned where it lives, into a ``BinnedPartition``. Only the bin mapper (edges
+and categories), the classes and per-class counts come back to the client; the binned blocks stay
+on the workers as futures, recomputable from their graph if a worker dies. Local input becomes
+blocks embedded in the graph, so it takes the same path.
+"""
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import dask
+import dask.array as da
+import dask.dataframe as dd
+import numpy as np
+import pandas as pd
+
+from .._validation import check_2d
+from ..binning import BinMapper, sample_mask
+from ..estimators import check_sample_weight, check_target
+
+
+class BinnedPartition(NamedTuple):
+    """One block of binned training rows, as it sits on a worker."""
+
+    codes: np.ndarray  # uint8 (n_rows, n_features)
+    y: np.ndarray  # float64 (n_rows,): class index or target
+    w: np.ndarray  # float64 (n_rows,): sample_weight x class_weight
+    first_row: int  # global id of the block's first row
+
+
+@dataclass
+class TrainingData:
+    """Binned training data on the cluster."""
+
+    parts: list  # futures of BinnedPartition, in row order
+    offsets: np.ndarray  # int64 (n_parts + 1,)
+    bin_mapper: BinMapper
+    classes: np.ndarray  # None for regression
+    is_dask: bool  # the input was a dask collection
+    row_chunks: tuple  # rows per block, to build dask outputs aligned with the input
+
+    @property
+    def n_rows(self):
+        return int(self.offsets[-1])
+
+
+def is_dask_collection(X):
+    return isinstance(X, (da.Array, dd.DataFrame, dd.Series))
+
+
+def _local_blocks(values, bounds):
+    return [dask.delayed(values[a:b], pure=True) for a, b in zip(bounds[:-1], bounds[1:])]
+
+
+def input_blocks(client, X, y, sample_weight, n_blocks):
+    """Cut X, y and sample_weight into aligned row blocks.
+
+    Returns
+    -------
+    x_blocks, y_blocks, w_blocks : lists of Delayed (w_blocks entries None without weights)
+    lengths : ndarray of int64
+    meta : empty pandas frame or numpy array with X's columns and dtypes
+    is_dask : bool
+    """
+    if isinstance(X, dd.DataFrame):
+        if not isinstance(y, dd.Series) or y.npartitions != X.npartitions:
+            raise TypeError(
+                "y: with a dask DataFrame X, y must be a dask Series with the same partitions "
+                "(for example a column of the same frame)"
+            )
+        x_blocks, y_blocks = list(X.to_delayed()), list(y.to_delayed())
+        lengths = np.array(client.compute(X.map_partitions(len), sync=True), dtype=np.int64)
+        meta = X._meta
+        w_blocks = _dask_weight_blocks(sample_weight, X.npartitions, y)
+        return x_blocks, y_blocks, w_blocks, lengths, meta, True
+    if isinstance(X, da.Array):
+        if X.ndim != 2:
+            raise ValueError(f"X must be 2-d (n_samples, n_features), got shape {X.shape}")
+        if any(np.isnan(c) for c in X.chunks[0]):
+            X = X.compute_chunk_sizes()
+        X = X.rechunk({1: -1})
+        y = da.asarray(y).rechunk((X.chunks[0],))
+        x_blocks = list(X.to_delayed()[:, 0])
+        lengths = np.array(X.chunks[0], dtype=np.int64)
+        meta = np.empty((0, X.shape[1]), dtype=X.dtype)
+        w_blocks = [None] * len(x_blocks)
+        if sample_weight is not None:
+            w_blocks = list(da.asarray(sample_weight).rechunk((X.chunks[0],)).to_delayed())
+        return x_blocks, list(y.to_delayed()), w_blocks, lengths, meta, True
+    X = check_2d(X)
+    n = X.shape[0]
+    y = y.to_numpy() if isinstance(y, (pd.Series, pd.DataFrame)) else np.asarray(y)
+    bounds = np.linspace(0, n, min(n_blocks, n) + 1).astype(np.int64)
+    x_values = X if isinstance(X, np.ndarray) else _FrameRows(X)
+    w_blocks = [None] * (len(bounds) - 1)
+    if sample_weight is not None:
+        w_blocks = _local_blocks(np.asarray(sample_weight, dtype=np.float64), bounds)
+    return (
+        _local_blocks(x_values, bounds), _local_blocks(y, bounds), w_blocks, np.diff(bounds),
+        X[:0] if isinstance(X, np.ndarray) else X.iloc[:0], False,
+    )
+
+
+class _FrameRows:
+    """``frame[a:b]`` by position, for ``_local_blocks``."""
+
+    def __init__(self, frame):
+        self.frame = frame
+
+    def __getitem__(self, rows):
+        return self.frame.iloc[rows]
+
+
+def _dask_weight_blocks(sample_weight, n_blocks, y):
+    if sample_weight is None:
+        return [None] * n_blocks
+    if isinstance(sample_weight, dd.Series) and sample_weight.npartitions == n_blocks:
+        return list(sample_weight.to_delayed())
+    raise TypeError(
+        "sample_weight: with a dask DataFrame X, pass a dask Series with X's partitions"
+    )
+
+
+# ---- tasks that run on the workers -------------------------------------------------------------
+
+
+def _block_weights(w, n_rows):
+    return check_sample_weight(None if w is None else np.asarray(w, dtype=np.float64), n_rows)
+
+
+def _mapper_pieces(mapper, x, w, first_row, fraction):
+    """A block's part of the bin mapper fit: its sampled numeric rows and category counts.
+    Rows of zero weight take no part."""
+    x = check_2d(x)
+    n = x.shape[0]
+    in_fit = _block_weights(w, n) > 0
+    sampled = in_fit & sample_mask(np.arange(first_row, first_row + n), fraction, mapper.random_state)
+    take = (lambda m: x[m]) if isinstance(x, np.ndarray) else (lambda m: x.iloc[np.flatnonzero(m)])
+    return mapper.pieces(take(in_fit), take(sampled))
+
+
+def _fit_mapper(mapper, *pieces):
+    numeric = [np.concatenate(columns) for columns in zip(*(p[0] for p in pieces))]
+    counts = [pd.concat(c).groupby(level=0, sort=False).sum() for c in zip(*(p[1] for p in pieces))]
+    return mapper.fit_from_pieces(numeric, counts)
+
+
+def _block_labels(y, w, n_rows, is_classifier):
+    """Distinct labels (classification) and rows in the fit, of one block; checks y."""
+    y = check_target(y, n_rows, is_classifier)
+    n_in_fit = int(np.count_nonzero(_block_weights(w, n_rows) > 0))
+    return (np.unique(y) if is_classifier else None), n_in_fit
+
+
+def _class_counts(y, classes):
+    return np.bincount(np.searchsorted(classes, y), minlength=len(classes))
+
+
+def _bin_block(mapper, x, y, w, first_row, classes, class_weights):
+    """Bin one block: codes, encoded targets and weights (x class_weight)."""
+    x = check_2d(x)
+    n = x.shape[0]
+    codes = mapper.transform(x)
+    y = np.asarray(y).ravel()
+    weights = _block_weights(w, n).copy()
+    if classes is not None:
+        y_codes = np.searchsorted(classes, y)
+        if class_weights is not None:
+            weights *= class_weights[y_codes]
+        y = y_codes.astype(np.float64)
+    else:
+        y = y.astype(np.float64)
+    return BinnedPartition(codes, y, weights, int(first_row))
+
+
+# ---- the client side ---------------------------------------------------------------------------
+
+
+def prepare(client, X, y, sample_weight, *, mapper, is_classifier, class_weight=None,
+            n_blocks=None):
+    """Bin X on the cluster and keep the binned blocks there.
+
+    Parameters
+    ----------
+    mapper : BinMapper
+        Unfitted (configured) mapper, or a fitted one to reuse (warm start).
+    class_weight : dict, "balanced" or None
+        Folded into the blocks' weights ("balanced_subsample" is applied per tree instead).
+
+    Returns
+    -------
+    TrainingData
+    """
+    if n_blocks is None:
+        n_blocks = max(1, len(client.scheduler_info()["workers"]))
+    x_blocks, y_blocks, w_blocks, lengths, meta, is_dask = input_blocks(
+        client, X, y, sample_weight, n_blocks
+    )
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    labels = [
+        dask.delayed(_block_labels)(yb, wb, int(n), is_classifier)
+        for yb, wb, n in zip(y_blocks, w_blocks, lengths)
+    ]
+    labels = client.compute(labels, sync=True)
+    n_in_fit = sum(n for _, n in labels)
+    if n_in_fit < 2:
+        raise ValueError(f"X has {n_in_fit} sample with positive weight; at least 2 are needed")
+    classes = np.unique(np.concatenate([u for u, _ in labels])) if is_classifier else None
+
+    if not hasattr(mapper, "n_bins_non_missing_"):
+        mapper._set_columns(meta)
+        fraction = mapper.sampling_fraction(n_in_fit)
+        pieces = [
+            dask.delayed(_mapper_pieces)(mapper, xb, wb, int(first), fraction)
+            for xb, wb, first in zip(x_blocks, w_blocks, offsets[:-1])
+        ]
+        mapper = client.compute(dask.delayed(_fit_mapper)(mapper, *pieces), sync=True)
+    elif meta.shape[1] != mapper.n_features_in_:
+        raise ValueError(
+            f"X has {meta.shape[1]} features, but the model was fitted on {mapper.n_features_in_}"
+        )
+
+    class_weights = None
+    if is_classifier and class_weight not in (None, "balanced_subsample"):
+        counts = [dask.delayed(_class_counts)(yb, classes) for yb in y_blocks]
+        counts = np.sum(client.compute(counts, sync=True), axis=0)
+        class_weights = _class_weight_vector(class_weight, classes, counts)
+
+    binned = [
+        dask.delayed(_bin_block)(mapper, xb, yb, wb, int(first), classes, class_weights)
+        for xb, yb, wb, first in zip(x_blocks, y_blocks, w_blocks, offsets[:-1])
+    ]
+    parts = client.compute(binned)
+    return TrainingData(parts, offsets, mapper, classes, is_dask, tuple(int(n) for n in lengths))
+
+
+def _class_weight_vector(class_weight, classes, counts):
+    """Weight of each class: scikit-learn's "balanced" (n / (K * count_k)) or a dict."""
+    if class_weight == "balanced":
+        return counts.sum() / (len(classes) * np.maximum(counts, 1))
+    if isinstance(class_weight, dict):
+        unknown = set(class_weight) - set(classes.tolist())
+        if unknown:
+            raise ValueError(f"class_weight: {sorted(unknown)!r} are not classes of y {classes.tolist()}")
+        return np.array([float(class_weight.get(c, 1.0)) for c in classes.tolist()])
+    raise ValueError(
+        f'class_weight must be a dict, "balanced", "balanced_subsample" or None, got {class_weight!r}'
+    )

@@ -1,0 +1,98 @@
+"""Reductions over the binned blocks: out-of-bag votes, score and curve; permutation importance.
+
+Every block recomputes each tree's counts for its own rows (``sampling.tree_counts``), votes with
+the trees that did not sample a row, and returns small sums. Loss sums are exact
+(``forest.exact_sum``), so the totals the client adds up do not depend on how the rows were cut.
+"""
+
+import operator
+
+import dask.array as da
+import numpy as np
+
+from ..forest import add_oob_votes, exact_sum, from_exact, misclassified
+from ..sampling import tree_counts
+
+
+def oob_block(forest, block, seed, lam, voting, classification):
+    """Out-of-bag votes of one block and its part of the OOB curve and score.
+
+    Returns
+    -------
+    votes : ndarray (n_rows, n_values)
+    n_oob : ndarray (n_rows,)
+    curve : list of (loss, n_scored) per tree; losses are misclassification counts or exact
+        sums of squared errors
+    y_sums : (exact sum of y, exact sum of y**2) over the scored rows (regression's R²)
+    """
+    n = len(block.y)
+    votes = np.zeros((n, forest.values.shape[1]))
+    n_oob = np.zeros(n)
+    counts = np.empty(n)
+    curve = []
+    for t in range(forest.n_trees):
+        tree_counts(seed, t, block.first_row, lam, counts)
+        add_oob_votes(block.codes, forest.nodes, forest.bitsets, forest.roots[t], forest.values,
+                      voting, counts, votes, n_oob)
+        if classification:
+            errors, scored = misclassified(votes, n_oob, block.y)
+            curve.append((int(errors), int(scored)))
+        else:
+            scored = n_oob > 0
+            residuals = votes[scored, 0] / n_oob[scored] - block.y[scored]
+            curve.append((exact_sum(residuals * residuals), int(scored.sum())))
+    scored = n_oob > 0
+    y_sums = (exact_sum(block.y[scored]), exact_sum(block.y[scored] ** 2))
+    return votes, n_oob, curve, y_sums
+
+
+def _decision(result):
+    votes, n_oob = result[0], result[1]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return votes / n_oob[:, None]
+
+
+def oob_estimates(client, data, forest, seed, lam, voting, classification):
+    """Out-of-bag decision function (NaN for rows never out of bag), score and curve.
+
+    Returns
+    -------
+    decision : ndarray, or dask array when the input was a dask collection
+        Mean out-of-bag vote per row, shape (n_rows, n_values).
+    score : float
+        Accuracy (classification) or R² (regression) over rows with an out-of-bag vote.
+    curve : ndarray (n_trees,)
+        Error after 1, 2, ... trees: misclassification rate or mean squared error.
+    """
+    forest_future = client.scatter(forest, hash=False)
+    results = [
+        client.submit(oob_block, forest_future, part, seed, lam, voting, classification,
+                      pure=False)
+        for part in data.parts
+    ]
+    summaries = client.gather([client.submit(operator.itemgetter(2, 3), r) for r in results])
+    losses = [sum(block[0][t][0] for block in summaries) for t in range(forest.n_trees)]
+    scored = np.array([sum(block[0][t][1] for block in summaries) for t in range(forest.n_trees)])
+    with np.errstate(invalid="ignore", divide="ignore"):
+        if classification:
+            curve = np.array(losses, dtype=np.float64) / scored
+        else:
+            curve = np.array([from_exact(loss) for loss in losses]) / scored
+    n_scored = scored[-1]
+    if classification:
+        score = 1.0 - curve[-1]
+    else:
+        sum_y = from_exact(sum(block[1][0] for block in summaries))
+        sum_y2 = from_exact(sum(block[1][1] for block in summaries))
+        total = sum_y2 - sum_y * sum_y / n_scored
+        score = 1.0 - from_exact(losses[-1]) / total
+    decisions = [client.submit(_decision, r) for r in results]
+    n_values = forest.values.shape[1]
+    if data.is_dask:
+        decision = da.concatenate([
+            da.from_delayed(d, shape=(n, n_values), dtype=np.float64)
+            for d, n in zip(decisions, data.row_chunks)
+        ])
+    else:
+        decision = np.concatenate(client.gather(decisions))
+    return decision, float(score), curve

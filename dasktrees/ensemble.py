@@ -1,0 +1,436 @@
+"""Forest estimators: random forests, extra-trees and bagging of CART trees on Dask.
+
+Each estimator validates, bins the data on the cluster (``distributed.data``), submits the tree
+tasks (``distributed.train``), and computes out-of-bag estimates by reductions over the blocks
+(``distributed.reductions``). Only bin edges, trees and small sums come back to the client.
+"""
+
+import numbers
+
+import dask.array as da
+import dask.dataframe as dd
+import numpy as np
+from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
+from sklearn.utils import check_random_state
+from sklearn.utils.validation import check_is_fitted
+
+from ._params import check_tree_params, resolve_max_features
+from ._validation import check_2d
+from .binning import BinMapper
+from .distributed.client import client_for
+from .distributed.data import is_dask_collection, prepare
+from .distributed.reductions import oob_estimates
+from .distributed.train import ForestSpec, grow_forest
+from .estimators import DecisionTreeClassifier, DecisionTreeRegressor
+from .forest import HARD, SOFT, Forest
+from .sampling import sampling_rate
+
+_TREE_PARAMS = (
+    "criterion", "max_depth", "min_samples_split", "min_samples_leaf",
+    "min_weight_fraction_leaf", "max_features", "max_leaf_nodes", "min_impurity_decrease",
+    "max_bins", "categorical_features",
+)
+
+
+class BaseForest(BaseEstimator):
+    """Shared fit logic of the forest estimators (not for direct use)."""
+
+    _tree_class = None
+    _splitter = "best"
+
+    def _check_forest_params(self):
+        if not isinstance(self.n_estimators, numbers.Integral) or self.n_estimators < 1:
+            raise ValueError(f"n_estimators must be an int >= 1, got {self.n_estimators!r}")
+        if not isinstance(self.bootstrap, (bool, np.bool_)):
+            raise ValueError(f"bootstrap must be True or False, got {self.bootstrap!r}")
+        if self.oob_score and not (self.bootstrap or self.max_samples is not None):
+            raise ValueError("oob_score needs bootstrap=True or max_samples: every row is in bag")
+        if not (isinstance(self.oob_score, bool) or callable(self.oob_score)):
+            raise ValueError(f"oob_score must be a bool or a callable, got {self.oob_score!r}")
+        if self.trees_per_task is not None and (
+            not isinstance(self.trees_per_task, numbers.Integral) or self.trees_per_task < 1
+        ):
+            raise ValueError(f"trees_per_task must be None or an int >= 1, got {self.trees_per_task!r}")
+
+    def _fit(self, X, y, sample_weight, is_classifier):
+        self._check_forest_params()
+        if not is_dask_collection(X):
+            X = check_2d(X)
+        n_features = X.shape[1]
+        warm = self.warm_start and hasattr(self, "estimators_")
+        n_existing = len(self.estimators_) if warm else 0
+        if n_existing > self.n_estimators:
+            raise ValueError(
+                f"n_estimators={self.n_estimators} must be at least the {n_existing} trees "
+                "already fitted with warm_start=True"
+            )
+        if not warm:
+            self._seed = int(check_random_state(self.random_state).randint(np.iinfo(np.int32).max))
+        class_weight = getattr(self, "class_weight", None)
+        # Fail on bad parameters before any work reaches the cluster (resolved again below,
+        # once the number of rows is known).
+        check_tree_params(_TreeParamView(self), 2, n_features, is_classifier)
+        with client_for(self.client) as client:
+            mapper = self.bin_mapper_ if warm else BinMapper(
+                max_bins=self.max_bins, categorical_features=self.categorical_features,
+                random_state=self._seed,
+            )
+            data = prepare(client, X, y, sample_weight, mapper=mapper, is_classifier=is_classifier,
+                           class_weight=class_weight, n_blocks=self.n_blocks)
+            params = check_tree_params(_TreeParamView(self), data.n_rows, n_features, is_classifier)
+            n_classes = len(data.classes) if is_classifier else 1
+            spec = ForestSpec(
+                params=params, bins=data.bin_mapper.kernel_arrays(), n_classes=n_classes,
+                seed=self._seed, lam=sampling_rate(self.bootstrap, self.max_samples, data.n_rows),
+                n_features_tree=(n_features if self.max_features_tree is None else
+                                 resolve_max_features(self.max_features_tree, n_features,
+                                                      "max_features_tree")),
+                balanced_subsample=class_weight == "balanced_subsample",
+            )
+            new_trees = grow_forest(
+                client, data, spec, list(range(n_existing, self.n_estimators)),
+                self.trees_per_task,
+            )
+            self._set_fitted(data, params, new_trees, warm, is_classifier)
+            if self.oob_score:
+                self._set_oob(client, data, spec.lam, is_classifier)
+        return self
+
+    def _set_fitted(self, data, params, new_trees, warm, is_classifier):
+        self.bin_mapper_ = data.bin_mapper
+        self.n_features_in_ = data.bin_mapper.n_features_in_
+        if data.bin_mapper.feature_names_in_ is not None:
+            self.feature_names_in_ = data.bin_mapper.feature_names_in_
+        self.max_features_ = params.max_features
+        self.n_outputs_ = 1
+        if is_classifier:
+            self.classes_ = data.classes
+            self.n_classes_ = len(data.classes)
+        trees = [self._wrap(tree) for tree in new_trees]
+        self.estimators_ = (self.estimators_ if warm else []) + trees
+        self._forest = None
+
+    def _wrap(self, tree):
+        """A fitted single-tree estimator around a grown tree (for ``estimators_``)."""
+        est = self._tree_class(
+            splitter=self._splitter, **{name: getattr(self, name) for name in _TREE_PARAMS}
+        )
+        est.tree_ = tree
+        est.bin_mapper_ = self.bin_mapper_
+        est.n_features_in_ = self.n_features_in_
+        if hasattr(self, "feature_names_in_"):
+            est.feature_names_in_ = self.feature_names_in_
+        est.max_features_ = self.max_features_
+        est.n_outputs_ = 1
+        if hasattr(self, "classes_"):
+            est.classes_ = self.classes_
+            est.n_classes_ = self.n_classes_
+        return est
+
+    @property
+    def forest_(self):
+        """The trees packed for prediction (``forest.Forest``)."""
+        check_is_fitted(self, "estimators_")
+        if getattr(self, "_forest", None) is None:
+            self._forest = Forest([est.tree_ for est in self.estimators_])
+        return self._forest
+
+    @property
+    def feature_importances_(self):
+        """Mean decrease in impurity, averaged over the trees (each tree's normalized)."""
+        return self._tree_importances().mean(axis=0)
+
+    @property
+    def feature_importances_std_(self):
+        """Standard deviation of the trees' mean decrease in impurity."""
+        return self._tree_importances().std(axis=0)
+
+    def _tree_importances(self):
+        check_is_fitted(self, "estimators_")
+        return np.array([est.tree_.compute_feature_importances() for est in self.estimators_])
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state["_forest"] = None  # derived again on use
+        state["client"] = None  # a client is never pickled
+        return state
+
+    # ---- prediction ----------------------------------------------------------------------------
+
+    def _votes(self, X, voting):
+        """Mean vote per row: ndarray for local X, dask array for dask X."""
+        forest = self.forest_
+        if isinstance(X, dd.DataFrame):
+            X = X.to_dask_array(lengths=True)
+        if isinstance(X, da.Array):
+            if X.ndim != 2 or X.shape[1] != self.n_features_in_:
+                raise ValueError(
+                    f"X has shape {X.shape}, but {type(self).__name__} is expecting "
+                    f"{self.n_features_in_} features"
+                )
+            X = X.rechunk({1: -1})
+            n_values = forest.values.shape[1]
+            return X.map_blocks(
+                _vote_block, self.bin_mapper_, forest, voting, dtype=np.float64,
+                chunks=(X.chunks[0], (n_values,)),
+            )
+        X = check_2d(X)
+        check_is_fitted(self, "estimators_")
+        return forest.vote(self.bin_mapper_.encode(X), voting)
+
+
+def _scored_rows(client, data, decision):
+    """Targets and out-of-bag decisions of the rows with an out-of-bag vote, on the client
+    (what a callable ``oob_score`` needs; this gathers two values per row)."""
+    y_true = np.concatenate(client.gather([client.submit(lambda b: b.y, p) for p in data.parts]))
+    decision = np.asarray(decision)
+    scored = ~np.isnan(decision).any(axis=1)
+    return y_true[scored], decision[scored]
+
+
+def _vote_block(block, mapper, forest, voting):
+    return forest.vote(mapper.encode(block), voting)
+
+
+def _median_block(block, mapper, forest):
+    return np.median(forest.tree_predictions(mapper.encode(block)), axis=1)
+
+
+class _TreeParamView:
+    """The forest's tree parameters, named as ``check_tree_params`` reads them."""
+
+    def __init__(self, forest):
+        for name in _TREE_PARAMS:
+            setattr(self, name, getattr(forest, name))
+        self.splitter = forest._splitter
+
+
+# ---- the estimators ----------------------------------------------------------------------------
+
+_FOREST_DOC = """
+    Each tree is grown on Poisson(1) bootstrap counts of the rows (``bootstrap=True``), or
+    Poisson(max_samples / n) counts, keyed by (random_state, tree, global row id), as one Dask task
+    per batch of trees. Inputs may be numpy, pandas, dask.array or dask.dataframe; predicting on a
+    dask collection returns a dask collection.
+
+    Parameters
+    ----------
+    n_estimators : int, default=100
+    criterion, max_depth, min_samples_split, min_samples_leaf, min_weight_fraction_leaf,
+    max_leaf_nodes, min_impurity_decrease, max_bins, categorical_features :
+        As for the single trees.
+    max_features : {"sqrt", "log2"}, int, float or None
+        Features drawn at each node.
+    max_features_tree : {"sqrt", "log2"}, int, float or None, default=None
+        Features a tree may use at all, drawn once per tree (random subspaces); None: all.
+    bootstrap : bool, default=True
+    max_samples : int or float, default=None
+        Expected rows drawn per tree (Poisson counts with mean max_samples / n).
+    oob_score : bool or callable, default=False
+        Compute out-of-bag estimates; a callable ``score(y_true, y_pred)`` replaces the
+        default accuracy / R² (and gathers y and the predictions to the client).
+    random_state : int, RandomState or None
+    warm_start : bool, default=False
+        Keep the fitted trees and grow only the missing ones (same data expected).
+    client : distributed.Client, default=None
+        The cluster to use; None: the default client, else a LocalCluster for the call.
+    trees_per_task : int, default=None
+        Trees grown by one task; None: about four tasks per worker.
+    n_blocks : int, default=None
+        Blocks to cut numpy / pandas input into; None: one per worker. Dask input keeps its
+        partitions.
+"""
+
+
+class _ForestClassifierMixin(ClassifierMixin):
+    def fit(self, X, y, sample_weight=None):
+        """Grow the forest on X and class labels y (numpy, pandas or dask)."""
+        if self.voting not in ("soft", "hard"):
+            raise ValueError(f'voting must be "soft" or "hard", got {self.voting!r}')
+        return self._fit(X, y, sample_weight, is_classifier=True)
+
+    def _voting_code(self):
+        return SOFT if self.voting == "soft" else HARD
+
+    def predict_proba(self, X):
+        """Mean class probability over trees (soft) or share of tree votes (hard)."""
+        return self._votes(X, self._voting_code())
+
+    def predict(self, X):
+        """The class with the largest mean probability (soft) or most votes (hard)."""
+        proba = self.predict_proba(X)
+        if isinstance(proba, da.Array):
+            return proba.map_blocks(
+                lambda p: self.classes_.take(np.argmax(p, axis=1)), drop_axis=1,
+                dtype=self.classes_.dtype,
+            )
+        return self.classes_.take(np.argmax(proba, axis=1))
+
+    def _set_oob(self, client, data, lam, is_classifier):
+        decision, score, curve = oob_estimates(
+            client, data, self.forest_, self._seed, lam, self._voting_code(), True
+        )
+        self.oob_decision_function_ = decision
+        self.oob_curve_ = curve
+        self.oob_score_ = score
+        if callable(self.oob_score):
+            y_true, decision = _scored_rows(client, data, decision)
+            self.oob_score_ = self.oob_score(
+                self.classes_.take(y_true.astype(np.int64)),
+                self.classes_.take(np.argmax(decision, axis=1)),
+            )
+
+
+class _ForestRegressorMixin(RegressorMixin):
+    def fit(self, X, y, sample_weight=None):
+        """Grow the forest on X and numeric targets y (numpy, pandas or dask)."""
+        if self.aggregation not in ("mean", "median"):
+            raise ValueError(f'aggregation must be "mean" or "median", got {self.aggregation!r}')
+        return self._fit(X, y, sample_weight, is_classifier=False)
+
+    def predict(self, X):
+        """Mean (or, with aggregation="median", median) of the trees' predictions."""
+        if self.aggregation == "mean":
+            votes = self._votes(X, SOFT)
+            return votes[:, 0]
+        forest = self.forest_
+        if isinstance(X, dd.DataFrame):
+            X = X.to_dask_array(lengths=True)
+        if isinstance(X, da.Array):
+            return X.rechunk({1: -1}).map_blocks(
+                _median_block, self.bin_mapper_, forest, drop_axis=1, dtype=np.float64
+            )
+        return np.median(forest.tree_predictions(self.bin_mapper_.encode(check_2d(X))), axis=1)
+
+    def _set_oob(self, client, data, lam, is_classifier):
+        decision, score, curve = oob_estimates(client, data, self.forest_, self._seed, lam, SOFT, False)
+        self.oob_prediction_ = decision[:, 0]
+        self.oob_curve_ = curve
+        self.oob_score_ = score
+        if callable(self.oob_score):
+            y_true, decision = _scored_rows(client, data, decision)
+            self.oob_score_ = self.oob_score(y_true, decision[:, 0])
+
+
+def _forest_init(self, n_estimators, criterion, max_depth, min_samples_split, min_samples_leaf,
+                 min_weight_fraction_leaf, max_features, max_features_tree, max_leaf_nodes,
+                 min_impurity_decrease, bootstrap, max_samples, oob_score, random_state,
+                 warm_start, max_bins, categorical_features, client, trees_per_task, n_blocks):
+    self.n_estimators = n_estimators
+    self.criterion = criterion
+    self.max_depth = max_depth
+    self.min_samples_split = min_samples_split
+    self.min_samples_leaf = min_samples_leaf
+    self.min_weight_fraction_leaf = min_weight_fraction_leaf
+    self.max_features = max_features
+    self.max_features_tree = max_features_tree
+    self.max_leaf_nodes = max_leaf_nodes
+    self.min_impurity_decrease = min_impurity_decrease
+    self.bootstrap = bootstrap
+    self.max_samples = max_samples
+    self.oob_score = oob_score
+    self.random_state = random_state
+    self.warm_start = warm_start
+    self.max_bins = max_bins
+    self.categorical_features = categorical_features
+    self.client = client
+    self.trees_per_task = trees_per_task
+    self.n_blocks = n_blocks
+
+
+class RandomForestClassifier(_ForestClassifierMixin, BaseForest):
+    __doc__ = "A random forest classifier (Breiman 2001) on Dask.\n" + _FOREST_DOC + """
+    criterion : {"gini", "entropy", "log_loss", "gain_ratio", "misclassification"}
+    class_weight : dict, "balanced", "balanced_subsample" or None
+        "balanced_subsample" re-balances each tree's in-bag counts.
+    voting : {"soft", "hard"}, default="soft"
+        Mean class probability over trees, or the seeds' majority vote.
+    """
+    _tree_class = DecisionTreeClassifier
+
+    def __init__(self, n_estimators=100, *, criterion="gini", max_depth=None,
+                 min_samples_split=2, min_samples_leaf=1, min_weight_fraction_leaf=0.0,
+                 max_features="sqrt", max_features_tree=None, max_leaf_nodes=None,
+                 min_impurity_decrease=0.0, bootstrap=True, max_samples=None, oob_score=False,
+                 random_state=None, warm_start=False, class_weight=None, voting="soft",
+                 max_bins=255, categorical_features=None, client=None, trees_per_task=None,
+                 n_blocks=None):
+        _forest_init(self, n_estimators, criterion, max_depth, min_samples_split,
+                     min_samples_leaf, min_weight_fraction_leaf, max_features, max_features_tree,
+                     max_leaf_nodes, min_impurity_decrease, bootstrap, max_samples, oob_score,
+                     random_state, warm_start, max_bins, categorical_features, client,
+                     trees_per_task, n_blocks)
+        self.class_weight = class_weight
+        self.voting = voting
+
+
+class ExtraTreesClassifier(RandomForestClassifier):
+    __doc__ = ("Extremely randomized trees (Geurts et al. 2006) on Dask: one random threshold "
+               "per candidate feature, no bootstrap by default.\n" + _FOREST_DOC)
+    _splitter = "random"
+
+    def __init__(self, n_estimators=100, *, criterion="gini", max_depth=None,
+                 min_samples_split=2, min_samples_leaf=1, min_weight_fraction_leaf=0.0,
+                 max_features="sqrt", max_features_tree=None, max_leaf_nodes=None,
+                 min_impurity_decrease=0.0, bootstrap=False, max_samples=None, oob_score=False,
+                 random_state=None, warm_start=False, class_weight=None, voting="soft",
+                 max_bins=255, categorical_features=None, client=None, trees_per_task=None,
+                 n_blocks=None):
+        super().__init__(
+            n_estimators, criterion=criterion, max_depth=max_depth,
+            min_samples_split=min_samples_split, min_samples_leaf=min_samples_leaf,
+            min_weight_fraction_leaf=min_weight_fraction_leaf, max_features=max_features,
+            max_features_tree=max_features_tree, max_leaf_nodes=max_leaf_nodes,
+            min_impurity_decrease=min_impurity_decrease, bootstrap=bootstrap,
+            max_samples=max_samples, oob_score=oob_score, random_state=random_state,
+            warm_start=warm_start, class_weight=class_weight, voting=voting, max_bins=max_bins,
+            categorical_features=categorical_features, client=client,
+            trees_per_task=trees_per_task, n_blocks=n_blocks,
+        )
+
+
+class RandomForestRegressor(_ForestRegressorMixin, BaseForest):
+    __doc__ = "A random forest regressor (Breiman 2001) on Dask.\n" + _FOREST_DOC + """
+    criterion : {"squared_error"}
+    max_features : default=1.0 (all features at every node, as scikit-learn)
+    aggregation : {"mean", "median"}, default="mean"
+        Mean of the trees' predictions, or their median (the seeds' "bragging").
+    """
+    _tree_class = DecisionTreeRegressor
+
+    def __init__(self, n_estimators=100, *, criterion="squared_error", max_depth=None,
+                 min_samples_split=2, min_samples_leaf=1, min_weight_fraction_leaf=0.0,
+                 max_features=1.0, max_features_tree=None, max_leaf_nodes=None,
+                 min_impurity_decrease=0.0, bootstrap=True, max_samples=None, oob_score=False,
+                 random_state=None, warm_start=False, aggregation="mean", max_bins=255,
+                 categorical_features=None, client=None, trees_per_task=None, n_blocks=None):
+        _forest_init(self, n_estimators, criterion, max_depth, min_samples_split,
+                     min_samples_leaf, min_weight_fraction_leaf, max_features, max_features_tree,
+                     max_leaf_nodes, min_impurity_decrease, bootstrap, max_samples, oob_score,
+                     random_state, warm_start, max_bins, categorical_features, client,
+                     trees_per_task, n_blocks)
+        self.aggregation = aggregation
+
+
+class ExtraTreesRegressor(RandomForestRegressor):
+    __doc__ = ("Extremely randomized trees (Geurts et al. 2006) regressor on Dask.\n"
+               + _FOREST_DOC)
+    _splitter = "random"
+
+    def __init__(self, n_estimators=100, *, criterion="squared_error", max_depth=None,
+                 min_samples_split=2, min_samples_leaf=1, min_weight_fraction_leaf=0.0,
+                 max_features=1.0, max_features_tree=None, max_leaf_nodes=None,
+                 min_impurity_decrease=0.0, bootstrap=False, max_samples=None, oob_score=False,
+                 random_state=None, warm_start=False, aggregation="mean", max_bins=255,
+                 categorical_features=None, client=None, trees_per_task=None, n_blocks=None):
+        super().__init__(
+            n_estimators, criterion=criterion, max_depth=max_depth,
+            min_samples_split=min_samples_split, min_samples_leaf=min_samples_leaf,
+            min_weight_fraction_leaf=min_weight_fraction_leaf, max_features=max_features,
+            max_features_tree=max_features_tree, max_leaf_nodes=max_leaf_nodes,
+            min_impurity_decrease=min_impurity_decrease, bootstrap=bootstrap,
+            max_samples=max_samples, oob_score=oob_score, random_state=random_state,
+            warm_start=warm_start, aggregation=aggregation, max_bins=max_bins,
+            categorical_features=categorical_features, client=client,
+            trees_per_task=trees_per_task, n_blocks=n_blocks,
+        )
