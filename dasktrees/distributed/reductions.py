@@ -46,6 +46,10 @@ def oob_block(forest, block, seed, lam, voting, classification):
     return votes, n_oob, curve, y_sums
 
 
+def _identity(value):
+    return value
+
+
 def _decision(result):
     votes, n_oob = result[0], result[1]
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -64,7 +68,9 @@ def oob_estimates(client, data, forest, seed, lam, voting, classification):
     curve : ndarray (n_trees,)
         Error after 1, 2, ... trees: misclassification rate or mean squared error.
     """
-    forest_future = client.scatter(forest, hash=False)
+    # A task rather than scatter: scattered data dies with its worker, a task's result is
+    # recomputed from its spec.
+    forest_future = client.submit(_identity, forest, pure=False)
     results = [
         client.submit(oob_block, forest_future, part, seed, lam, voting, classification,
                       pure=False)

@@ -1,0 +1,78 @@
+"""Faults: a worker dies in the middle of a fit (each test has its own cluster)."""
+
+import os
+import threading
+import time
+
+import dask
+import numpy as np
+import pytest
+from distributed import Client, KilledWorker, LocalCluster
+from sklearn.datasets import make_classification
+
+from dasktrees import RandomForestClassifier
+
+
+@pytest.fixture
+def fault_cluster():
+    with dask.config.set({"distributed.scheduler.allowed-failures": 2}):
+        with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                          dashboard_address=":0") as cluster, \
+                Client(cluster, set_as_default=False) as client:
+            yield client
+
+
+def kill_a_worker_once_trees_run(client, done, killed):
+    """Wait until a tree task is running, then os._exit the worker running it."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not done.is_set():
+        processing = client.processing()
+        busy = [w for w, keys in processing.items() if any("dasktrees-trees" in k for k in keys)]
+        if busy:
+            time.sleep(0.3)  # let the task get into the growth
+            killed.append(busy[0])
+            try:
+                client.run(os._exit, 1, workers=[busy[0]], nanny=False)
+            except Exception:  # noqa: BLE001 - the worker dies before it can answer
+                pass
+            return
+        time.sleep(0.05)
+
+
+def test_fit_survives_a_killed_worker_and_equals_the_fit_without_fault(fault_cluster):
+    X, y = make_classification(n_samples=30_000, n_features=20, random_state=0)
+    params = dict(n_estimators=16, oob_score=True, random_state=0, trees_per_task=2,
+                  client=fault_cluster)
+    done = threading.Event()
+    killed = []
+    killer = threading.Thread(target=kill_a_worker_once_trees_run, args=(fault_cluster, done, killed))
+    killer.start()
+    faulty = RandomForestClassifier(**params).fit(X, y)
+    done.set()
+    killer.join()
+    assert killed, "the test must really kill a worker mid-fit"
+    clean = RandomForestClassifier(**params).fit(X, y)
+    for a, b in zip(faulty.estimators_, clean.estimators_):
+        np.testing.assert_array_equal(a.tree_.threshold, b.tree_.threshold)
+        np.testing.assert_array_equal(a.tree_.value, b.tree_.value)
+    assert faulty.oob_score_ == clean.oob_score_
+    np.testing.assert_array_equal(faulty.predict_proba(X), clean.predict_proba(X))
+
+
+def _exit_the_worker(array):
+    """A task that kills the worker process running it, every time."""
+    os._exit(1)
+
+
+def test_a_task_that_keeps_killing_workers_fails_clearly_in_bounded_time(fault_cluster):
+    X, y = make_classification(n_samples=500, n_features=5, random_state=0)
+    start = time.monotonic()
+    with pytest.raises(KilledWorker, match="worker"):
+        RandomForestClassifier(n_estimators=4, client=fault_cluster).fit(_poisoned(X), y)
+    assert time.monotonic() - start < 120
+
+
+def _poisoned(X):
+    import dask.array as da
+
+    return da.from_delayed(dask.delayed(_exit_the_worker)(X), shape=X.shape, dtype=X.dtype)
