@@ -10,7 +10,7 @@ import numbers
 import dask.array as da
 import dask.dataframe as dd
 import numpy as np
-from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
+from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin, clone
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted
 
@@ -148,6 +148,13 @@ class BaseForest(BaseEstimator):
     def _tree_importances(self):
         check_is_fitted(self, "estimators_")
         return np.array([est.tree_.compute_feature_importances() for est in self.estimators_])
+
+    def __sklearn_clone__(self):
+        """A clone shares the client (a client cannot be copied); other parameters are cloned
+        as scikit-learn does."""
+        params = self.get_params(deep=False)
+        client = params.pop("client")
+        return type(self)(client=client, **{k: clone(v, safe=False) for k, v in params.items()})
 
     def __getstate__(self):
         state = dict(self.__dict__)
