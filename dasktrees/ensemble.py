@@ -87,9 +87,9 @@ class BaseForest(BaseEstimator):
                                                       "max_features_tree")),
                 balanced_subsample=class_weight == "balanced_subsample",
             )
-            new_trees = grow_forest(
+            new_trees, self.mode_ = grow_forest(
                 client, data, spec, list(range(n_existing, self.n_estimators)),
-                self.trees_per_task,
+                self.trees_per_task, self.mode,
             )
             self._set_fitted(data, params, new_trees, warm, is_classifier)
             if self.oob_score:
@@ -246,6 +246,26 @@ _FOREST_DOC = """
     n_blocks : int, default=None
         Blocks to cut numpy / pandas input into; None: one per worker. Dask input keeps its
         partitions.
+    mode : {"auto", "replicated", "sampled"}, default="auto"
+        How tree tasks get their rows (see docs/forests.md): every binned block, or only the
+        rows each tree draws, extracted where the blocks live. "auto" samples when trees draw
+        under half the rows or the binned table would take over a quarter of a worker's memory.
+
+    Attributes
+    ----------
+    estimators_ : list of DecisionTreeClassifier or DecisionTreeRegressor
+    classes_, n_classes_ : classifiers only
+    n_features_in_, feature_names_in_, max_features_ :
+    feature_importances_, feature_importances_std_ : ndarray of shape (n_features,)
+        Mean decrease in impurity, mean and standard deviation over the trees.
+    oob_score_, oob_curve_ : float and ndarray of shape (n_estimators,)
+        With ``oob_score``: accuracy / R² of the out-of-bag votes, and the out-of-bag error
+        (misclassification rate / mean squared error) after 1, 2, ... trees.
+    oob_decision_function_ (classifiers), oob_prediction_ (regressors) :
+        Out-of-bag mean vote per row (NaN for a row no tree left out); a dask array when the
+        input was a dask collection.
+    mode_ : str
+        The mode the fit used.
 """
 
 
@@ -322,7 +342,8 @@ class _ForestRegressorMixin(RegressorMixin):
 def _forest_init(self, n_estimators, criterion, max_depth, min_samples_split, min_samples_leaf,
                  min_weight_fraction_leaf, max_features, max_features_tree, max_leaf_nodes,
                  min_impurity_decrease, bootstrap, max_samples, oob_score, random_state,
-                 warm_start, max_bins, categorical_features, client, trees_per_task, n_blocks):
+                 warm_start, max_bins, categorical_features, client, trees_per_task, n_blocks,
+                 mode):
     self.n_estimators = n_estimators
     self.criterion = criterion
     self.max_depth = max_depth
@@ -343,6 +364,7 @@ def _forest_init(self, n_estimators, criterion, max_depth, min_samples_split, mi
     self.client = client
     self.trees_per_task = trees_per_task
     self.n_blocks = n_blocks
+    self.mode = mode
 
 
 class RandomForestClassifier(_ForestClassifierMixin, BaseForest):
@@ -361,12 +383,12 @@ class RandomForestClassifier(_ForestClassifierMixin, BaseForest):
                  min_impurity_decrease=0.0, bootstrap=True, max_samples=None, oob_score=False,
                  random_state=None, warm_start=False, class_weight=None, voting="soft",
                  max_bins=255, categorical_features=None, client=None, trees_per_task=None,
-                 n_blocks=None):
+                 n_blocks=None, mode="auto"):
         _forest_init(self, n_estimators, criterion, max_depth, min_samples_split,
                      min_samples_leaf, min_weight_fraction_leaf, max_features, max_features_tree,
                      max_leaf_nodes, min_impurity_decrease, bootstrap, max_samples, oob_score,
                      random_state, warm_start, max_bins, categorical_features, client,
-                     trees_per_task, n_blocks)
+                     trees_per_task, n_blocks, mode)
         self.class_weight = class_weight
         self.voting = voting
 
@@ -382,7 +404,7 @@ class ExtraTreesClassifier(RandomForestClassifier):
                  min_impurity_decrease=0.0, bootstrap=False, max_samples=None, oob_score=False,
                  random_state=None, warm_start=False, class_weight=None, voting="soft",
                  max_bins=255, categorical_features=None, client=None, trees_per_task=None,
-                 n_blocks=None):
+                 n_blocks=None, mode="auto"):
         super().__init__(
             n_estimators, criterion=criterion, max_depth=max_depth,
             min_samples_split=min_samples_split, min_samples_leaf=min_samples_leaf,
@@ -392,7 +414,7 @@ class ExtraTreesClassifier(RandomForestClassifier):
             max_samples=max_samples, oob_score=oob_score, random_state=random_state,
             warm_start=warm_start, class_weight=class_weight, voting=voting, max_bins=max_bins,
             categorical_features=categorical_features, client=client,
-            trees_per_task=trees_per_task, n_blocks=n_blocks,
+            trees_per_task=trees_per_task, n_blocks=n_blocks, mode=mode,
         )
 
 
@@ -410,12 +432,13 @@ class RandomForestRegressor(_ForestRegressorMixin, BaseForest):
                  max_features=1.0, max_features_tree=None, max_leaf_nodes=None,
                  min_impurity_decrease=0.0, bootstrap=True, max_samples=None, oob_score=False,
                  random_state=None, warm_start=False, aggregation="mean", max_bins=255,
-                 categorical_features=None, client=None, trees_per_task=None, n_blocks=None):
+                 categorical_features=None, client=None, trees_per_task=None, n_blocks=None,
+                 mode="auto"):
         _forest_init(self, n_estimators, criterion, max_depth, min_samples_split,
                      min_samples_leaf, min_weight_fraction_leaf, max_features, max_features_tree,
                      max_leaf_nodes, min_impurity_decrease, bootstrap, max_samples, oob_score,
                      random_state, warm_start, max_bins, categorical_features, client,
-                     trees_per_task, n_blocks)
+                     trees_per_task, n_blocks, mode)
         self.aggregation = aggregation
 
 
@@ -429,7 +452,8 @@ class ExtraTreesRegressor(RandomForestRegressor):
                  max_features=1.0, max_features_tree=None, max_leaf_nodes=None,
                  min_impurity_decrease=0.0, bootstrap=False, max_samples=None, oob_score=False,
                  random_state=None, warm_start=False, aggregation="mean", max_bins=255,
-                 categorical_features=None, client=None, trees_per_task=None, n_blocks=None):
+                 categorical_features=None, client=None, trees_per_task=None, n_blocks=None,
+                 mode="auto"):
         super().__init__(
             n_estimators, criterion=criterion, max_depth=max_depth,
             min_samples_split=min_samples_split, min_samples_leaf=min_samples_leaf,
@@ -439,5 +463,5 @@ class ExtraTreesRegressor(RandomForestRegressor):
             max_samples=max_samples, oob_score=oob_score, random_state=random_state,
             warm_start=warm_start, aggregation=aggregation, max_bins=max_bins,
             categorical_features=categorical_features, client=client,
-            trees_per_task=trees_per_task, n_blocks=n_blocks,
+            trees_per_task=trees_per_task, n_blocks=n_blocks, mode=mode,
         )

@@ -117,3 +117,22 @@ def test_dask_input_is_never_collected_to_the_client(client, monkeypatch):
     assert gathered, "the fit gathers bin edges, trees and sums"
     assert max(gathered) < data_bytes / 10, (max(gathered), data_bytes)
     assert model.oob_score_ > 0.9
+
+
+@pytest.mark.parametrize("params", [{"max_samples": 0.2}, {}, {"class_weight": "balanced_subsample"}])
+def test_sampled_and_replicated_modes_grow_the_same_forest(client, cancer, params):
+    X, y = cancer
+    forests = {
+        mode: RandomForestClassifier(n_estimators=8, random_state=5, mode=mode, client=client,
+                                     n_blocks=3, oob_score=True, **params).fit(X, y)
+        for mode in ("replicated", "sampled")
+    }
+    assert forests["sampled"].mode_ == "sampled" and forests["replicated"].mode_ == "replicated"
+    assert_same_forest(forests["replicated"], forests["sampled"], X)
+    auto = RandomForestClassifier(n_estimators=2, random_state=5, client=client, **params).fit(X, y)
+    assert auto.mode_ == ("sampled" if params.get("max_samples") else "replicated")
+
+
+def test_bad_mode(client, cancer):
+    with pytest.raises(ValueError, match="mode must be"):
+        RandomForestClassifier(n_estimators=2, mode="fast", client=client).fit(*cancer)

@@ -40,33 +40,60 @@ class ForestSpec:
     balanced_subsample: bool
 
 
-def tree_weights(spec, tree, y, w, first_row):
-    """Row weights of one tree: base weight x count, re-balanced per tree when asked."""
-    counts = np.empty(len(y))
-    tree_counts(spec.seed, tree, first_row, spec.lam, counts)
-    weights = w * counts
+def _stack(arrays):
+    return np.concatenate(arrays) if len(arrays) > 1 else arrays[0]
+
+
+def _grow_one(spec, tree, codes, y, weights, counts):
+    """Grow tree ``tree`` on rows weighted ``weights`` (base weight x count)."""
     if spec.balanced_subsample:
         classes = y.astype(np.int64)
         in_bag = np.bincount(classes, weights=counts, minlength=spec.n_classes)
         balance = counts.sum() / (spec.n_classes * np.maximum(in_bag, 1.0))
-        weights *= balance[classes]
-    return weights
+        weights = weights * balance[classes]
+    candidates = tree_subspace(spec.seed, tree, codes.shape[1], spec.n_features_tree)
+    return grow_tree(codes, y, weights, spec.bins, spec.params, spec.n_classes,
+                     tree_seed(spec.seed, tree), candidates)
 
 
 def grow_batch(spec, trees, *blocks):
-    """Grow ``trees`` (tree indices) on the stacked blocks; returns a list of tree.Tree."""
-    codes = np.concatenate([b.codes for b in blocks]) if len(blocks) > 1 else blocks[0].codes
-    y = np.concatenate([b.y for b in blocks]) if len(blocks) > 1 else blocks[0].y
-    w = np.concatenate([b.w for b in blocks]) if len(blocks) > 1 else blocks[0].w
-    first_row = blocks[0].first_row
+    """Replicated mode: grow ``trees`` (tree indices) on the stacked blocks."""
+    codes = _stack([b.codes for b in blocks])
+    y = _stack([b.y for b in blocks])
+    w = _stack([b.w for b in blocks])
+    counts = np.empty(len(y))
     grown = []
     for t in trees:
-        weights = tree_weights(spec, t, y, w, first_row)
-        candidates = tree_subspace(spec.seed, t, codes.shape[1], spec.n_features_tree)
-        grown.append(
-            grow_tree(codes, y, weights, spec.bins, spec.params, spec.n_classes,
-                      tree_seed(spec.seed, t), candidates)
-        )
+        tree_counts(spec.seed, t, blocks[0].first_row, spec.lam, counts)
+        grown.append(_grow_one(spec, t, codes, y, w * counts, counts))
+    return grown
+
+
+def extract_in_bag(spec, trees, block):
+    """Sampled mode, on the worker holding ``block``: the rows each tree draws from it.
+
+    Returns
+    -------
+    list of (codes, y, weights, counts), one per tree, of the rows with positive weight
+    """
+    counts = np.empty(len(block.y))
+    drawn = []
+    for t in trees:
+        tree_counts(spec.seed, t, block.first_row, spec.lam, counts)
+        weights = block.w * counts
+        rows = np.flatnonzero(weights > 0)
+        drawn.append((block.codes[rows], block.y[rows], weights[rows], counts[rows]))
+    return drawn
+
+
+def grow_sampled(spec, trees, *extracts):
+    """Sampled mode: grow each tree on the rows its blocks extracted, stacked in row order
+    (the same rows, order and weights as replicated mode, so the same tree)."""
+    grown = []
+    for k, t in enumerate(trees):
+        parts = [extract[k] for extract in extracts]
+        codes, y, weights, counts = (_stack([p[i] for p in parts]) for i in range(4))
+        grown.append(_grow_one(spec, t, codes, y, weights, counts))
     return grown
 
 
@@ -76,23 +103,50 @@ def default_trees_per_task(n_trees, n_workers):
     return max(1, int(np.ceil(n_trees / (4 * max(1, n_workers)))))
 
 
-def grow_forest(client, data, spec, tree_ids, trees_per_task=None, retries=1):
+def choose_mode(mode, data, lam, worker_memory):
+    """"replicated" or "sampled" for this fit (see the module docstring).
+
+    "auto" samples when trees draw under half the rows on average (Poisson mean below 0.5), or
+    when the stacked binned table would take more than a quarter of a worker's memory limit.
+    """
+    if mode in ("replicated", "sampled"):
+        return mode
+    if mode != "auto":
+        raise ValueError(f'mode must be "auto", "replicated" or "sampled", got {mode!r}')
+    table_bytes = data.n_rows * (data.bin_mapper.n_features_in_ + 16)  # codes, y and w
+    if 0.0 < lam < 0.5 or (worker_memory and table_bytes > worker_memory / 4):
+        return "sampled"
+    return "replicated"
+
+
+def grow_forest(client, data, spec, tree_ids, trees_per_task=None, mode="auto", retries=1):
     """Submit the tree tasks and gather their trees in tree order.
 
     Returns
     -------
-    list of tree.Tree
+    trees : list of tree.Tree
+    mode : str
+        The mode used.
     """
-    n_workers = len(client.scheduler_info()["workers"])
+    workers = client.scheduler_info()["workers"]
+    memory = min((w.get("memory_limit") or 0) for w in workers.values()) if workers else 0
+    mode = choose_mode(mode, data, spec.lam, memory)
     if trees_per_task is None:
-        trees_per_task = default_trees_per_task(len(tree_ids), n_workers)
+        trees_per_task = default_trees_per_task(len(tree_ids), len(workers))
     batches = [tree_ids[i : i + trees_per_task] for i in range(0, len(tree_ids), trees_per_task)]
     token = uuid.uuid4().hex[:8]
-    futures = [
-        client.submit(
-            grow_batch, spec, batch, *data.parts, key=f"dasktrees-trees-{batch[0]}-{token}",
-            retries=retries, pure=False,
-        )
-        for batch in batches
-    ]
-    return [tree for batch in client.gather(futures) for tree in batch]
+    futures = []
+    for batch in batches:
+        key = f"dasktrees-trees-{batch[0]}-{token}"
+        if mode == "replicated":
+            futures.append(client.submit(grow_batch, spec, batch, *data.parts, key=key,
+                                         retries=retries, pure=False))
+        else:
+            extracts = [
+                client.submit(extract_in_bag, spec, batch, part, retries=retries, pure=False,
+                              key=f"dasktrees-extract-{batch[0]}-{i}-{token}")
+                for i, part in enumerate(data.parts)
+            ]
+            futures.append(client.submit(grow_sampled, spec, batch, *extracts, key=key,
+                                         retries=retries, pure=False))
+    return [tree for batch in client.gather(futures) for tree in batch], mode
