@@ -19,7 +19,9 @@ from ._validation import check_2d
 from .binning import BinMapper
 from .distributed.client import client_for
 from .distributed.data import is_dask_collection, prepare
-from .distributed.reductions import oob_estimates
+from sklearn.utils import Bunch
+
+from .distributed.reductions import oob_estimates, permutation_importance
 from .distributed.train import ForestSpec, grow_forest
 from .estimators import DecisionTreeClassifier, DecisionTreeRegressor
 from .forest import HARD, SOFT, Forest
@@ -98,6 +100,7 @@ class BaseForest(BaseEstimator):
 
     def _set_fitted(self, data, params, new_trees, warm, is_classifier):
         self.bin_mapper_ = data.bin_mapper
+        self._n_rows = data.n_rows
         self.n_features_in_ = data.bin_mapper.n_features_in_
         if data.bin_mapper.feature_names_in_ is not None:
             self.feature_names_in_ = data.bin_mapper.feature_names_in_
@@ -148,6 +151,53 @@ class BaseForest(BaseEstimator):
     def _tree_importances(self):
         check_is_fitted(self, "estimators_")
         return np.array([est.tree_.compute_feature_importances() for est in self.estimators_])
+
+    def oob_permutation_importance(self, X, y, sample_weight=None, n_repeats=1,
+                                   random_state=None):
+        """Breiman's permutation importance on each tree's out-of-bag rows.
+
+        For each tree and feature, the feature is permuted among the tree's out-of-bag rows and
+        the increase of the tree's error (misclassification rate, or mean squared error) is
+        measured; importances average it over trees and repeats. It runs where the data lives:
+        each block permutes among its own rows, so unlike every other result the figures depend
+        (slightly) on how the rows are cut into blocks.
+
+        Parameters
+        ----------
+        X, y, sample_weight :
+            The training data, rows in the same order as in ``fit``: a tree's out-of-bag rows
+            are found again from their row ids, never stored.
+        n_repeats : int, default=1
+        random_state : int or None
+            Seed of the permutations.
+
+        Returns
+        -------
+        Bunch with ``importances_mean`` and ``importances_std`` (n_features,) and
+        ``importances`` (n_features, n_estimators * n_repeats).
+        """
+        check_is_fitted(self, "estimators_")
+        if not (self.bootstrap or self.max_samples is not None):
+            raise ValueError("oob_permutation_importance needs bootstrap=True or max_samples")
+        if not isinstance(n_repeats, numbers.Integral) or n_repeats < 1:
+            raise ValueError(f"n_repeats must be an int >= 1, got {n_repeats!r}")
+        is_classifier = hasattr(self, "classes_")
+        permutation_seed = int(check_random_state(random_state).randint(np.iinfo(np.int32).max))
+        with client_for(self.client) as client:
+            data = prepare(client, X, y, sample_weight, mapper=self.bin_mapper_,
+                           is_classifier=is_classifier,
+                           class_weight=getattr(self, "class_weight", None), n_blocks=self.n_blocks)
+            if data.n_rows != self._n_rows:
+                raise ValueError(
+                    f"X has {data.n_rows} rows but the forest was fitted on {self._n_rows}: "
+                    "pass the training data"
+                )
+            lam = sampling_rate(self.bootstrap, self.max_samples, data.n_rows)
+            increase = permutation_importance(client, data, self.forest_, self._seed, lam,
+                                              is_classifier, n_repeats, permutation_seed)
+        importances = increase.reshape(increase.shape[0], -1)
+        return Bunch(importances_mean=importances.mean(axis=1),
+                     importances_std=importances.std(axis=1), importances=importances)
 
     def __sklearn_clone__(self):
         """A clone shares the client (a client cannot be copied); other parameters are cloned

@@ -198,3 +198,23 @@ def exact_sum(values):
 def from_exact(total):
     """The float nearest to an ``exact_sum`` total."""
     return total / 2**1074
+
+
+@njit(cache=True, nogil=True)
+def tree_loss(codes, y, rows, nodes, bitsets, root, values, classification, feature, donors):
+    """One tree's summed loss over ``rows`` of a block of binned codes.
+
+    With ``feature >= 0``, row ``rows[k]`` reads that feature's code from row ``donors[k]``
+    instead of its own: a permutation of the feature among ``rows`` (Breiman 2001).
+    The loss is 0/1 misclassification of the tree's majority class, or the squared error.
+    """
+    total = 0.0
+    for k in range(rows.shape[0]):
+        i = rows[k]
+        code = np.int64(codes[donors[k], feature]) if feature >= 0 else 0
+        leaf = leaf_binned(codes, i, nodes, bitsets, root, feature, code)
+        if classification:
+            total += 0.0 if np.argmax(values[leaf]) == np.int64(y[i]) else 1.0
+        else:
+            total += (values[leaf, 0] - y[i]) ** 2
+    return total

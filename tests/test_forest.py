@@ -218,3 +218,25 @@ def test_without_a_client_a_local_cluster_is_started_and_closed(caplog):
         model = dt.RandomForestClassifier(n_estimators=4, random_state=0).fit(X, y)
     assert "started a LocalCluster" in caplog.text and "dashboard" in caplog.text
     assert model.score(X, y) > 0.95
+
+
+def test_oob_permutation_importance_finds_the_informative_features(client):
+    X, y = make_classification(n_samples=1500, n_features=6, n_informative=2, n_redundant=0,
+                               shuffle=False, random_state=0)
+    model = dt.RandomForestClassifier(n_estimators=20, random_state=0, client=client).fit(X, y)
+    result = model.oob_permutation_importance(X, y, n_repeats=2, random_state=0)
+    assert result.importances.shape == (6, 40)
+    assert result.importances_mean[:2].min() > 0.05
+    assert np.abs(result.importances_mean[2:]).max() < 0.02
+    np.testing.assert_allclose(result.importances_mean, result.importances.mean(axis=1))
+    again = model.oob_permutation_importance(X, y, n_repeats=2, random_state=0)
+    np.testing.assert_array_equal(again.importances, result.importances)
+
+
+def test_oob_permutation_importance_regression_and_bad_input(client):
+    X, y = load_diabetes(return_X_y=True)
+    model = dt.RandomForestRegressor(n_estimators=10, random_state=0, client=client).fit(X, y)
+    result = model.oob_permutation_importance(X, y)
+    assert result.importances_mean.argmax() in (2, 8)  # bmi or s5, diabetes' strongest
+    with pytest.raises(ValueError, match="pass the training data"):
+        model.oob_permutation_importance(X[:100], y[:100])

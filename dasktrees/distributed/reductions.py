@@ -10,7 +10,7 @@ import operator
 import dask.array as da
 import numpy as np
 
-from ..forest import add_oob_votes, exact_sum, from_exact, misclassified
+from ..forest import add_oob_votes, exact_sum, from_exact, misclassified, tree_loss
 from ..sampling import tree_counts
 
 
@@ -102,3 +102,62 @@ def oob_estimates(client, data, forest, seed, lam, voting, classification):
     else:
         decision = np.concatenate(client.gather(decisions))
     return decision, float(score), curve
+
+
+def permutation_block(forest, block, seed, lam, classification, n_repeats, permutation_seed):
+    """A block's part of Breiman's permutation importance.
+
+    For every tree, its out-of-bag rows in this block are scored as they are and with each
+    feature permuted among them (``n_repeats`` times).
+
+    Returns
+    -------
+    base : ndarray (n_trees,)
+        Summed loss of each tree on its out-of-bag rows.
+    permuted : ndarray (n_trees, n_features, n_repeats)
+        The same with one feature permuted.
+    n_oob : ndarray (n_trees,)
+        Out-of-bag rows of each tree in the block.
+    """
+    n_rows, n_features = block.codes.shape
+    n_trees = forest.n_trees
+    counts = np.empty(n_rows)
+    base = np.zeros(n_trees)
+    permuted = np.zeros((n_trees, n_features, n_repeats))
+    n_oob = np.zeros(n_trees)
+    for t in range(n_trees):
+        tree_counts(seed, t, block.first_row, lam, counts)
+        rows = np.flatnonzero(counts == 0)
+        n_oob[t] = len(rows)
+        if len(rows) == 0:
+            continue
+        args = (block.codes, block.y, rows, forest.nodes, forest.bitsets, forest.roots[t],
+                forest.values, classification)
+        base[t] = tree_loss(*args, -1, rows)
+        for j in range(n_features):
+            for r in range(n_repeats):
+                rng = np.random.default_rng([permutation_seed, t, j, r, block.first_row])
+                permuted[t, j, r] = tree_loss(*args, j, rows[rng.permutation(len(rows))])
+    return base, permuted, n_oob
+
+
+def permutation_importance(client, data, forest, seed, lam, classification, n_repeats,
+                           permutation_seed):
+    """Breiman's out-of-bag permutation importance, summed over the blocks.
+
+    Returns
+    -------
+    ndarray (n_features, n_trees, n_repeats)
+        Each tree's mean loss increase on its out-of-bag rows when the feature is permuted.
+    """
+    forest_future = client.submit(_identity, forest, pure=False)
+    parts = client.gather([
+        client.submit(permutation_block, forest_future, part, seed, lam, classification,
+                      n_repeats, permutation_seed, pure=False)
+        for part in data.parts
+    ])
+    base = sum(p[0] for p in parts)
+    permuted = sum(p[1] for p in parts)
+    n_oob = np.maximum(sum(p[2] for p in parts), 1.0)
+    increase = (permuted - base[:, None, None]) / n_oob[:, None, None]
+    return increase.transpose(1, 0, 2)
