@@ -28,7 +28,8 @@ from dasktrees.tree.histogram import node_statistics  # noqa: E402
 
 
 @njit
-def replay_split_search(codes, y, w, rows, nodes, n_bins, is_categorical, bin_values, max_features):
+def replay_split_search(codes, y, w, rows, nodes, n_bins, is_categorical, bin_values, edges,
+                        max_features):
     n_channels = 3  # binary classification
     candidates = np.arange(codes.shape[1], dtype=np.int64)
     features = np.empty(codes.shape[1], np.int64)
@@ -45,7 +46,8 @@ def replay_split_search(codes, y, w, rows, nodes, n_bins, is_categorical, bin_va
         start, stop = nodes[k]["start"], nodes[k]["stop"]
         impurity = node_statistics(y, w, start, stop, GINI, vec[_TOTAL])
         total += find_split(
-            codes, y, w, rows, start, stop, impurity, n_bins, is_categorical, bin_values, GINI, 2,
+            codes, y, w, rows, start, stop, impurity, n_bins, is_categorical, bin_values, edges,
+            GINI, 2,
             False, max_features, 1, 0.0, state, candidates, features, hist, stats, vec, ibuf, keys,
         )[0]
     return total
@@ -91,7 +93,8 @@ def main():
     def grow_once():
         rows = np.arange(len(y), dtype=np.int64)
         nodes = grow(
-            codes, y, w, rows, bins.n_bins, bins.is_categorical, bins.bin_values, GINI, 2, False,
+            codes, y, w, rows, bins.n_bins, bins.is_categorical, bins.bin_values, bins.thresholds,
+            GINI, 2, False,
             params.max_features, params.max_depth, params.min_samples_split,
             params.min_samples_leaf, 0.0, 0, 0.0, 0, np.arange(codes.shape[1], dtype=np.int64),
         )[0]
@@ -102,11 +105,11 @@ def main():
     node_y, node_w = y[rows], w[rows]
     replay = lambda: replay_split_search(  # noqa: E731
         codes, node_y, node_w, rows, nodes, bins.n_bins, bins.is_categorical, bins.bin_values,
-        params.max_features,
+        bins.thresholds, params.max_features,
     )
     replay_statistics(node_y, node_w, nodes[:2])
     replay_split_search(codes, node_y, node_w, rows, nodes[:2], bins.n_bins, bins.is_categorical,
-                        bins.bin_values, params.max_features)
+                        bins.bin_values, bins.thresholds, params.max_features)
     search_s, _ = best_of(args.repeats, replay)
     stats_s, _ = best_of(args.repeats, lambda: replay_statistics(node_y, node_w, nodes))
 

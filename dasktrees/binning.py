@@ -15,7 +15,7 @@ _BINNING_STREAM = 0
 
 
 def numeric_bin_edges(values, max_bins):
-    """Upper edges of the bins of one numeric feature.
+    """Upper edges of the bins of one numeric feature, and a representative value per bin.
 
     With at most ``max_bins`` distinct values every value gets its own bin and the edges are the
     midpoints between neighbouring values, so small data is split exactly as CART splits it.
@@ -31,27 +31,31 @@ def numeric_bin_edges(values, max_bins):
 
     Returns
     -------
-    ndarray of float64, shape (n_bins - 1,)
+    edges : ndarray of float64, shape (n_bins - 1,)
         Increasing edges; a value ``x`` falls in bin ``searchsorted(edges, x, side="left")``,
         that is bin b holds ``edges[b - 1] < x <= edges[b]``.
+    representatives : ndarray of float64, shape (n_bins,)
+        The value of each bin (distinct values), or the middle of its range (quantile bins).
     """
     values = np.asarray(values)
     if values.dtype.kind == "f":
         values = values[~np.isnan(values)]
     ordered = np.sort(values).astype(X_DTYPE)  # sorted in the input dtype: float32 sorts faster
     if ordered.size == 0:
-        return np.empty(0, dtype=X_DTYPE)
+        return np.empty(0, dtype=X_DTYPE), np.empty(0, dtype=X_DTYPE)
     is_new = np.empty(ordered.size, dtype=bool)
     is_new[0] = True
     np.not_equal(ordered[1:], ordered[:-1], out=is_new[1:])
     if np.count_nonzero(is_new) <= max_bins:
         distinct = ordered[is_new]
-        return distinct[:-1] + (distinct[1:] - distinct[:-1]) / 2
+        return distinct[:-1] + (distinct[1:] - distinct[:-1]) / 2, distinct
     # Quantile q at position h = (n - 1) q, the midpoint of its two neighbouring order statistics.
     positions = (ordered.size - 1) * np.linspace(0.0, 1.0, max_bins + 1)[1:-1]
     below = ordered[np.floor(positions).astype(np.int64)]
     above = ordered[np.ceil(positions).astype(np.int64)]
-    return np.unique(below + (above - below) / 2)
+    edges = np.unique(below + (above - below) / 2)
+    bounds = np.concatenate([ordered[:1], edges, ordered[-1:]])
+    return edges, (bounds[:-1] + bounds[1:]) / 2
 
 
 @njit(cache=True, inline="always")
@@ -165,6 +169,8 @@ class BinMapper:
     is_categorical_ : ndarray of bool, shape (n_features,)
     bin_edges_ : list of ndarray or None
         Numeric features: the edges; categorical: None.
+    bin_values_ : list of ndarray or None
+        Numeric features: a representative value per bin (see ``numeric_bin_edges``).
     categories_ : list of ndarray or None
         Categorical features: the known categories; numeric: None.
     category_bins_ : list of ndarray or None
@@ -225,6 +231,7 @@ class BinMapper:
             raise ValueError(f"max_bins must be an integer in [2, {MAX_BINS}], got {self.max_bins}")
         numeric_samples, counts = iter(numeric_samples), iter(counts)
         self.bin_edges_, self.categories_, self.category_bins_ = [], [], []
+        self.bin_values_ = []
         n_bins = np.empty(self.n_features_in_, dtype=np.int32)
         for j, categorical in enumerate(self.is_categorical_):
             if categorical:
@@ -233,10 +240,12 @@ class BinMapper:
                 self.categories_.append(categories)
                 self.category_bins_.append(bins)
                 self.bin_edges_.append(None)
+                self.bin_values_.append(None)
                 n_bins[j] = bins.max() + 1 if len(bins) else 1
             else:
-                edges = numeric_bin_edges(next(numeric_samples), self.max_bins)
+                edges, representatives = numeric_bin_edges(next(numeric_samples), self.max_bins)
                 self.bin_edges_.append(edges)
+                self.bin_values_.append(representatives)
                 self.categories_.append(None)
                 self.category_bins_.append(None)
                 n_bins[j] = len(edges) + 1
@@ -340,20 +349,19 @@ class BinMapper:
         )
 
     def bin_values(self):
-        """A representative raw value per numeric bin, for drawing random thresholds.
+        """A representative raw value per bin: where the grower places thresholds between the
+        bins a node uses, and draws random thresholds.
 
         Returns
         -------
         ndarray of float64, shape (n_features, N_BIN_CODES)
-            Bin b of a numeric feature is represented by the midpoint of its edges (the outer
-            bins by their inner edge); categorical features by their bin index.
+            Numeric features: each bin's value (distinct values) or the middle of its range
+            (quantile bins); categorical features: their bin index.
         """
         values = np.tile(np.arange(N_BIN_CODES, dtype=X_DTYPE), (self.n_features_in_, 1))
-        for j, edges in enumerate(self.bin_edges_):
-            if edges is None or len(edges) == 0:
-                continue
-            inner = (edges[:-1] + edges[1:]) / 2
-            values[j, : len(edges) + 1] = np.concatenate([edges[:1], inner, edges[-1:]])
+        for j, representatives in enumerate(self.bin_values_):
+            if representatives is not None:
+                values[j, : len(representatives)] = representatives
         return values
 
 

@@ -5,8 +5,8 @@ All trees' routing records are concatenated into one table; ``roots[t]`` is tree
     nodes   [ tree 0: root, ... | tree 1: root, ... | ... ]      children ids are global
     values  [ one row of class fractions (or a mean) per node ]
 
-Prediction loops over rows in parallel and over trees inside, so a row's votes are summed in tree
-order: the same sums in any thread or process.
+Prediction runs blocks of rows in parallel, each block through the trees one after the other, so a
+row's votes are summed in tree order: the same sums in any thread or process.
 """
 
 import numpy as np
@@ -113,6 +113,11 @@ def _add_vote(values, leaf, voting, out_row):
             out_row[c] += values[leaf, c]
 
 
+# Rows are voted in blocks: a block goes through one tree after the other, so a tree's upper
+# levels stay in cache for the whole block, and each row still sums its trees in tree order.
+_ROWS_PER_BLOCK = 256
+
+
 @njit(cache=True, parallel=True, nogil=True)
 def _forest_vote(X, nodes, bitsets, roots, values, voting, out):
     """Sum every tree's vote for every row of encoded X.
@@ -127,17 +132,25 @@ def _forest_vote(X, nodes, bitsets, roots, values, voting, out):
     out : ndarray of float64, shape (n_samples, n_values)
         Zero on entry; written: the sums.
     """
-    for i in prange(X.shape[0]):
+    n_blocks = (X.shape[0] + _ROWS_PER_BLOCK - 1) // _ROWS_PER_BLOCK
+    for block in prange(n_blocks):
+        start = block * _ROWS_PER_BLOCK
+        stop = min(start + _ROWS_PER_BLOCK, X.shape[0])
         for t in range(roots.shape[0]):
-            _add_vote(values, _leaf_encoded(X, i, nodes, bitsets, roots[t]), voting, out[i])
+            for i in range(start, stop):
+                _add_vote(values, _leaf_encoded(X, i, nodes, bitsets, roots[t]), voting, out[i])
 
 
 @njit(cache=True, parallel=True, nogil=True)
 def _forest_leaf_values(X, nodes, bitsets, roots, values, out):
     """``out[i, t]``: tree t's value (first column) for row i of encoded X."""
-    for i in prange(X.shape[0]):
+    n_blocks = (X.shape[0] + _ROWS_PER_BLOCK - 1) // _ROWS_PER_BLOCK
+    for block in prange(n_blocks):
+        start = block * _ROWS_PER_BLOCK
+        stop = min(start + _ROWS_PER_BLOCK, X.shape[0])
         for t in range(roots.shape[0]):
-            out[i, t] = values[_leaf_encoded(X, i, nodes, bitsets, roots[t]), 0]
+            for i in range(start, stop):
+                out[i, t] = values[_leaf_encoded(X, i, nodes, bitsets, roots[t]), 0]
 
 
 @njit(cache=True, nogil=True)

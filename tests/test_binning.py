@@ -15,6 +15,7 @@ def test_few_distinct_values_get_one_bin_each_with_midpoint_edges():
     X = np.array([[3.0], [1.0], [2.0], [1.0], [10.0]])
     mapper = BinMapper().fit(X)
     np.testing.assert_array_equal(mapper.bin_edges_[0], [1.5, 2.5, 6.5])
+    np.testing.assert_array_equal(mapper.bin_values_[0], [1.0, 2.0, 3.0, 10.0])
     np.testing.assert_array_equal(mapper.transform(X)[:, 0], [2, 0, 1, 0, 3])
     assert mapper.n_bins_non_missing_[0] == 4
 
@@ -35,7 +36,9 @@ def test_binning_kernel_matches_searchsorted(seed, n, max_bins):
     rng = np.random.default_rng(seed)
     values = rng.integers(-50, 50, n) * rng.choice([0.5, 1.0], n)
     values[rng.random(n) < 0.1] = np.nan
-    edges = numeric_bin_edges(values, max_bins)
+    edges, representatives = numeric_bin_edges(values, max_bins)
+    assert len(representatives) == len(edges) + 1
+    assert (np.diff(representatives) > 0).all()
     padded = np.full(256, np.inf)
     padded[: len(edges)] = edges
     out = np.empty(n, dtype=np.uint8)

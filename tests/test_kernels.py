@@ -197,9 +197,10 @@ def test_partition_is_stable_and_complete(seed, categorical, missing_left):
     for c in left_codes:
         bitset[c >> 5] |= np.uint32(1 << (c & 31))
     n = len(rows)
+    children = np.zeros((2, 4))
     boundary = partition(
         codes[:, None], 0, rows, node_y, node_w, start, stop, 9, missing_left, categorical, bitset,
-        np.empty(n, np.int64), np.empty(n), np.empty(n),
+        np.empty(n, np.int64), np.empty(n), np.empty(n), GINI, children,
     )
     segment = before[start:stop]
     seg_codes = codes[segment]
@@ -214,3 +215,8 @@ def test_partition_is_stable_and_complete(seed, categorical, missing_left):
     np.testing.assert_array_equal(rows[stop:], before[stop:])
     np.testing.assert_array_equal(node_y, y[rows])
     np.testing.assert_array_equal(node_w, w[rows])
+    # The children's statistics are summed in the order a pass over each child would sum them.
+    for side, (lo, hi) in enumerate([(start, boundary), (boundary, stop)]):
+        expected = np.zeros(4)
+        node_statistics(node_y, node_w, lo, hi, GINI, expected)
+        np.testing.assert_array_equal(children[side], expected)

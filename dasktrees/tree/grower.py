@@ -4,11 +4,15 @@ The grower sees only arrays: the codes (rows x features), targets, weights (samp
 class_weight x bootstrap count, zero-weight rows already dropped from ``sample_indices``) and the
 resolved parameters. It returns growth records; ``tree.Tree`` turns them into flat arrays.
 
-Each node's best split is found when the node is created and kept in its record; a frontier heap
+Each node's best split is found when the node is created and kept in its record; the frontier
 says which node to split next:
 
-* depth-first (no ``max_leaf_nodes``): key ``(-depth, node_id)``, left subtree first;
-* best-first (``max_leaf_nodes``): key ``(-improvement, node_id)``, as scikit-learn does.
+* depth-first (no ``max_leaf_nodes``): a stack, left subtree first;
+* best-first (``max_leaf_nodes``): a heap keyed by ``(-improvement, node_id)``, as scikit-learn
+  does.
+
+Splitting a node partitions its rows and, in the same pass, sums its children's statistics, so a
+new classification node needs no pass of its own.
 
 The whole loop runs in numba: a full-depth tree on a million rows has some hundred thousand
 nodes, and a Python step per node would cost more than all the histograms.
@@ -27,6 +31,7 @@ from .splitting import (
     NO_SPLIT,
     category_order,
     partition,
+    middle_edge,
     random_category_cut,
     random_cut,
     scan_cuts,
@@ -45,7 +50,7 @@ _TOUCHED, _BINS, _ORDER, _BEST_BINS = 0, 1, 2, 3
 @njit(cache=True)
 def find_split(
     codes, y, w, sample_indices, start, stop, node_impurity, n_bins, is_categorical, bin_values,
-    criterion, n_classes, random_splitter, max_features, min_samples_leaf, min_weight_leaf,
+    edges, criterion, n_classes, random_splitter, max_features, min_samples_leaf, min_weight_leaf,
     state, candidates, features, hist, stats, vec, ibuf, keys,
 ):
     """Best split of one node over up to ``max_features`` features drawn from ``candidates``.
@@ -59,6 +64,10 @@ def find_split(
     codes : ndarray of uint8, shape (n_rows, n_features)
     y, w : ndarray of float64
         Targets and weights in ``sample_indices`` order (see ``histogram.build_histogram``).
+    bin_values, edges : ndarray of float64, shape (n_features, N_BIN_CODES)
+        Each bin's representative value and upper edge (``BinMapper.bin_values`` and
+        ``threshold_table``): a numeric threshold goes to the edge nearest the middle of the
+        two bins it separates in the node (``splitting.middle_edge``).
     candidates : ndarray of int64
         The features this tree may split on (all of them, or a random subspace).
     features : ndarray of int64, shape (>= len(candidates),)
@@ -131,9 +140,99 @@ def find_split(
                     # follow the heavier child.
                     w_left = stats_weight(best_left, criterion)
                     missing_left = w_left >= stats_weight(vec[_TOTAL], criterion) - w_left
-                best = (score, f, bins[order[position]], missing_left, is_categorical[f],
-                        position + 1)
+                bin_threshold = bins[order[position]]
+                if not is_categorical[f]:
+                    if position == n_touched - 1:  # split on missingness: all values left
+                        bin_threshold = n_bins[f] - 1
+                    elif not random_splitter:
+                        bin_threshold = middle_edge(
+                            bins[position], bins[position + 1], bin_values[f], edges[f]
+                        )
+                best = (score, f, bin_threshold, missing_left, is_categorical[f], position + 1)
     return best
+
+
+@njit(cache=True)
+def _open_node(
+    node_id, parent, depth, start, stop, total, node_impurity, w_root, nodes, values, bitsets,
+    n_bitsets, codes, node_y, node_w, sample_indices, n_bins, is_categorical, bin_values, edges,
+    criterion, n_classes, random_splitter, max_features, max_depth, min_samples_split,
+    min_samples_leaf, min_weight_leaf, min_impurity_decrease, state, candidates, features, hist,
+    stats, vec, ibuf, keys,
+):
+    """Record a new node, test the stopping rules, and find and record its best split.
+
+    ``total`` holds the node's statistics. The arrays must have room for ``node_id`` and one
+    more bitset.
+
+    Returns
+    -------
+    n_bitsets : int
+        Bitsets used after this node.
+    splittable : bool
+        Whether the node has a split worth making (it is then put on the frontier).
+    """
+    classification = criterion != SQUARED_ERROR
+    w_node = stats_weight(total, criterion)
+    record = nodes[node_id]
+    record["feature"] = TREE_UNDEFINED
+    record["bitset_idx"] = -1
+    record["left"] = TREE_LEAF
+    record["right"] = TREE_LEAF
+    record["parent"] = parent
+    record["depth"] = depth
+    record["start"] = start
+    record["stop"] = stop
+    record["n_samples"] = stop - start
+    record["weighted_n_samples"] = w_node
+    record["impurity"] = node_impurity
+    if classification:
+        for k in range(n_classes):
+            values[node_id, k] = total[1 + k] / w_node if w_node > 0.0 else 0.0
+    else:
+        values[node_id, 0] = total[2] / w_node if w_node > 0.0 else 0.0
+    n_node = stop - start
+    if (
+        depth >= max_depth
+        or n_node < min_samples_split
+        or n_node < 2 * min_samples_leaf
+        or w_node < 2 * min_weight_leaf
+        or node_impurity <= EPSILON
+    ):
+        return n_bitsets, False
+    score, feature, bin_threshold, missing_left, categorical, n_left_bins = find_split(
+        codes, node_y, node_w, sample_indices, start, stop, node_impurity, n_bins,
+        is_categorical, bin_values, edges, criterion, n_classes, random_splitter, max_features,
+        min_samples_leaf, min_weight_leaf, state, candidates, features, hist, stats, vec, ibuf,
+        keys,
+    )
+    if score == NO_SPLIT:
+        return n_bitsets, False
+    left = vec[_BEST_LEFT]
+    right = vec[_RIGHT]
+    right[:] = total - left
+    w_left = stats_weight(left, criterion)
+    w_right = stats_weight(right, criterion)
+    improvement = (w_node / w_root) * (
+        node_impurity
+        - w_left / w_node * impurity(left, criterion)
+        - w_right / w_node * impurity(right, criterion)
+    )
+    if improvement + EPSILON < min_impurity_decrease:
+        return n_bitsets, False
+    record["feature"] = feature
+    record["bin_threshold"] = bin_threshold
+    record["missing_go_to_left"] = missing_left
+    record["is_categorical"] = categorical
+    record["improvement"] = improvement
+    if categorical:
+        record["bitset_idx"] = n_bitsets
+        bitsets[n_bitsets] = 0
+        for j in range(n_left_bins):
+            code = ibuf[_BEST_BINS, j]
+            bitsets[n_bitsets, code >> 5] |= np.uint32(1) << np.uint32(code & 31)
+        n_bitsets += 1
+    return n_bitsets, True
 
 
 @njit(cache=True)
@@ -155,7 +254,7 @@ def _grow_records(nodes, values, bitsets, n_needed):
 
 @njit(cache=True, nogil=True)
 def grow(
-    codes, y, w, sample_indices, n_bins, is_categorical, bin_values, criterion, n_classes,
+    codes, y, w, sample_indices, n_bins, is_categorical, bin_values, edges, criterion, n_classes,
     random_splitter, max_features, max_depth, min_samples_split, min_samples_leaf,
     min_weight_leaf, max_leaf_nodes, min_impurity_decrease, seed, candidates,
 ):
@@ -172,8 +271,8 @@ def grow(
     n_bins : ndarray of int32, shape (n_features,)
         Non-missing bins per feature.
     is_categorical : ndarray of bool, shape (n_features,)
-    bin_values : ndarray of float64, shape (n_features, N_BIN_CODES)
-        Representative raw value of each bin (random splits).
+    bin_values, edges : ndarray of float64, shape (n_features, N_BIN_CODES)
+        Representative raw value and upper edge of each bin (see ``find_split``).
     criterion, n_classes : int
     random_splitter : bool
         One random cut per candidate feature (extra-trees) instead of the best one.
@@ -208,115 +307,88 @@ def grow(
     vec = np.zeros((N_SCRATCH_VECTORS, n_channels))
     ibuf = np.zeros((4, N_BIN_CODES), dtype=np.int64)
     keys = np.zeros(N_BIN_CODES)
+    children = np.zeros((2, n_channels))  # statistics of the two children of a split
+    n_rows = sample_indices.shape[0]
     # y and w in sample_indices order; the partition keeps them aligned with their rows.
     node_y = y[sample_indices]
     node_w = w[sample_indices]
-    buffer = np.empty(sample_indices.shape[0], dtype=np.int64)
-    y_buffer = np.empty(sample_indices.shape[0])
-    w_buffer = np.empty(sample_indices.shape[0])
-    w_root = 0.0
-    for i in range(sample_indices.shape[0]):
-        w_root += w[sample_indices[i]]
-    frontier = [(0.0, np.int64(0))]
-    frontier.pop()
+    buffer = np.empty(n_rows, dtype=np.int64)
+    y_buffer = np.empty(n_rows)
+    w_buffer = np.empty(n_rows)
+    # The frontier: a stack of node ids (depth-first) or a heap keyed by improvement.
+    best_first = max_leaf_nodes > 0
+    stack = np.empty(64, dtype=np.int64)
+    n_stack = 0
+    heap = [(0.0, np.int64(0))]
+    heap.pop()
 
-    n_nodes = 0
-    n_bitsets = 0
-    pending = [(np.int64(-1), np.int64(0), np.int64(0), np.int64(sample_indices.shape[0]))]
+    total = vec[_TOTAL]
+    root_impurity = node_statistics(node_y, node_w, 0, n_rows, criterion, total)
+    w_root = stats_weight(total, criterion)
+    n_bitsets, splittable = _open_node(
+        0, -1, 0, 0, n_rows, total, root_impurity, w_root, nodes, values, bitsets, 0, codes,
+        node_y, node_w, sample_indices, n_bins, is_categorical, bin_values, edges, criterion,
+        n_classes, random_splitter, max_features, max_depth, min_samples_split, min_samples_leaf,
+        min_weight_leaf, min_impurity_decrease, state, candidates, features, hist, stats, vec,
+        ibuf, keys,
+    )
+    n_nodes = 1
+    if splittable:
+        if best_first:
+            heapq.heappush(heap, (-nodes[0]["improvement"], np.int64(0)))
+        else:
+            stack[0] = 0
+            n_stack = 1
     n_split = 0
-    while len(pending) > 0:
-        nodes, values, bitsets = _grow_records(nodes, values, bitsets, n_nodes + len(pending))
-        # Create the nodes of the last split (or the root): statistics, leaf tests, best split.
-        for parent, depth, start, stop in pending:
-            node_id = n_nodes
-            n_nodes += 1
-            total = vec[_TOTAL]
-            node_impurity = node_statistics(node_y, node_w, start, stop, criterion, total)
-            w_node = stats_weight(total, criterion)
-            record = nodes[node_id]
-            record["feature"] = TREE_UNDEFINED
-            record["bitset_idx"] = -1
-            record["left"] = TREE_LEAF
-            record["right"] = TREE_LEAF
-            record["parent"] = parent
-            record["depth"] = depth
-            record["start"] = start
-            record["stop"] = stop
-            record["n_samples"] = stop - start
-            record["weighted_n_samples"] = w_node
-            record["impurity"] = node_impurity
-            if classification:
-                for k in range(n_classes):
-                    values[node_id, k] = total[1 + k] / w_node if w_node > 0.0 else 0.0
-            else:
-                values[node_id, 0] = total[2] / w_node if w_node > 0.0 else 0.0
-            if parent >= 0:
-                if nodes[parent]["left"] == TREE_LEAF:
-                    nodes[parent]["left"] = node_id
-                else:
-                    nodes[parent]["right"] = node_id
-            n_node = stop - start
-            if (
-                depth >= max_depth
-                or n_node < min_samples_split
-                or n_node < 2 * min_samples_leaf
-                or w_node < 2 * min_weight_leaf
-                or node_impurity <= EPSILON
-            ):
-                continue
-            score, feature, bin_threshold, missing_left, categorical, n_left_bins = find_split(
-                codes, node_y, node_w, sample_indices, start, stop, node_impurity, n_bins,
-                is_categorical, bin_values, criterion, n_classes, random_splitter,
-                max_features, min_samples_leaf, min_weight_leaf, state, candidates, features,
-                hist, stats, vec, ibuf, keys,
-            )
-            if score == NO_SPLIT:
-                continue
-            left = vec[_BEST_LEFT]
-            right = vec[_RIGHT]
-            right[:] = total - left
-            w_left = stats_weight(left, criterion)
-            w_right = stats_weight(right, criterion)
-            improvement = (w_node / w_root) * (
-                node_impurity
-                - w_left / w_node * impurity(left, criterion)
-                - w_right / w_node * impurity(right, criterion)
-            )
-            if improvement + EPSILON < min_impurity_decrease:
-                continue
-            record["feature"] = feature
-            record["bin_threshold"] = bin_threshold
-            record["missing_go_to_left"] = missing_left
-            record["is_categorical"] = categorical
-            record["improvement"] = improvement
-            if categorical:
-                record["bitset_idx"] = n_bitsets
-                bitsets[n_bitsets] = 0
-                for j in range(n_left_bins):
-                    code = ibuf[_BEST_BINS, j]
-                    bitsets[n_bitsets, code >> 5] |= np.uint32(1) << np.uint32(code & 31)
-                n_bitsets += 1
-            key = -improvement if max_leaf_nodes > 0 else -float(depth)
-            heapq.heappush(frontier, (key, np.int64(node_id)))
-        pending.clear()
-
-        # Split the next node of the frontier; its children are created on the next pass.
-        if len(frontier) == 0 or (max_leaf_nodes > 0 and n_split + 1 >= max_leaf_nodes):
+    while n_stack > 0 or len(heap) > 0:
+        if best_first and n_split + 1 >= max_leaf_nodes:
             break
-        node_id = heapq.heappop(frontier)[1]
+        if best_first:
+            node_id = heapq.heappop(heap)[1]
+        else:
+            n_stack -= 1
+            node_id = stack[n_stack]
         record = nodes[node_id]
         start = record["start"]
         stop = record["stop"]
-        bitset_idx = max(record["bitset_idx"], 0)
         boundary = partition(
             codes, record["feature"], sample_indices, node_y, node_w, start, stop,
             record["bin_threshold"], record["missing_go_to_left"] == 1,
-            record["is_categorical"] == 1, bitsets[bitset_idx], buffer, y_buffer, w_buffer,
+            record["is_categorical"] == 1, bitsets[max(record["bitset_idx"], 0)], buffer,
+            y_buffer, w_buffer, criterion, children,
         )
-        depth = np.int64(record["depth"] + 1)
-        pending.append((np.int64(node_id), depth, start, boundary))
-        pending.append((np.int64(node_id), depth, boundary, stop))
+        record["left"] = n_nodes
+        record["right"] = n_nodes + 1
+        depth = record["depth"] + 1
         n_split += 1
+        nodes, values, bitsets = _grow_records(nodes, values, bitsets, n_nodes + 2)
+        if stack.shape[0] < n_stack + 2:
+            grown = np.empty(2 * stack.shape[0], dtype=np.int64)
+            grown[:n_stack] = stack[:n_stack]
+            stack = grown
+        # Right child first on the stack, so the left subtree is grown first.
+        for side in (1, 0):
+            child = n_nodes + side
+            lo, hi = (start, boundary) if side == 0 else (boundary, stop)
+            total[:] = children[side]
+            if classification:
+                child_impurity = impurity(total, criterion)
+            else:  # squared error: exact two-pass impurity
+                child_impurity = node_statistics(node_y, node_w, lo, hi, criterion, total)
+            n_bitsets, splittable = _open_node(
+                child, node_id, depth, lo, hi, total, child_impurity, w_root, nodes, values,
+                bitsets, n_bitsets, codes, node_y, node_w, sample_indices, n_bins,
+                is_categorical, bin_values, edges, criterion, n_classes, random_splitter,
+                max_features, max_depth, min_samples_split, min_samples_leaf, min_weight_leaf,
+                min_impurity_decrease, state, candidates, features, hist, stats, vec, ibuf, keys,
+            )
+            if splittable:
+                if best_first:
+                    heapq.heappush(heap, (-nodes[child]["improvement"], np.int64(child)))
+                else:
+                    stack[n_stack] = child
+                    n_stack += 1
+        n_nodes += 2
 
     # Nodes left on the frontier (best-first growth stopped) become leaves.
     for k in range(n_nodes):
@@ -351,7 +423,8 @@ def grow_tree(codes, y, weights, bin_arrays, params, n_classes, seed, candidates
     sample_indices = np.flatnonzero(weights > 0).astype(np.int64)
     nodes, values, bitsets = grow(
         codes, y, weights, sample_indices, bin_arrays.n_bins, bin_arrays.is_categorical,
-        bin_arrays.bin_values, params.criterion, n_classes, params.random_splitter,
+        bin_arrays.bin_values, bin_arrays.thresholds, params.criterion, n_classes,
+        params.random_splitter,
         params.max_features, params.max_depth, params.min_samples_split, params.min_samples_leaf,
         params.min_weight_fraction_leaf * weights.sum(), params.max_leaf_nodes,
         params.min_impurity_decrease, seed, candidates,

@@ -217,6 +217,28 @@ def random_cut(bins, n_bins, bin_values_f, state):
     return position
 
 
+@njit(cache=True, inline="always")
+def middle_edge(low_bin, high_bin, bin_values_f, edges_f):
+    """Where to cut between two bins that are neighbours in a node: the bin edge in
+    ``[edges[low_bin], edges[high_bin - 1]]`` nearest the middle of their values.
+
+    CART puts a threshold half-way between the two values it separates. Taking a bin edge keeps
+    the split the same on raw values (``x <= edge``) and on binned codes (``code <= bin``) for
+    every row, and with one bin per distinct value it is CART's own threshold whenever the values
+    in between are evenly spaced.
+
+    Returns
+    -------
+    int
+        The bin threshold: codes up to it go left.
+    """
+    middle = (bin_values_f[low_bin] + bin_values_f[high_bin]) / 2
+    cut = low_bin
+    while cut + 1 < high_bin and abs(edges_f[cut + 1] - middle) < abs(edges_f[cut] - middle):
+        cut += 1
+    return cut
+
+
 @njit(cache=True)
 def random_category_cut(n_bins, state):
     """Cut position drawn uniformly among the ``n_bins - 1`` cuts of a category order."""
@@ -235,8 +257,9 @@ def goes_left(code, bin_threshold, missing_go_to_left, is_categorical, bitset):
 
 @njit(cache=True)
 def partition(codes, f, sample_indices, node_y, node_w, start, stop, bin_threshold,
-              missing_go_to_left, is_categorical, bitset, buffer, y_buffer, w_buffer):
-    """Stable in-place partition of a node's rows by a split.
+              missing_go_to_left, is_categorical, bitset, buffer, y_buffer, w_buffer, criterion,
+              children):
+    """Stable in-place partition of a node's rows by a split, summing the children's statistics.
 
         before  [a b c d e f]        (rows of the node, in row order)
         after   [b e | a c d f]      left rows, then right rows, each still in row order
@@ -244,26 +267,46 @@ def partition(codes, f, sample_indices, node_y, node_w, start, stop, bin_thresho
     ``codes`` is the binned training set (rows x features) and ``f`` the split feature.
     ``node_y`` and ``node_w`` (targets and weights in ``sample_indices`` order) are moved with
     their rows, so the children find theirs contiguous. Keeping row order keeps the code
-    gathers of the children cache friendly.
+    gathers of the children cache friendly, and sums each child's statistics in the order a
+    pass over the child would.
+
+    Parameters
+    ----------
+    children : ndarray of float64, shape (2, n_channels)
+        Written: the statistics of the left and right child (layout in ``criteria``).
 
     Returns
     -------
     int
         The boundary: left rows are ``[start:boundary]``, right rows ``[boundary:stop]``.
     """
+    children[:] = 0.0
+    regression = criterion == SQUARED_ERROR
     n_left = start
     n_right = 0
     for i in range(start, stop):
         row = sample_indices[i]
-        if goes_left(codes[row, f], bin_threshold, missing_go_to_left, is_categorical, bitset):
+        yi = node_y[i]
+        wi = node_w[i]
+        side = 0 if goes_left(codes[row, f], bin_threshold, missing_go_to_left, is_categorical,
+                              bitset) else 1
+        child = children[side]
+        child[0] += 1.0
+        if regression:
+            child[1] += wi
+            child[2] += wi * yi
+            child[3] += wi * yi * yi
+        else:
+            child[1 + np.int64(yi)] += wi
+        if side == 0:
             sample_indices[n_left] = row
-            node_y[n_left] = node_y[i]
-            node_w[n_left] = node_w[i]
+            node_y[n_left] = yi
+            node_w[n_left] = wi
             n_left += 1
         else:
             buffer[n_right] = row
-            y_buffer[n_right] = node_y[i]
-            w_buffer[n_right] = node_w[i]
+            y_buffer[n_right] = yi
+            w_buffer[n_right] = wi
             n_right += 1
     sample_indices[n_left:stop] = buffer[:n_right]
     node_y[n_left:stop] = y_buffer[:n_right]
