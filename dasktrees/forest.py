@@ -12,8 +12,9 @@ row's votes are summed in tree order: the same sums in any thread or process.
 import numpy as np
 from numba import njit, prange
 
-from ._dtypes import MISSING_BIN, TREE_LEAF
+from ._dtypes import TREE_LEAF
 from .sampling import tree_counts
+from .tree.tree import leaf_binned, leaf_encoded
 
 SOFT = 0  # sum class fractions (or means); divide by the number of trees
 HARD = 1  # one vote per tree for its majority class
@@ -67,44 +68,6 @@ class Forest:
 
 
 @njit(cache=True, inline="always")
-def _leaf_encoded(X, i, nodes, bitsets, root):
-    k = root
-    node = nodes[k]
-    while node["left"] != TREE_LEAF:
-        x = X[i, node["feature"]]
-        if np.isnan(x):
-            goes = node["missing_go_to_left"] != 0
-        elif node["is_categorical"]:
-            code = np.int64(x)
-            goes = (bitsets[node["bitset_idx"], code >> 5] >> (code & 31)) & 1 == 1
-        else:
-            goes = x <= node["threshold"]
-        k = node["left"] if goes else node["right"]
-        node = nodes[k]
-    return k
-
-
-@njit(cache=True, inline="always")
-def leaf_binned(codes, i, nodes, bitsets, root, override_feature, override_code):
-    """Leaf of row i of binned codes in the tree at ``root``; feature ``override_feature``
-    (if >= 0) reads ``override_code`` instead of the row's own (permutation importance)."""
-    k = root
-    node = nodes[k]
-    while node["left"] != TREE_LEAF:
-        f = node["feature"]
-        code = override_code if f == override_feature else np.int64(codes[i, f])
-        if code == MISSING_BIN:
-            goes = node["missing_go_to_left"] != 0
-        elif node["is_categorical"]:
-            goes = (bitsets[node["bitset_idx"], code >> 5] >> (code & 31)) & 1 == 1
-        else:
-            goes = code <= node["bin_threshold"]
-        k = node["left"] if goes else node["right"]
-        node = nodes[k]
-    return k
-
-
-@njit(cache=True, inline="always")
 def _add_vote(values, leaf, voting, out_row):
     if voting == HARD:
         out_row[np.argmax(values[leaf])] += 1.0
@@ -138,7 +101,7 @@ def _forest_vote(X, nodes, bitsets, roots, values, voting, out):
         stop = min(start + _ROWS_PER_BLOCK, X.shape[0])
         for t in range(roots.shape[0]):
             for i in range(start, stop):
-                _add_vote(values, _leaf_encoded(X, i, nodes, bitsets, roots[t]), voting, out[i])
+                _add_vote(values, leaf_encoded(X, i, nodes, bitsets, roots[t]), voting, out[i])
 
 
 @njit(cache=True, parallel=True, nogil=True)
@@ -150,7 +113,7 @@ def _forest_leaf_values(X, nodes, bitsets, roots, values, out):
         stop = min(start + _ROWS_PER_BLOCK, X.shape[0])
         for t in range(roots.shape[0]):
             for i in range(start, stop):
-                out[i, t] = values[_leaf_encoded(X, i, nodes, bitsets, roots[t]), 0]
+                out[i, t] = values[leaf_encoded(X, i, nodes, bitsets, roots[t]), 0]
 
 
 @njit(cache=True, nogil=True)

@@ -185,8 +185,45 @@ class Tree:
 
 
 @njit(cache=True, inline="always")
-def _in_bitset(bitsets, row, code):
-    return (bitsets[row, code >> 5] >> (code & 31)) & 1 == 1
+def leaf_encoded(X, i, nodes, bitsets, root):
+    """Leaf reached by row i of encoded X in the tree whose root is ``nodes[root]``."""
+    k = root
+    node = nodes[k]
+    while node["left"] != TREE_LEAF:
+        x = X[i, node["feature"]]
+        if np.isnan(x):
+            goes = node["missing_go_to_left"] != 0
+        elif node["is_categorical"]:
+            code = np.int64(x)
+            goes = (bitsets[node["bitset_idx"], code >> 5] >> (code & 31)) & 1 == 1
+        else:
+            goes = x <= node["threshold"]
+        k = node["left"] if goes else node["right"]
+        node = nodes[k]
+    return k
+
+
+@njit(cache=True, inline="always")
+def leaf_binned(codes, i, nodes, bitsets, root, override_feature, override_code):
+    """Leaf reached by row i of binned codes in the tree whose root is ``nodes[root]``.
+
+    Feature ``override_feature`` (if >= 0) reads ``override_code`` instead of the row's own
+    code (permutation importance).
+    """
+    k = root
+    node = nodes[k]
+    while node["left"] != TREE_LEAF:
+        f = node["feature"]
+        code = override_code if f == override_feature else np.int64(codes[i, f])
+        if code == MISSING_BIN:
+            goes = node["missing_go_to_left"] != 0
+        elif node["is_categorical"]:
+            goes = (bitsets[node["bitset_idx"], code >> 5] >> (code & 31)) & 1 == 1
+        else:
+            goes = code <= node["bin_threshold"]
+        k = node["left"] if goes else node["right"]
+        node = nodes[k]
+    return k
 
 
 @njit(cache=True, parallel=True, nogil=True)
@@ -203,38 +240,14 @@ def _apply_encoded(X, nodes, bitsets, out):
         Written: leaf index of each row.
     """
     for i in prange(X.shape[0]):
-        node = nodes[0]
-        k = 0
-        while node["left"] != TREE_LEAF:
-            x = X[i, node["feature"]]
-            if np.isnan(x):
-                goes = node["missing_go_to_left"] != 0
-            elif node["is_categorical"]:
-                goes = _in_bitset(bitsets, node["bitset_idx"], np.int64(x))
-            else:
-                goes = x <= node["threshold"]
-            k = node["left"] if goes else node["right"]
-            node = nodes[k]
-        out[i] = k
+        out[i] = leaf_encoded(X, i, nodes, bitsets, 0)
 
 
 @njit(cache=True, parallel=True, nogil=True)
 def _apply_binned(codes, nodes, bitsets, out):
     """Route every row of binned codes (uint8, (n_samples, n_features)) to its leaf."""
     for i in prange(codes.shape[0]):
-        node = nodes[0]
-        k = 0
-        while node["left"] != TREE_LEAF:
-            code = codes[i, node["feature"]]
-            if code == MISSING_BIN:
-                goes = node["missing_go_to_left"] != 0
-            elif node["is_categorical"]:
-                goes = _in_bitset(bitsets, node["bitset_idx"], np.int64(code))
-            else:
-                goes = code <= node["bin_threshold"]
-            k = node["left"] if goes else node["right"]
-            node = nodes[k]
-        out[i] = k
+        out[i] = leaf_binned(codes, i, nodes, bitsets, 0, -1, 0)
 
 
 @njit(cache=True)
