@@ -19,6 +19,7 @@ order, so they grow the same trees.
 import uuid
 from dataclasses import dataclass
 
+import distributed
 import numpy as np
 
 from .._params import GrowthParams
@@ -149,4 +150,10 @@ def grow_forest(client, data, spec, tree_ids, trees_per_task=None, mode="auto", 
             ]
             futures.append(client.submit(grow_sampled, spec, batch, *extracts, key=key,
                                          retries=retries, pure=False))
-    return [tree for batch in client.gather(futures) for tree in batch], mode
+    # Fetch each batch as soon as its task ends, while the others still grow: trees are large
+    # (tens of bytes per node) and moving them to the client overlaps with the growth.
+    grown = dict(
+        (future.key, trees)
+        for future, trees in distributed.as_completed(futures, with_results=True)
+    )
+    return [tree for future in futures for tree in grown[future.key]], mode

@@ -210,7 +210,8 @@ def _open_node(
         return n_bitsets, False
     left = vec[_BEST_LEFT]
     right = vec[_RIGHT]
-    right[:] = total - left
+    for c in range(total.shape[0]):  # not ``total - left``: no temporary array per node
+        right[c] = total[c] - left[c]
     w_left = stats_weight(left, criterion)
     w_right = stats_weight(right, criterion)
     improvement = (w_node / w_root) * (

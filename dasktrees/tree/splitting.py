@@ -30,6 +30,7 @@ from ..criteria import (
 _LN2 = np.log(2.0)
 
 NO_SPLIT = -np.inf
+_INSERTION_SORT_BELOW = 32  # categories; beyond, ``np.argsort``
 
 
 @njit(cache=True, inline="always")
@@ -198,7 +199,19 @@ def category_order(stats, n_bins, criterion, target_class, keys, order):
             keys[k] = stats[k, 2] / w if w > 0.0 else 0.0
         else:
             keys[k] = stats[k, 1 + target_class] / w if w > 0.0 else 0.0
-    order[:n_bins] = np.argsort(keys[:n_bins], kind="mergesort")
+    if n_bins > _INSERTION_SORT_BELOW:
+        order[:n_bins] = np.argsort(keys[:n_bins], kind="mergesort")
+        return
+    # Few categories (most nodes): a stable insertion sort, without allocating.
+    for k in range(n_bins):
+        order[k] = k
+    for k in range(1, n_bins):
+        item = order[k]
+        j = k - 1
+        while j >= 0 and keys[order[j]] > keys[item]:
+            order[j + 1] = order[j]
+            j -= 1
+        order[j + 1] = item
 
 
 @njit(cache=True)
