@@ -37,7 +37,8 @@ def test_binning_kernel_matches_searchsorted(seed, n, max_bins):
     values = rng.integers(-50, 50, n) * rng.choice([0.5, 1.0], n)
     values[rng.random(n) < 0.1] = np.nan
     edges, representatives = numeric_bin_edges(values, max_bins)
-    assert len(representatives) == len(edges) + 1
+    # One representative per bin; a column with no value at all has no bin.
+    assert len(representatives) == (len(edges) + 1 if (~np.isnan(values)).any() else 0)
     assert (np.diff(representatives) > 0).all()
     padded = np.full(256, np.inf)
     padded[: len(edges)] = edges

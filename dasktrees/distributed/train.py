@@ -152,8 +152,7 @@ def grow_forest(client, data, spec, tree_ids, trees_per_task=None, mode="auto", 
                                          retries=retries, pure=False))
     # Fetch each batch as soon as its task ends, while the others still grow: trees are large
     # (tens of bytes per node) and moving them to the client overlaps with the growth.
-    grown = dict(
-        (future.key, trees)
-        for future, trees in distributed.as_completed(futures, with_results=True)
-    )
+    # (With this client's loop and ``future.result()``: no default client is needed.)
+    finished = distributed.as_completed(futures, loop=client.loop)
+    grown = {future.key: future.result() for future in finished}
     return [tree for future in futures for tree in grown[future.key]], mode
