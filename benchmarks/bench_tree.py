@@ -61,6 +61,7 @@ def cold_compile_seconds():
 
 def profile_dasktrees(X_train, y_train, X_test, seed):
     """Time each stage of a dasktrees fit; the first tiny fit pays (or loads) the compilation."""
+
     def warm_up():
         tiny = DecisionTreeClassifier(max_features="sqrt", random_state=0)
         tiny.fit(X_train[:200], y_train[:200]).predict(X_test[:200])
@@ -97,8 +98,10 @@ def main():
     numba.set_num_threads(1)
 
     X, y = make_classification(
-        n_samples=args.n_samples + args.n_test, n_features=args.n_features,
-        n_informative=args.n_features // 2, random_state=args.seed,
+        n_samples=args.n_samples + args.n_test,
+        n_features=args.n_features,
+        n_informative=args.n_features // 2,
+        random_state=args.seed,
     )
     X = X.astype(np.float32)
     X_train, X_test = X[: args.n_samples], X[args.n_samples :]
@@ -109,8 +112,10 @@ def main():
     result = {
         "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
         "versions": {
-            "dasktrees": dasktrees.__version__, "numba": numba.__version__,
-            "scikit-learn": sklearn.__version__, "numpy": np.__version__,
+            "dasktrees": dasktrees.__version__,
+            "numba": numba.__version__,
+            "scikit-learn": sklearn.__version__,
+            "numpy": np.__version__,
         },
         "shape": [args.n_samples, args.n_features],
         "dasktrees": ours,
@@ -120,8 +125,11 @@ def main():
         _, sk_fit = timed(sk.fit, X_train, y_train)
         sk_pred, sk_predict = timed(sk.predict, X_test)
         result["sklearn"] = {
-            "fit_s": sk_fit, "predict_s": sk_predict, "n_nodes": sk.tree_.node_count,
-            "depth": sk.get_depth(), "test_accuracy": float(np.mean(sk_pred == y_test)),
+            "fit_s": sk_fit,
+            "predict_s": sk_predict,
+            "n_nodes": sk.tree_.node_count,
+            "depth": sk.get_depth(),
+            "test_accuracy": float(np.mean(sk_pred == y_test)),
         }
         result["fit_speedup"] = sk_fit / ours["fit_s"]
         result["predict_speedup"] = sk_predict / ours["predict_s"]

@@ -19,17 +19,18 @@ from numba import njit  # noqa: E402
 from sklearn.datasets import make_classification  # noqa: E402
 
 from dasktrees import BinMapper, DecisionTreeClassifier  # noqa: E402
+from dasktrees._dtypes import N_BIN_CODES, TREE_LEAF  # noqa: E402
 from dasktrees._params import check_tree_params  # noqa: E402
 from dasktrees._random import new_state  # noqa: E402
-from dasktrees._dtypes import N_BIN_CODES, TREE_LEAF  # noqa: E402
 from dasktrees.criteria import GINI  # noqa: E402
 from dasktrees.tree.grower import _TOTAL, N_SCRATCH_VECTORS, find_split, grow  # noqa: E402
 from dasktrees.tree.histogram import node_statistics  # noqa: E402
 
 
 @njit
-def replay_split_search(codes, y, w, rows, nodes, n_bins, is_categorical, bin_values, edges,
-                        max_features):
+def replay_split_search(
+    codes, y, w, rows, nodes, n_bins, is_categorical, bin_values, edges, max_features
+):
     n_channels = 3  # binary classification
     candidates = np.arange(codes.shape[1], dtype=np.int64)
     features = np.empty(codes.shape[1], np.int64)
@@ -46,9 +47,31 @@ def replay_split_search(codes, y, w, rows, nodes, n_bins, is_categorical, bin_va
         start, stop = nodes[k]["start"], nodes[k]["stop"]
         impurity = node_statistics(y, w, start, stop, GINI, vec[_TOTAL])
         total += find_split(
-            codes, y, w, rows, start, stop, impurity, n_bins, is_categorical, bin_values, edges,
-            GINI, 2,
-            False, max_features, 1, 0.0, state, candidates, features, hist, stats, vec, ibuf, keys,
+            codes,
+            y,
+            w,
+            rows,
+            start,
+            stop,
+            impurity,
+            n_bins,
+            is_categorical,
+            bin_values,
+            edges,
+            GINI,
+            2,
+            False,
+            max_features,
+            1,
+            0.0,
+            state,
+            candidates,
+            features,
+            hist,
+            stats,
+            vec,
+            ibuf,
+            keys,
         )[0]
     return total
 
@@ -78,8 +101,10 @@ def main():
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
     X, y = make_classification(
-        n_samples=args.n_samples, n_features=args.n_features,
-        n_informative=args.n_features // 2, random_state=0,
+        n_samples=args.n_samples,
+        n_features=args.n_features,
+        n_informative=args.n_features // 2,
+        random_state=0,
     )
     mapper = BinMapper().fit(X.astype(np.float32))
     codes = mapper.transform(X.astype(np.float32))
@@ -93,10 +118,26 @@ def main():
     def grow_once():
         rows = np.arange(len(y), dtype=np.int64)
         nodes = grow(
-            codes, y, w, rows, bins.n_bins, bins.is_categorical, bins.bin_values, bins.thresholds,
-            GINI, 2, False,
-            params.max_features, params.max_depth, params.min_samples_split,
-            params.min_samples_leaf, 0.0, 0, 0.0, 0, np.arange(codes.shape[1], dtype=np.int64),
+            codes,
+            y,
+            w,
+            rows,
+            bins.n_bins,
+            bins.is_categorical,
+            bins.bin_values,
+            bins.thresholds,
+            GINI,
+            2,
+            False,
+            params.max_features,
+            params.max_depth,
+            params.min_samples_split,
+            params.min_samples_leaf,
+            0.0,
+            0,
+            0.0,
+            0,
+            np.arange(codes.shape[1], dtype=np.int64),
         )[0]
         return nodes, rows
 
@@ -104,12 +145,30 @@ def main():
     growth_s, (nodes, rows) = best_of(args.repeats, grow_once)
     node_y, node_w = y[rows], w[rows]
     replay = lambda: replay_split_search(  # noqa: E731
-        codes, node_y, node_w, rows, nodes, bins.n_bins, bins.is_categorical, bins.bin_values,
-        bins.thresholds, params.max_features,
+        codes,
+        node_y,
+        node_w,
+        rows,
+        nodes,
+        bins.n_bins,
+        bins.is_categorical,
+        bins.bin_values,
+        bins.thresholds,
+        params.max_features,
     )
     replay_statistics(node_y, node_w, nodes[:2])
-    replay_split_search(codes, node_y, node_w, rows, nodes[:2], bins.n_bins, bins.is_categorical,
-                        bins.bin_values, bins.thresholds, params.max_features)
+    replay_split_search(
+        codes,
+        node_y,
+        node_w,
+        rows,
+        nodes[:2],
+        bins.n_bins,
+        bins.is_categorical,
+        bins.bin_values,
+        bins.thresholds,
+        params.max_features,
+    )
     search_s, _ = best_of(args.repeats, replay)
     stats_s, _ = best_of(args.repeats, lambda: replay_statistics(node_y, node_w, nodes))
 
@@ -122,8 +181,10 @@ def main():
     for low, high in [(2, 32), (32, 256), (256, 1024), (1024, None)]:
         inside = (sizes >= low) & ((sizes < high) if high else True)
         label = f"{low}-{high - 1}" if high else f">= {low}"
-        print(f"    nodes of {label:>9} rows: {inside.sum():6d} nodes, "
-              f"{sizes[inside].sum() / 1e6:5.1f} M row visits")
+        print(
+            f"    nodes of {label:>9} rows: {inside.sum():6d} nodes, "
+            f"{sizes[inside].sum() / 1e6:5.1f} M row visits"
+        )
 
 
 if __name__ == "__main__":

@@ -108,7 +108,9 @@ def table_columns(X, is_categorical):
         has_inf = np.isinf(X).any(axis=0)
         if has_inf.any():
             j = int(np.flatnonzero(has_inf)[0])
-            raise ValueError(f"X column {j} contains infinity; replace it with a finite value or NaN")
+            raise ValueError(
+                f"X column {j} contains infinity; replace it with a finite value or NaN"
+            )
         checked = True
     columns = []
     for j in range(X.shape[1]):

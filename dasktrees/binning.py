@@ -220,7 +220,9 @@ class BinMapper:
             c.values for c in table_columns(sampled, self.is_categorical_) if not c.categorical
         ]
         counts = [
-            category_counts(c.values) for c in table_columns(X, self.is_categorical_) if c.categorical
+            category_counts(c.values)
+            for c in table_columns(X, self.is_categorical_)
+            if c.categorical
         ]
         return numeric, counts
 
@@ -321,7 +323,9 @@ class BinMapper:
         X = np.ascontiguousarray(X, dtype=X.dtype if X.dtype.kind == "f" else X_DTYPE)
         if np.isinf(X).any():
             j = int(np.flatnonzero(np.isinf(X).any(axis=0))[0])
-            raise ValueError(f"X column {j} contains infinity; replace it with a finite value or NaN")
+            raise ValueError(
+                f"X column {j} contains infinity; replace it with a finite value or NaN"
+            )
         return X
 
     def threshold_table(self):
@@ -344,7 +348,9 @@ class BinMapper:
     def kernel_arrays(self):
         """The bin description the grower takes, as a ``BinArrays``."""
         return BinArrays(
-            self.n_bins_non_missing_, self.is_categorical_, self.bin_values(),
+            self.n_bins_non_missing_,
+            self.is_categorical_,
+            self.bin_values(),
             self.threshold_table(),
         )
 

@@ -1,6 +1,6 @@
 """Split criteria: node impurities as numba kernels, and the seeds' gain formulas on raw columns.
 
-A node's (or a candidate child's) statistics are one float64 vector whose layout depends on the task:
+A node's (or a candidate child's) statistics are one float64 vector, laid out by task:
 
     classification  [n_rows, w_class_0, w_class_1, ..., w_class_{K-1}]
     regression      [n_rows, w, w * y, w * y**2]

@@ -11,7 +11,7 @@ import dask.array as da
 import dask.dataframe as dd
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin, clone
-from sklearn.utils import check_random_state
+from sklearn.utils import Bunch, check_random_state
 from sklearn.utils.validation import check_is_fitted
 
 from ._params import check_tree_params, resolve_max_features
@@ -19,8 +19,6 @@ from ._validation import check_2d
 from .binning import BinMapper
 from .distributed.client import client_for
 from .distributed.data import is_dask_collection, prepare
-from sklearn.utils import Bunch
-
 from .distributed.reductions import oob_estimates, permutation_importance
 from .distributed.train import ForestSpec, grow_forest
 from .estimators import DecisionTreeClassifier, DecisionTreeRegressor
@@ -28,9 +26,16 @@ from .forest import HARD, SOFT, Forest
 from .sampling import sampling_rate
 
 _TREE_PARAMS = (
-    "criterion", "max_depth", "min_samples_split", "min_samples_leaf",
-    "min_weight_fraction_leaf", "max_features", "max_leaf_nodes", "min_impurity_decrease",
-    "max_bins", "categorical_features",
+    "criterion",
+    "max_depth",
+    "min_samples_split",
+    "min_samples_leaf",
+    "min_weight_fraction_leaf",
+    "max_features",
+    "max_leaf_nodes",
+    "min_impurity_decrease",
+    "max_bins",
+    "categorical_features",
 )
 
 
@@ -52,7 +57,9 @@ class BaseForest(BaseEstimator):
         if self.trees_per_task is not None and (
             not isinstance(self.trees_per_task, numbers.Integral) or self.trees_per_task < 1
         ):
-            raise ValueError(f"trees_per_task must be None or an int >= 1, got {self.trees_per_task!r}")
+            raise ValueError(
+                f"trees_per_task must be None or an int >= 1, got {self.trees_per_task!r}"
+            )
 
     def _fit(self, X, y, sample_weight, is_classifier):
         self._check_forest_params()
@@ -73,25 +80,49 @@ class BaseForest(BaseEstimator):
         # once the number of rows is known).
         check_tree_params(_TreeParamView(self), 2, n_features, is_classifier)
         with client_for(self.client) as client:
-            mapper = self.bin_mapper_ if warm else BinMapper(
-                max_bins=self.max_bins, categorical_features=self.categorical_features,
-                random_state=self._seed,
+            mapper = (
+                self.bin_mapper_
+                if warm
+                else BinMapper(
+                    max_bins=self.max_bins,
+                    categorical_features=self.categorical_features,
+                    random_state=self._seed,
+                )
             )
-            data = prepare(client, X, y, sample_weight, mapper=mapper, is_classifier=is_classifier,
-                           class_weight=class_weight, n_blocks=self.n_blocks)
+            data = prepare(
+                client,
+                X,
+                y,
+                sample_weight,
+                mapper=mapper,
+                is_classifier=is_classifier,
+                class_weight=class_weight,
+                n_blocks=self.n_blocks,
+            )
             params = check_tree_params(_TreeParamView(self), data.n_rows, n_features, is_classifier)
             n_classes = len(data.classes) if is_classifier else 1
             spec = ForestSpec(
-                params=params, bins=data.bin_mapper.kernel_arrays(), n_classes=n_classes,
-                seed=self._seed, lam=sampling_rate(self.bootstrap, self.max_samples, data.n_rows),
-                n_features_tree=(n_features if self.max_features_tree is None else
-                                 resolve_max_features(self.max_features_tree, n_features,
-                                                      "max_features_tree")),
+                params=params,
+                bins=data.bin_mapper.kernel_arrays(),
+                n_classes=n_classes,
+                seed=self._seed,
+                lam=sampling_rate(self.bootstrap, self.max_samples, data.n_rows),
+                n_features_tree=(
+                    n_features
+                    if self.max_features_tree is None
+                    else resolve_max_features(
+                        self.max_features_tree, n_features, "max_features_tree"
+                    )
+                ),
                 balanced_subsample=class_weight == "balanced_subsample",
             )
             new_trees, self.mode_ = grow_forest(
-                client, data, spec, list(range(n_existing, self.n_estimators)),
-                self.trees_per_task, self.mode,
+                client,
+                data,
+                spec,
+                list(range(n_existing, self.n_estimators)),
+                self.trees_per_task,
+                self.mode,
             )
             self._set_fitted(data, params, new_trees, warm, is_classifier)
             if self.oob_score:
@@ -152,8 +183,7 @@ class BaseForest(BaseEstimator):
         check_is_fitted(self, "estimators_")
         return np.array([est.tree_.compute_feature_importances() for est in self.estimators_])
 
-    def oob_permutation_importance(self, X, y, sample_weight=None, n_repeats=1,
-                                   random_state=None):
+    def oob_permutation_importance(self, X, y, sample_weight=None, n_repeats=1, random_state=None):
         """Breiman's permutation importance on each tree's out-of-bag rows.
 
         For each tree and feature, the feature is permuted among the tree's out-of-bag rows and
@@ -184,20 +214,38 @@ class BaseForest(BaseEstimator):
         is_classifier = hasattr(self, "classes_")
         permutation_seed = int(check_random_state(random_state).randint(np.iinfo(np.int32).max))
         with client_for(self.client) as client:
-            data = prepare(client, X, y, sample_weight, mapper=self.bin_mapper_,
-                           is_classifier=is_classifier,
-                           class_weight=getattr(self, "class_weight", None), n_blocks=self.n_blocks)
+            data = prepare(
+                client,
+                X,
+                y,
+                sample_weight,
+                mapper=self.bin_mapper_,
+                is_classifier=is_classifier,
+                class_weight=getattr(self, "class_weight", None),
+                n_blocks=self.n_blocks,
+            )
             if data.n_rows != self._n_rows:
                 raise ValueError(
                     f"X has {data.n_rows} rows but the forest was fitted on {self._n_rows}: "
                     "pass the training data"
                 )
             lam = sampling_rate(self.bootstrap, self.max_samples, data.n_rows)
-            increase = permutation_importance(client, data, self.forest_, self._seed, lam,
-                                              is_classifier, n_repeats, permutation_seed)
+            increase = permutation_importance(
+                client,
+                data,
+                self.forest_,
+                self._seed,
+                lam,
+                is_classifier,
+                n_repeats,
+                permutation_seed,
+            )
         importances = increase.reshape(increase.shape[0], -1)
-        return Bunch(importances_mean=importances.mean(axis=1),
-                     importances_std=importances.std(axis=1), importances=importances)
+        return Bunch(
+            importances_mean=importances.mean(axis=1),
+            importances_std=importances.std(axis=1),
+            importances=importances,
+        )
 
     def __sklearn_clone__(self):
         """A clone shares the client (a client cannot be copied); other parameters are cloned
@@ -228,7 +276,11 @@ class BaseForest(BaseEstimator):
             X = X.rechunk({1: -1})
             n_values = forest.values.shape[1]
             return X.map_blocks(
-                _vote_block, self.bin_mapper_, forest, voting, dtype=np.float64,
+                _vote_block,
+                self.bin_mapper_,
+                forest,
+                voting,
+                dtype=np.float64,
                 chunks=(X.chunks[0], (n_values,)),
             )
         X = check_2d(X)
@@ -338,7 +390,8 @@ class _ForestClassifierMixin(ClassifierMixin):
         proba = self.predict_proba(X)
         if isinstance(proba, da.Array):
             return proba.map_blocks(
-                lambda p: self.classes_.take(np.argmax(p, axis=1)), drop_axis=1,
+                lambda p: self.classes_.take(np.argmax(p, axis=1)),
+                drop_axis=1,
                 dtype=self.classes_.dtype,
             )
         return self.classes_.take(np.argmax(proba, axis=1))
@@ -380,7 +433,9 @@ class _ForestRegressorMixin(RegressorMixin):
         return np.median(forest.tree_predictions(self.bin_mapper_.encode(check_2d(X))), axis=1)
 
     def _set_oob(self, client, data, lam, is_classifier):
-        decision, score, curve = oob_estimates(client, data, self.forest_, self._seed, lam, SOFT, False)
+        decision, score, curve = oob_estimates(
+            client, data, self.forest_, self._seed, lam, SOFT, False
+        )
         self.oob_prediction_ = decision[:, 0]
         self.oob_curve_ = curve
         self.oob_score_ = score
@@ -389,11 +444,30 @@ class _ForestRegressorMixin(RegressorMixin):
             self.oob_score_ = self.oob_score(y_true, decision[:, 0])
 
 
-def _forest_init(self, n_estimators, criterion, max_depth, min_samples_split, min_samples_leaf,
-                 min_weight_fraction_leaf, max_features, max_features_tree, max_leaf_nodes,
-                 min_impurity_decrease, bootstrap, max_samples, oob_score, random_state,
-                 warm_start, max_bins, categorical_features, client, trees_per_task, n_blocks,
-                 mode):
+def _forest_init(
+    self,
+    n_estimators,
+    criterion,
+    max_depth,
+    min_samples_split,
+    min_samples_leaf,
+    min_weight_fraction_leaf,
+    max_features,
+    max_features_tree,
+    max_leaf_nodes,
+    min_impurity_decrease,
+    bootstrap,
+    max_samples,
+    oob_score,
+    random_state,
+    warm_start,
+    max_bins,
+    categorical_features,
+    client,
+    trees_per_task,
+    n_blocks,
+    mode,
+):
     self.n_estimators = n_estimators
     self.criterion = criterion
     self.max_depth = max_depth
@@ -418,100 +492,252 @@ def _forest_init(self, n_estimators, criterion, max_depth, min_samples_split, mi
 
 
 class RandomForestClassifier(_ForestClassifierMixin, BaseForest):
-    __doc__ = "A random forest classifier (Breiman 2001) on Dask.\n" + _FOREST_DOC + """
+    __doc__ = (
+        "A random forest classifier (Breiman 2001) on Dask.\n"
+        + _FOREST_DOC
+        + """
     criterion : {"gini", "entropy", "log_loss", "gain_ratio", "misclassification"}
     class_weight : dict, "balanced", "balanced_subsample" or None
         "balanced_subsample" re-balances each tree's in-bag counts.
     voting : {"soft", "hard"}, default="soft"
         Mean class probability over trees, or the seeds' majority vote.
     """
+    )
     _tree_class = DecisionTreeClassifier
 
-    def __init__(self, n_estimators=100, *, criterion="gini", max_depth=None,
-                 min_samples_split=2, min_samples_leaf=1, min_weight_fraction_leaf=0.0,
-                 max_features="sqrt", max_features_tree=None, max_leaf_nodes=None,
-                 min_impurity_decrease=0.0, bootstrap=True, max_samples=None, oob_score=False,
-                 random_state=None, warm_start=False, class_weight=None, voting="soft",
-                 max_bins=255, categorical_features=None, client=None, trees_per_task=None,
-                 n_blocks=None, mode="auto"):
-        _forest_init(self, n_estimators, criterion, max_depth, min_samples_split,
-                     min_samples_leaf, min_weight_fraction_leaf, max_features, max_features_tree,
-                     max_leaf_nodes, min_impurity_decrease, bootstrap, max_samples, oob_score,
-                     random_state, warm_start, max_bins, categorical_features, client,
-                     trees_per_task, n_blocks, mode)
+    def __init__(
+        self,
+        n_estimators=100,
+        *,
+        criterion="gini",
+        max_depth=None,
+        min_samples_split=2,
+        min_samples_leaf=1,
+        min_weight_fraction_leaf=0.0,
+        max_features="sqrt",
+        max_features_tree=None,
+        max_leaf_nodes=None,
+        min_impurity_decrease=0.0,
+        bootstrap=True,
+        max_samples=None,
+        oob_score=False,
+        random_state=None,
+        warm_start=False,
+        class_weight=None,
+        voting="soft",
+        max_bins=255,
+        categorical_features=None,
+        client=None,
+        trees_per_task=None,
+        n_blocks=None,
+        mode="auto",
+    ):
+        _forest_init(
+            self,
+            n_estimators,
+            criterion,
+            max_depth,
+            min_samples_split,
+            min_samples_leaf,
+            min_weight_fraction_leaf,
+            max_features,
+            max_features_tree,
+            max_leaf_nodes,
+            min_impurity_decrease,
+            bootstrap,
+            max_samples,
+            oob_score,
+            random_state,
+            warm_start,
+            max_bins,
+            categorical_features,
+            client,
+            trees_per_task,
+            n_blocks,
+            mode,
+        )
         self.class_weight = class_weight
         self.voting = voting
 
 
 class ExtraTreesClassifier(RandomForestClassifier):
-    __doc__ = ("Extremely randomized trees (Geurts et al. 2006) on Dask: one random threshold "
-               "per candidate feature, no bootstrap by default.\n" + _FOREST_DOC)
+    __doc__ = (
+        "Extremely randomized trees (Geurts et al. 2006) on Dask: one random threshold "
+        "per candidate feature, no bootstrap by default.\n" + _FOREST_DOC
+    )
     _splitter = "random"
 
-    def __init__(self, n_estimators=100, *, criterion="gini", max_depth=None,
-                 min_samples_split=2, min_samples_leaf=1, min_weight_fraction_leaf=0.0,
-                 max_features="sqrt", max_features_tree=None, max_leaf_nodes=None,
-                 min_impurity_decrease=0.0, bootstrap=False, max_samples=None, oob_score=False,
-                 random_state=None, warm_start=False, class_weight=None, voting="soft",
-                 max_bins=255, categorical_features=None, client=None, trees_per_task=None,
-                 n_blocks=None, mode="auto"):
+    def __init__(
+        self,
+        n_estimators=100,
+        *,
+        criterion="gini",
+        max_depth=None,
+        min_samples_split=2,
+        min_samples_leaf=1,
+        min_weight_fraction_leaf=0.0,
+        max_features="sqrt",
+        max_features_tree=None,
+        max_leaf_nodes=None,
+        min_impurity_decrease=0.0,
+        bootstrap=False,
+        max_samples=None,
+        oob_score=False,
+        random_state=None,
+        warm_start=False,
+        class_weight=None,
+        voting="soft",
+        max_bins=255,
+        categorical_features=None,
+        client=None,
+        trees_per_task=None,
+        n_blocks=None,
+        mode="auto",
+    ):
         super().__init__(
-            n_estimators, criterion=criterion, max_depth=max_depth,
-            min_samples_split=min_samples_split, min_samples_leaf=min_samples_leaf,
-            min_weight_fraction_leaf=min_weight_fraction_leaf, max_features=max_features,
-            max_features_tree=max_features_tree, max_leaf_nodes=max_leaf_nodes,
-            min_impurity_decrease=min_impurity_decrease, bootstrap=bootstrap,
-            max_samples=max_samples, oob_score=oob_score, random_state=random_state,
-            warm_start=warm_start, class_weight=class_weight, voting=voting, max_bins=max_bins,
-            categorical_features=categorical_features, client=client,
-            trees_per_task=trees_per_task, n_blocks=n_blocks, mode=mode,
+            n_estimators,
+            criterion=criterion,
+            max_depth=max_depth,
+            min_samples_split=min_samples_split,
+            min_samples_leaf=min_samples_leaf,
+            min_weight_fraction_leaf=min_weight_fraction_leaf,
+            max_features=max_features,
+            max_features_tree=max_features_tree,
+            max_leaf_nodes=max_leaf_nodes,
+            min_impurity_decrease=min_impurity_decrease,
+            bootstrap=bootstrap,
+            max_samples=max_samples,
+            oob_score=oob_score,
+            random_state=random_state,
+            warm_start=warm_start,
+            class_weight=class_weight,
+            voting=voting,
+            max_bins=max_bins,
+            categorical_features=categorical_features,
+            client=client,
+            trees_per_task=trees_per_task,
+            n_blocks=n_blocks,
+            mode=mode,
         )
 
 
 class RandomForestRegressor(_ForestRegressorMixin, BaseForest):
-    __doc__ = "A random forest regressor (Breiman 2001) on Dask.\n" + _FOREST_DOC + """
+    __doc__ = (
+        "A random forest regressor (Breiman 2001) on Dask.\n"
+        + _FOREST_DOC
+        + """
     criterion : {"squared_error"}
     max_features : default=1.0 (all features at every node, as scikit-learn)
     aggregation : {"mean", "median"}, default="mean"
         Mean of the trees' predictions, or their median (the seeds' "bragging").
     """
+    )
     _tree_class = DecisionTreeRegressor
 
-    def __init__(self, n_estimators=100, *, criterion="squared_error", max_depth=None,
-                 min_samples_split=2, min_samples_leaf=1, min_weight_fraction_leaf=0.0,
-                 max_features=1.0, max_features_tree=None, max_leaf_nodes=None,
-                 min_impurity_decrease=0.0, bootstrap=True, max_samples=None, oob_score=False,
-                 random_state=None, warm_start=False, aggregation="mean", max_bins=255,
-                 categorical_features=None, client=None, trees_per_task=None, n_blocks=None,
-                 mode="auto"):
-        _forest_init(self, n_estimators, criterion, max_depth, min_samples_split,
-                     min_samples_leaf, min_weight_fraction_leaf, max_features, max_features_tree,
-                     max_leaf_nodes, min_impurity_decrease, bootstrap, max_samples, oob_score,
-                     random_state, warm_start, max_bins, categorical_features, client,
-                     trees_per_task, n_blocks, mode)
+    def __init__(
+        self,
+        n_estimators=100,
+        *,
+        criterion="squared_error",
+        max_depth=None,
+        min_samples_split=2,
+        min_samples_leaf=1,
+        min_weight_fraction_leaf=0.0,
+        max_features=1.0,
+        max_features_tree=None,
+        max_leaf_nodes=None,
+        min_impurity_decrease=0.0,
+        bootstrap=True,
+        max_samples=None,
+        oob_score=False,
+        random_state=None,
+        warm_start=False,
+        aggregation="mean",
+        max_bins=255,
+        categorical_features=None,
+        client=None,
+        trees_per_task=None,
+        n_blocks=None,
+        mode="auto",
+    ):
+        _forest_init(
+            self,
+            n_estimators,
+            criterion,
+            max_depth,
+            min_samples_split,
+            min_samples_leaf,
+            min_weight_fraction_leaf,
+            max_features,
+            max_features_tree,
+            max_leaf_nodes,
+            min_impurity_decrease,
+            bootstrap,
+            max_samples,
+            oob_score,
+            random_state,
+            warm_start,
+            max_bins,
+            categorical_features,
+            client,
+            trees_per_task,
+            n_blocks,
+            mode,
+        )
         self.aggregation = aggregation
 
 
 class ExtraTreesRegressor(RandomForestRegressor):
-    __doc__ = ("Extremely randomized trees (Geurts et al. 2006) regressor on Dask.\n"
-               + _FOREST_DOC)
+    __doc__ = "Extremely randomized trees (Geurts et al. 2006) regressor on Dask.\n" + _FOREST_DOC
     _splitter = "random"
 
-    def __init__(self, n_estimators=100, *, criterion="squared_error", max_depth=None,
-                 min_samples_split=2, min_samples_leaf=1, min_weight_fraction_leaf=0.0,
-                 max_features=1.0, max_features_tree=None, max_leaf_nodes=None,
-                 min_impurity_decrease=0.0, bootstrap=False, max_samples=None, oob_score=False,
-                 random_state=None, warm_start=False, aggregation="mean", max_bins=255,
-                 categorical_features=None, client=None, trees_per_task=None, n_blocks=None,
-                 mode="auto"):
+    def __init__(
+        self,
+        n_estimators=100,
+        *,
+        criterion="squared_error",
+        max_depth=None,
+        min_samples_split=2,
+        min_samples_leaf=1,
+        min_weight_fraction_leaf=0.0,
+        max_features=1.0,
+        max_features_tree=None,
+        max_leaf_nodes=None,
+        min_impurity_decrease=0.0,
+        bootstrap=False,
+        max_samples=None,
+        oob_score=False,
+        random_state=None,
+        warm_start=False,
+        aggregation="mean",
+        max_bins=255,
+        categorical_features=None,
+        client=None,
+        trees_per_task=None,
+        n_blocks=None,
+        mode="auto",
+    ):
         super().__init__(
-            n_estimators, criterion=criterion, max_depth=max_depth,
-            min_samples_split=min_samples_split, min_samples_leaf=min_samples_leaf,
-            min_weight_fraction_leaf=min_weight_fraction_leaf, max_features=max_features,
-            max_features_tree=max_features_tree, max_leaf_nodes=max_leaf_nodes,
-            min_impurity_decrease=min_impurity_decrease, bootstrap=bootstrap,
-            max_samples=max_samples, oob_score=oob_score, random_state=random_state,
-            warm_start=warm_start, aggregation=aggregation, max_bins=max_bins,
-            categorical_features=categorical_features, client=client,
-            trees_per_task=trees_per_task, n_blocks=n_blocks, mode=mode,
+            n_estimators,
+            criterion=criterion,
+            max_depth=max_depth,
+            min_samples_split=min_samples_split,
+            min_samples_leaf=min_samples_leaf,
+            min_weight_fraction_leaf=min_weight_fraction_leaf,
+            max_features=max_features,
+            max_features_tree=max_features_tree,
+            max_leaf_nodes=max_leaf_nodes,
+            min_impurity_decrease=min_impurity_decrease,
+            bootstrap=bootstrap,
+            max_samples=max_samples,
+            oob_score=oob_score,
+            random_state=random_state,
+            warm_start=warm_start,
+            aggregation=aggregation,
+            max_bins=max_bins,
+            categorical_features=categorical_features,
+            client=client,
+            trees_per_task=trees_per_task,
+            n_blocks=n_blocks,
+            mode=mode,
         )

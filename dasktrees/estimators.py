@@ -46,9 +46,7 @@ def check_sample_weight(sample_weight, n_samples):
     if sample_weight.ndim == 0:
         sample_weight = np.full(n_samples, float(sample_weight))
     if sample_weight.shape != (n_samples,):
-        raise ValueError(
-            f"sample_weight.shape == {sample_weight.shape}, expected ({n_samples},)"
-        )
+        raise ValueError(f"sample_weight.shape == {sample_weight.shape}, expected ({n_samples},)")
     if not np.isfinite(sample_weight).all():
         raise ValueError("sample_weight contains NaN or infinity")
     if (sample_weight < 0).any():
@@ -118,19 +116,27 @@ class BaseDecisionTree(BaseEstimator):
         seed = int(check_random_state(self.random_state).randint(np.iinfo(np.int32).max))
         # Rows of zero weight take no part in the fit, not even in placing the bin edges.
         in_fit = np.flatnonzero(weights > 0)
-        X_in_fit = X if len(in_fit) == n_samples else (
-            X.iloc[in_fit] if isinstance(X, pd.DataFrame) else X[in_fit]
+        X_in_fit = (
+            X
+            if len(in_fit) == n_samples
+            else (X.iloc[in_fit] if isinstance(X, pd.DataFrame) else X[in_fit])
         )
         self.bin_mapper_ = BinMapper(
-            max_bins=self.max_bins, categorical_features=self.categorical_features,
+            max_bins=self.max_bins,
+            categorical_features=self.categorical_features,
             random_state=seed,
         ).fit(X_in_fit, row_ids=in_fit)
         codes = self.bin_mapper_.transform(X)
         self.max_features_ = params.max_features
         self.n_outputs_ = 1
         self.tree_ = grow_tree(
-            codes, y_fit, weights, self.bin_mapper_.kernel_arrays(), params,
-            self.n_classes_ if is_classifier else 1, seed,
+            codes,
+            y_fit,
+            weights,
+            self.bin_mapper_.kernel_arrays(),
+            params,
+            self.n_classes_ if is_classifier else 1,
+            seed,
         )
         return self
 

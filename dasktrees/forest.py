@@ -13,7 +13,6 @@ import numpy as np
 from numba import njit, prange
 
 from ._dtypes import TREE_LEAF
-from .sampling import tree_counts
 from .tree.tree import leaf_binned, leaf_encoded
 
 SOFT = 0  # sum class fractions (or means); divide by the number of trees

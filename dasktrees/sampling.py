@@ -86,6 +86,7 @@ def tree_subspace(seed, tree, n_features, n_kept):
     (the seeds' random-subspace forest), as sorted int64 indices."""
     if n_kept >= n_features:
         return np.arange(n_features, dtype=np.int64)
-    keys = np.array([hash_key(np.uint64(seed), SUBSPACE_STREAM * 2**32 + tree, f)
-                     for f in range(n_features)])
+    keys = np.array(
+        [hash_key(np.uint64(seed), SUBSPACE_STREAM * 2**32 + tree, f) for f in range(n_features)]
+    )
     return np.sort(np.argsort(keys, kind="stable")[:n_kept]).astype(np.int64)

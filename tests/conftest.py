@@ -75,7 +75,10 @@ def client():
     """One LocalCluster for the whole session: two single-threaded worker processes."""
     from distributed import Client, LocalCluster
 
-    with LocalCluster(
-        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0"
-    ) as cluster, Client(cluster, set_as_default=False) as c:
+    with (
+        LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0"
+        ) as cluster,
+        Client(cluster, set_as_default=False) as c,
+    ):
         yield c

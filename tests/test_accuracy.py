@@ -21,15 +21,23 @@ CV = KFold(5, shuffle=True, random_state=0)
 
 
 def mean_cv(make, X, y, scoring):
-    return np.mean([cross_val_score(make(seed), X, y, cv=CV, scoring=scoring).mean() for seed in SEEDS])
+    return np.mean(
+        [cross_val_score(make(seed), X, y, cv=CV, scoring=scoring).mean() for seed in SEEDS]
+    )
 
 
-@pytest.mark.parametrize("loader", [load_breast_cancer, load_digits], ids=["breast_cancer", "digits"])
+@pytest.mark.parametrize(
+    "loader", [load_breast_cancer, load_digits], ids=["breast_cancer", "digits"]
+)
 @pytest.mark.parametrize("criterion", ["gini", "entropy"])
 def test_classification_accuracy_matches_sklearn(loader, criterion):
     X, y = loader(return_X_y=True)
-    ours = mean_cv(lambda s: dt.DecisionTreeClassifier(criterion=criterion, random_state=s), X, y, "accuracy")
-    theirs = mean_cv(lambda s: sk.DecisionTreeClassifier(criterion=criterion, random_state=s), X, y, "accuracy")
+    ours = mean_cv(
+        lambda s: dt.DecisionTreeClassifier(criterion=criterion, random_state=s), X, y, "accuracy"
+    )
+    theirs = mean_cv(
+        lambda s: sk.DecisionTreeClassifier(criterion=criterion, random_state=s), X, y, "accuracy"
+    )
     assert abs(ours - theirs) <= 0.015, (ours, theirs)
 
 
@@ -37,14 +45,20 @@ def test_classification_with_max_features_sqrt():
     X, y = load_digits(return_X_y=True)
     params = dict(max_features="sqrt", min_samples_leaf=2)
     ours = mean_cv(lambda s: dt.DecisionTreeClassifier(random_state=s, **params), X, y, "accuracy")
-    theirs = mean_cv(lambda s: sk.DecisionTreeClassifier(random_state=s, **params), X, y, "accuracy")
+    theirs = mean_cv(
+        lambda s: sk.DecisionTreeClassifier(random_state=s, **params), X, y, "accuracy"
+    )
     assert abs(ours - theirs) <= 0.015, (ours, theirs)
 
 
 def rmse_ratio(X_ours, X_sklearn, y, **params):
     scoring = "neg_root_mean_squared_error"
-    ours = -mean_cv(lambda s: dt.DecisionTreeRegressor(random_state=s, **params), X_ours, y, scoring)
-    theirs = -mean_cv(lambda s: sk.DecisionTreeRegressor(random_state=s, **params), X_sklearn, y, scoring)
+    ours = -mean_cv(
+        lambda s: dt.DecisionTreeRegressor(random_state=s, **params), X_ours, y, scoring
+    )
+    theirs = -mean_cv(
+        lambda s: sk.DecisionTreeRegressor(random_state=s, **params), X_sklearn, y, scoring
+    )
     return ours / theirs
 
 

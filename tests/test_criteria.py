@@ -102,9 +102,10 @@ def test_golf_tree_splits_on_outlook_overcast(golf):
     left = tree.tree_.children_left[0]
     right = tree.tree_.children_right[0]
     w = tree.tree_.weighted_n_node_samples
-    gain = tree.tree_.impurity[0] - (
-        w[left] * tree.tree_.impurity[left] + w[right] * tree.tree_.impurity[right]
-    ) / w[0]
+    gain = (
+        tree.tree_.impurity[0]
+        - (w[left] * tree.tree_.impurity[left] + w[right] * tree.tree_.impurity[right]) / w[0]
+    )
     assert gain == pytest.approx(0.226, abs=1e-3)
     categories = tree.bin_mapper_.categories_[root_feature]
     mapper_bins = tree.bin_mapper_.category_bins_[root_feature]

@@ -167,8 +167,9 @@ def test_string_labels_and_probabilities(iris):
 
 
 def test_feature_importances_and_names():
-    X, y = make_classification(n_samples=500, n_features=6, n_informative=2, n_redundant=0,
-                               shuffle=False, random_state=0)
+    X, y = make_classification(
+        n_samples=500, n_features=6, n_informative=2, n_redundant=0, shuffle=False, random_state=0
+    )
     frame = pd.DataFrame(X, columns=[f"f{i}" for i in range(6)])
     tree = DecisionTreeClassifier(max_depth=4, random_state=0).fit(frame, y)
     assert list(tree.feature_names_in_) == list(frame.columns)

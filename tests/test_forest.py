@@ -20,10 +20,14 @@ def cv_mean(model, X, y, scoring):
     return cross_val_score(model, X, y, cv=CV, scoring=scoring).mean()
 
 
-@pytest.mark.parametrize("loader", [load_breast_cancer, load_digits], ids=["breast_cancer", "digits"])
+@pytest.mark.parametrize(
+    "loader", [load_breast_cancer, load_digits], ids=["breast_cancer", "digits"]
+)
 def test_classification_accuracy_matches_sklearn(client, loader):
     X, y = loader(return_X_y=True)
-    ours = cv_mean(dt.RandomForestClassifier(n_estimators=100, random_state=0, client=client), X, y, "accuracy")
+    ours = cv_mean(
+        dt.RandomForestClassifier(n_estimators=100, random_state=0, client=client), X, y, "accuracy"
+    )
     theirs = cv_mean(sk.RandomForestClassifier(n_estimators=100, random_state=0), X, y, "accuracy")
     assert abs(ours - theirs) <= 0.01, (ours, theirs)
 
@@ -37,7 +41,9 @@ def test_regression_rmse_matches_sklearn(client, dataset):
         X, y = (hitters if dataset == "Hitters" else carseats)()
         X_sk = pd.get_dummies(X).astype(float)
     scoring = "neg_root_mean_squared_error"
-    ours = -cv_mean(dt.RandomForestRegressor(n_estimators=100, random_state=0, client=client), X, y, scoring)
+    ours = -cv_mean(
+        dt.RandomForestRegressor(n_estimators=100, random_state=0, client=client), X, y, scoring
+    )
     theirs = -cv_mean(sk.RandomForestRegressor(n_estimators=100, random_state=0), X_sk, y, scoring)
     assert ours / theirs == pytest.approx(1.0, abs=0.03), (ours, theirs)
 
@@ -45,7 +51,9 @@ def test_regression_rmse_matches_sklearn(client, dataset):
 def test_oob_score_matches_held_out_and_sklearn(client):
     X, y = make_classification(n_samples=4000, n_features=20, n_informative=8, random_state=0)
     X_train, X_test, y_train, y_test = train_test_split(X, y, test_size=0.5, random_state=0)
-    ours = dt.RandomForestClassifier(n_estimators=100, oob_score=True, random_state=0, client=client)
+    ours = dt.RandomForestClassifier(
+        n_estimators=100, oob_score=True, random_state=0, client=client
+    )
     ours.fit(X_train, y_train)
     theirs = sk.RandomForestClassifier(n_estimators=100, oob_score=True, random_state=0)
     theirs.fit(X_train, y_train)
@@ -76,8 +84,9 @@ def test_callable_oob_score(client):
     from sklearn.metrics import balanced_accuracy_score
 
     X, y = load_breast_cancer(return_X_y=True)
-    model = dt.RandomForestClassifier(n_estimators=30, oob_score=balanced_accuracy_score,
-                                      random_state=0, client=client).fit(X, y)
+    model = dt.RandomForestClassifier(
+        n_estimators=30, oob_score=balanced_accuracy_score, random_state=0, client=client
+    ).fit(X, y)
     decision = model.oob_decision_function_
     scored = ~np.isnan(decision).any(axis=1)
     expected = balanced_accuracy_score(y[scored], model.classes_[decision[scored].argmax(axis=1)])
@@ -86,8 +95,9 @@ def test_callable_oob_score(client):
 
 def test_oob_rows_are_out_of_bag_about_e_inverse_of_the_time(client):
     X, y = load_breast_cancer(return_X_y=True)
-    model = dt.RandomForestClassifier(n_estimators=200, oob_score=True, voting="hard",
-                                      random_state=0, client=client).fit(X, y)
+    model = dt.RandomForestClassifier(
+        n_estimators=200, oob_score=True, voting="hard", random_state=0, client=client
+    ).fit(X, y)
     # Hard votes sum to one over classes; the number of OOB trees per row ~ Binomial(200, 1/e).
     np.testing.assert_allclose(model.oob_decision_function_.sum(axis=1), 1.0)
 
@@ -103,8 +113,9 @@ def test_hard_voting_is_a_majority_vote(client):
 
 def test_median_aggregation_is_bragging(client):
     X, y = load_diabetes(return_X_y=True)
-    model = dt.RandomForestRegressor(n_estimators=9, aggregation="median", random_state=0,
-                                     client=client).fit(X, y)
+    model = dt.RandomForestRegressor(
+        n_estimators=9, aggregation="median", random_state=0, client=client
+    ).fit(X, y)
     per_tree = np.array([est.predict(X) for est in model.estimators_])
     np.testing.assert_allclose(model.predict(X), np.median(per_tree, axis=0))
 
@@ -117,8 +128,9 @@ def test_mean_prediction_is_the_mean_of_the_trees(client):
 
 
 def test_feature_importances_mean_and_std(client):
-    X, y = make_classification(n_samples=1500, n_features=8, n_informative=2, n_redundant=0,
-                               shuffle=False, random_state=0)
+    X, y = make_classification(
+        n_samples=1500, n_features=8, n_informative=2, n_redundant=0, shuffle=False, random_state=0
+    )
     model = dt.RandomForestClassifier(n_estimators=30, random_state=0, client=client).fit(X, y)
     per_tree = np.array([est.feature_importances_ for est in model.estimators_])
     np.testing.assert_allclose(model.feature_importances_, per_tree.mean(axis=0))
@@ -129,8 +141,9 @@ def test_feature_importances_mean_and_std(client):
 
 def test_max_features_tree_restricts_each_tree_to_a_subspace(client):
     X, y = make_classification(n_samples=800, n_features=12, random_state=0)
-    model = dt.RandomForestClassifier(n_estimators=20, max_features_tree=3, max_features=None,
-                                      random_state=0, client=client).fit(X, y)
+    model = dt.RandomForestClassifier(
+        n_estimators=20, max_features_tree=3, max_features=None, random_state=0, client=client
+    ).fit(X, y)
     used = [set(est.tree_.feature[est.tree_.feature >= 0]) for est in model.estimators_]
     assert all(len(features) <= 3 for features in used)
     assert len(set.union(*used)) > 6, "different trees draw different subspaces"
@@ -138,8 +151,13 @@ def test_max_features_tree_restricts_each_tree_to_a_subspace(client):
 
 def test_balanced_subsample_weights_each_tree_in_bag(client):
     X, y = make_classification(n_samples=2000, weights=[0.9, 0.1], random_state=0)
-    model = dt.RandomForestClassifier(n_estimators=10, class_weight="balanced_subsample",
-                                      max_depth=2, random_state=0, client=client).fit(X, y)
+    model = dt.RandomForestClassifier(
+        n_estimators=10,
+        class_weight="balanced_subsample",
+        max_depth=2,
+        random_state=0,
+        client=client,
+    ).fit(X, y)
     for est in model.estimators_:
         root = est.tree_.value[0] * est.tree_.weighted_n_node_samples[0]
         assert root[0] == pytest.approx(root[1])
@@ -148,8 +166,9 @@ def test_balanced_subsample_weights_each_tree_in_bag(client):
 def test_class_weight_balanced_and_string_labels(client):
     X, y = make_classification(n_samples=1000, weights=[0.85, 0.15], random_state=1)
     labels = np.where(y == 1, "rare", "common")
-    model = dt.RandomForestClassifier(n_estimators=10, class_weight="balanced", max_depth=3,
-                                      random_state=0, client=client).fit(X, labels)
+    model = dt.RandomForestClassifier(
+        n_estimators=10, class_weight="balanced", max_depth=3, random_state=0, client=client
+    ).fit(X, labels)
     assert list(model.classes_) == ["common", "rare"]
     root = model.estimators_[0].tree_
     assert set(model.predict(X)) == {"common", "rare"}
@@ -169,15 +188,18 @@ def test_warm_start_grows_only_the_new_trees(client):
 
 def test_max_samples_draws_fewer_rows(client):
     X, y = make_classification(n_samples=5000, random_state=0)
-    model = dt.RandomForestClassifier(n_estimators=5, max_samples=500, random_state=0,
-                                      client=client).fit(X, y)
+    model = dt.RandomForestClassifier(
+        n_estimators=5, max_samples=500, random_state=0, client=client
+    ).fit(X, y)
     roots = [est.tree_.weighted_n_node_samples[0] for est in model.estimators_]
     assert 400 < np.mean(roots) < 600
 
 
 def test_extra_trees(client):
     X, y = load_breast_cancer(return_X_y=True)
-    ours = cv_mean(dt.ExtraTreesClassifier(n_estimators=50, random_state=0, client=client), X, y, "accuracy")
+    ours = cv_mean(
+        dt.ExtraTreesClassifier(n_estimators=50, random_state=0, client=client), X, y, "accuracy"
+    )
     theirs = cv_mean(sk.ExtraTreesClassifier(n_estimators=50, random_state=0), X, y, "accuracy")
     assert abs(ours - theirs) < 0.02
 
@@ -206,8 +228,9 @@ def test_pickle_leaves_the_client_out(client):
 def test_bad_forest_parameters(client, params, match):
     X, y = load_breast_cancer(return_X_y=True)
     with pytest.raises(ValueError, match=match):
-        dt.RandomForestClassifier(n_estimators=params.pop("n_estimators", 3), client=client,
-                                  **params).fit(X, y)
+        dt.RandomForestClassifier(
+            n_estimators=params.pop("n_estimators", 3), client=client, **params
+        ).fit(X, y)
 
 
 def test_without_a_client_a_local_cluster_is_started_and_closed(caplog):
@@ -221,8 +244,9 @@ def test_without_a_client_a_local_cluster_is_started_and_closed(caplog):
 
 
 def test_oob_permutation_importance_finds_the_informative_features(client):
-    X, y = make_classification(n_samples=1500, n_features=6, n_informative=2, n_redundant=0,
-                               shuffle=False, random_state=0)
+    X, y = make_classification(
+        n_samples=1500, n_features=6, n_informative=2, n_redundant=0, shuffle=False, random_state=0
+    )
     model = dt.RandomForestClassifier(n_estimators=20, random_state=0, client=client).fit(X, y)
     result = model.oob_permutation_importance(X, y, n_repeats=2, random_state=0)
     assert result.importances.shape == (6, 40)

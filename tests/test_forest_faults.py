@@ -16,9 +16,12 @@ from dasktrees import RandomForestClassifier
 @pytest.fixture
 def fault_cluster():
     with dask.config.set({"distributed.scheduler.allowed-failures": 2}):
-        with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                          dashboard_address=":0") as cluster, \
-                Client(cluster, set_as_default=False) as client:
+        with (
+            LocalCluster(
+                n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0"
+            ) as cluster,
+            Client(cluster, set_as_default=False) as client,
+        ):
             yield client
 
 
@@ -41,11 +44,14 @@ def kill_a_worker_once_trees_run(client, done, killed):
 
 def test_fit_survives_a_killed_worker_and_equals_the_fit_without_fault(fault_cluster):
     X, y = make_classification(n_samples=30_000, n_features=20, random_state=0)
-    params = dict(n_estimators=16, oob_score=True, random_state=0, trees_per_task=2,
-                  client=fault_cluster)
+    params = dict(
+        n_estimators=16, oob_score=True, random_state=0, trees_per_task=2, client=fault_cluster
+    )
     done = threading.Event()
     killed = []
-    killer = threading.Thread(target=kill_a_worker_once_trees_run, args=(fault_cluster, done, killed))
+    killer = threading.Thread(
+        target=kill_a_worker_once_trees_run, args=(fault_cluster, done, killed)
+    )
     killer.start()
     faulty = RandomForestClassifier(**params).fit(X, y)
     done.set()

@@ -22,8 +22,11 @@ def assert_same_forest(a, b, X):
     if hasattr(a, "oob_score_"):
         assert a.oob_score_ == b.oob_score_
         np.testing.assert_array_equal(a.oob_curve_, b.oob_curve_)
-    pa, pb = (a.predict_proba(X), b.predict_proba(X)) if hasattr(a, "predict_proba") else (
-        a.predict(X), b.predict(X))
+    pa, pb = (
+        (a.predict_proba(X), b.predict_proba(X))
+        if hasattr(a, "predict_proba")
+        else (a.predict(X), b.predict(X))
+    )
     np.testing.assert_array_equal(pa, pb)
 
 
@@ -63,8 +66,9 @@ def test_numpy_and_dask_inputs_and_partitionings_give_the_same_forest(client, ca
 def test_regression_oob_score_is_exact_across_partitionings(client):
     X, y = make_regression(n_samples=700, n_features=8, noise=10.0, random_state=0)
     forests = [
-        RandomForestRegressor(n_estimators=10, oob_score=True, random_state=3, client=client,
-                              n_blocks=n).fit(X, y)
+        RandomForestRegressor(
+            n_estimators=10, oob_score=True, random_state=3, client=client, n_blocks=n
+        ).fit(X, y)
         for n in (1, 4, 7)
     ]
     for other in forests[1:]:
@@ -73,12 +77,20 @@ def test_regression_oob_score_is_exact_across_partitionings(client):
 
 
 @pytest.mark.parametrize("workers, threads, processes", [(1, 1, True), (1, 2, False)])
-def test_worker_count_threads_and_processes_give_the_same_forest(client, cancer, workers,
-                                                                 threads, processes):
+def test_worker_count_threads_and_processes_give_the_same_forest(
+    client, cancer, workers, threads, processes
+):
     X, y = cancer
     reference = fit_classifier(client, X, y)
-    with LocalCluster(n_workers=workers, threads_per_worker=threads, processes=processes,
-                      dashboard_address=":0") as cluster, Client(cluster, set_as_default=False) as other:
+    with (
+        LocalCluster(
+            n_workers=workers,
+            threads_per_worker=threads,
+            processes=processes,
+            dashboard_address=":0",
+        ) as cluster,
+        Client(cluster, set_as_default=False) as other,
+    ):
         assert_same_forest(reference, fit_classifier(other, X, y), X)
         extra = ExtraTreesRegressor(n_estimators=6, random_state=1, client=other).fit(X, y * 1.0)
     assert_same_forest(
@@ -119,12 +131,21 @@ def test_dask_input_is_never_collected_to_the_client(client, monkeypatch):
     assert model.oob_score_ > 0.9
 
 
-@pytest.mark.parametrize("params", [{"max_samples": 0.2}, {}, {"class_weight": "balanced_subsample"}])
+@pytest.mark.parametrize(
+    "params", [{"max_samples": 0.2}, {}, {"class_weight": "balanced_subsample"}]
+)
 def test_sampled_and_replicated_modes_grow_the_same_forest(client, cancer, params):
     X, y = cancer
     forests = {
-        mode: RandomForestClassifier(n_estimators=8, random_state=5, mode=mode, client=client,
-                                     n_blocks=3, oob_score=True, **params).fit(X, y)
+        mode: RandomForestClassifier(
+            n_estimators=8,
+            random_state=5,
+            mode=mode,
+            client=client,
+            n_blocks=3,
+            oob_score=True,
+            **params,
+        ).fit(X, y)
         for mode in ("replicated", "sampled")
     }
     assert forests["sampled"].mode_ == "sampled" and forests["replicated"].mode_ == "replicated"

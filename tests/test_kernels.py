@@ -145,8 +145,17 @@ def test_scan_finds_the_brute_force_best_split(seed, n_bins, criterion, min_samp
     parent_impurity = impurity(total, criterion)
     order = rng.permutation(n_bins).astype(np.int64)
     score, position, missing_left = scan_cuts(
-        stats, order, n_bins, missing, total, criterion, parent_impurity, min_samples_leaf,
-        0.0, -1, np.zeros(n_channels),
+        stats,
+        order,
+        n_bins,
+        missing,
+        total,
+        criterion,
+        parent_impurity,
+        min_samples_leaf,
+        0.0,
+        -1,
+        np.zeros(n_channels),
     )
     expected = brute_force_best(
         stats, order, n_bins, missing, total, criterion, parent_impurity, min_samples_leaf
@@ -174,14 +183,14 @@ def test_cut_score_orders_like_split_score(criterion):
             continue
         prefix = naive_stats(y[left], w[left], criterion)
         exact.append(split_score(prefix, total - prefix, criterion, parent_impurity))
-        proxy.append(
-            cut_score(prefix, np.zeros(4), total, False, criterion, parent_impurity, 0.0)
-        )
+        proxy.append(cut_score(prefix, np.zeros(4), total, False, criterion, parent_impurity, 0.0))
     exact, proxy = np.array(exact), np.array(proxy)
     assert (proxy > NO_SPLIT).all()
     # Wherever two candidates differ by more than rounding, both scores order them alike.
     distinct = np.abs(exact[:, None] - exact[None, :]) > 1e-9
-    same_order = np.sign(exact[:, None] - exact[None, :]) == np.sign(proxy[:, None] - proxy[None, :])
+    same_order = np.sign(exact[:, None] - exact[None, :]) == np.sign(
+        proxy[:, None] - proxy[None, :]
+    )
     assert same_order[distinct].all()
 
 
@@ -199,8 +208,22 @@ def test_partition_is_stable_and_complete(seed, categorical, missing_left):
     n = len(rows)
     children = np.zeros((2, 4))
     boundary = partition(
-        codes[:, None], 0, rows, node_y, node_w, start, stop, 9, missing_left, categorical, bitset,
-        np.empty(n, np.int64), np.empty(n), np.empty(n), GINI, children,
+        codes[:, None],
+        0,
+        rows,
+        node_y,
+        node_w,
+        start,
+        stop,
+        9,
+        missing_left,
+        categorical,
+        bitset,
+        np.empty(n, np.int64),
+        np.empty(n),
+        np.empty(n),
+        GINI,
+        children,
     )
     segment = before[start:stop]
     seg_codes = codes[segment]

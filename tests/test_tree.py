@@ -33,14 +33,18 @@ def assert_tree_invariants(tree):
     t = tree.tree_
     split = np.flatnonzero(t.children_left != TREE_LEAF)
     left, right = t.children_left[split], t.children_right[split]
-    np.testing.assert_array_equal(t.n_node_samples[split], t.n_node_samples[left] + t.n_node_samples[right])
+    np.testing.assert_array_equal(
+        t.n_node_samples[split], t.n_node_samples[left] + t.n_node_samples[right]
+    )
     np.testing.assert_allclose(
         t.weighted_n_node_samples[split],
         t.weighted_n_node_samples[left] + t.weighted_n_node_samples[right],
     )
     # Impurity decrease of every split is non-negative (concavity of the impurities).
     w = t.weighted_n_node_samples
-    decrease = w[split] * t.impurity[split] - w[left] * t.impurity[left] - w[right] * t.impurity[right]
+    decrease = (
+        w[split] * t.impurity[split] - w[left] * t.impurity[left] - w[right] * t.impurity[right]
+    )
     assert (decrease >= -1e-9 * w[split]).all()
     # Every node but the root has exactly one parent; depths grow by one.
     children = np.concatenate([left, right])
@@ -193,6 +197,8 @@ def test_stopping_rules(params):
         index = np.flatnonzero(split)
         w = t.weighted_n_node_samples
         left, right = t.children_left[index], t.children_right[index]
-        decrease = (w[index] * t.impurity[index] - w[left] * t.impurity[left] - w[right] * t.impurity[right]) / w[0]
+        decrease = (
+            w[index] * t.impurity[index] - w[left] * t.impurity[left] - w[right] * t.impurity[right]
+        ) / w[0]
         assert decrease.min() >= 0.01 - 1e-12
     assert_tree_invariants(tree)

@@ -29,11 +29,15 @@ def client_for(client=None):
         yield client
         return
     n_workers = max(1, os.cpu_count() or 1)
-    with distributed.LocalCluster(
-        n_workers=n_workers, threads_per_worker=1, processes=True, dashboard_address=":0"
-    ) as cluster, distributed.Client(cluster) as local:
+    with (
+        distributed.LocalCluster(
+            n_workers=n_workers, threads_per_worker=1, processes=True, dashboard_address=":0"
+        ) as cluster,
+        distributed.Client(cluster) as local,
+    ):
         logger.info(
             "dasktrees started a LocalCluster (%d workers) for this call; dashboard: %s",
-            n_workers, local.dashboard_link,
+            n_workers,
+            local.dashboard_link,
         )
         yield local

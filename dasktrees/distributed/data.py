@@ -102,8 +102,12 @@ def input_blocks(client, X, y, sample_weight, n_blocks):
     if sample_weight is not None:
         w_blocks = _local_blocks(np.asarray(sample_weight, dtype=np.float64), bounds)
     return (
-        _local_blocks(x_values, bounds), _local_blocks(y, bounds), w_blocks, np.diff(bounds),
-        X[:0] if isinstance(X, np.ndarray) else X.iloc[:0], False,
+        _local_blocks(x_values, bounds),
+        _local_blocks(y, bounds),
+        w_blocks,
+        np.diff(bounds),
+        X[:0] if isinstance(X, np.ndarray) else X.iloc[:0],
+        False,
     )
 
 
@@ -140,7 +144,9 @@ def _mapper_pieces(mapper, x, w, first_row, fraction):
     x = check_2d(x)
     n = x.shape[0]
     in_fit = _block_weights(w, n) > 0
-    sampled = in_fit & sample_mask(np.arange(first_row, first_row + n), fraction, mapper.random_state)
+    sampled = in_fit & sample_mask(
+        np.arange(first_row, first_row + n), fraction, mapper.random_state
+    )
     take = (lambda m: x[m]) if isinstance(x, np.ndarray) else (lambda m: x.iloc[np.flatnonzero(m)])
     return mapper.pieces(take(in_fit), take(sampled))
 
@@ -182,8 +188,9 @@ def _bin_block(mapper, x, y, w, first_row, classes, class_weights):
 # ---- the client side ---------------------------------------------------------------------------
 
 
-def prepare(client, X, y, sample_weight, *, mapper, is_classifier, class_weight=None,
-            n_blocks=None):
+def prepare(
+    client, X, y, sample_weight, *, mapper, is_classifier, class_weight=None, n_blocks=None
+):
     """Bin X on the cluster and keep the binned blocks there.
 
     Parameters
@@ -247,8 +254,11 @@ def _class_weight_vector(class_weight, classes, counts):
     if isinstance(class_weight, dict):
         unknown = set(class_weight) - set(classes.tolist())
         if unknown:
-            raise ValueError(f"class_weight: {sorted(unknown)!r} are not classes of y {classes.tolist()}")
+            raise ValueError(
+                f"class_weight: {sorted(unknown)!r} are not classes of y {classes.tolist()}"
+            )
         return np.array([float(class_weight.get(c, 1.0)) for c in classes.tolist()])
     raise ValueError(
-        f'class_weight must be a dict, "balanced", "balanced_subsample" or None, got {class_weight!r}'
+        'class_weight must be a dict, "balanced", "balanced_subsample" or None, '
+        f"got {class_weight!r}"
     )

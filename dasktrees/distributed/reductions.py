@@ -32,8 +32,17 @@ def oob_block(forest, block, seed, lam, voting, classification):
     curve = []
     for t in range(forest.n_trees):
         tree_counts(seed, t, block.first_row, lam, counts)
-        add_oob_votes(block.codes, forest.nodes, forest.bitsets, forest.roots[t], forest.values,
-                      voting, counts, votes, n_oob)
+        add_oob_votes(
+            block.codes,
+            forest.nodes,
+            forest.bitsets,
+            forest.roots[t],
+            forest.values,
+            voting,
+            counts,
+            votes,
+            n_oob,
+        )
         if classification:
             errors, scored = misclassified(votes, n_oob, block.y)
             curve.append((int(errors), int(scored)))
@@ -72,8 +81,7 @@ def oob_estimates(client, data, forest, seed, lam, voting, classification):
     # recomputed from its spec.
     forest_future = client.submit(_identity, forest, pure=False)
     results = [
-        client.submit(oob_block, forest_future, part, seed, lam, voting, classification,
-                      pure=False)
+        client.submit(oob_block, forest_future, part, seed, lam, voting, classification, pure=False)
         for part in data.parts
     ]
     summaries = client.gather([client.submit(operator.itemgetter(2, 3), r) for r in results])
@@ -95,10 +103,12 @@ def oob_estimates(client, data, forest, seed, lam, voting, classification):
     decisions = [client.submit(_decision, r) for r in results]
     n_values = forest.values.shape[1]
     if data.is_dask:
-        decision = da.concatenate([
-            da.from_delayed(d, shape=(n, n_values), dtype=np.float64)
-            for d, n in zip(decisions, data.row_chunks)
-        ])
+        decision = da.concatenate(
+            [
+                da.from_delayed(d, shape=(n, n_values), dtype=np.float64)
+                for d, n in zip(decisions, data.row_chunks)
+            ]
+        )
     else:
         decision = np.concatenate(client.gather(decisions))
     return decision, float(score), curve
@@ -131,8 +141,16 @@ def permutation_block(forest, block, seed, lam, classification, n_repeats, permu
         n_oob[t] = len(rows)
         if len(rows) == 0:
             continue
-        args = (block.codes, block.y, rows, forest.nodes, forest.bitsets, forest.roots[t],
-                forest.values, classification)
+        args = (
+            block.codes,
+            block.y,
+            rows,
+            forest.nodes,
+            forest.bitsets,
+            forest.roots[t],
+            forest.values,
+            classification,
+        )
         base[t] = tree_loss(*args, -1, rows)
         for j in range(n_features):
             for r in range(n_repeats):
@@ -141,8 +159,9 @@ def permutation_block(forest, block, seed, lam, classification, n_repeats, permu
     return base, permuted, n_oob
 
 
-def permutation_importance(client, data, forest, seed, lam, classification, n_repeats,
-                           permutation_seed):
+def permutation_importance(
+    client, data, forest, seed, lam, classification, n_repeats, permutation_seed
+):
     """Breiman's out-of-bag permutation importance, summed over the blocks.
 
     Returns
@@ -151,11 +170,22 @@ def permutation_importance(client, data, forest, seed, lam, classification, n_re
         Each tree's mean loss increase on its out-of-bag rows when the feature is permuted.
     """
     forest_future = client.submit(_identity, forest, pure=False)
-    parts = client.gather([
-        client.submit(permutation_block, forest_future, part, seed, lam, classification,
-                      n_repeats, permutation_seed, pure=False)
-        for part in data.parts
-    ])
+    parts = client.gather(
+        [
+            client.submit(
+                permutation_block,
+                forest_future,
+                part,
+                seed,
+                lam,
+                classification,
+                n_repeats,
+                permutation_seed,
+                pure=False,
+            )
+            for part in data.parts
+        ]
+    )
     base = sum(p[0] for p in parts)
     permuted = sum(p[1] for p in parts)
     n_oob = np.maximum(sum(p[2] for p in parts), 1.0)

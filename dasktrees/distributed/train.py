@@ -53,8 +53,16 @@ def _grow_one(spec, tree, codes, y, weights, counts):
         balance = counts.sum() / (spec.n_classes * np.maximum(in_bag, 1.0))
         weights = weights * balance[classes]
     candidates = tree_subspace(spec.seed, tree, codes.shape[1], spec.n_features_tree)
-    return grow_tree(codes, y, weights, spec.bins, spec.params, spec.n_classes,
-                     tree_seed(spec.seed, tree), candidates)
+    return grow_tree(
+        codes,
+        y,
+        weights,
+        spec.bins,
+        spec.params,
+        spec.n_classes,
+        tree_seed(spec.seed, tree),
+        candidates,
+    )
 
 
 def grow_batch(spec, trees, *blocks):
@@ -105,7 +113,7 @@ def default_trees_per_task(n_trees, n_workers):
 
 
 def choose_mode(mode, data, lam, worker_memory):
-    """"replicated" or "sampled" for this fit (see the module docstring).
+    """ "replicated" or "sampled" for this fit (see the module docstring).
 
     "auto" samples when trees draw under half the rows on average (Poisson mean below 0.5), or
     when the stacked binned table would take more than a quarter of a worker's memory limit.
@@ -140,16 +148,29 @@ def grow_forest(client, data, spec, tree_ids, trees_per_task=None, mode="auto", 
     for batch in batches:
         key = f"dasktrees-trees-{batch[0]}-{token}"
         if mode == "replicated":
-            futures.append(client.submit(grow_batch, spec, batch, *data.parts, key=key,
-                                         retries=retries, pure=False))
+            futures.append(
+                client.submit(
+                    grow_batch, spec, batch, *data.parts, key=key, retries=retries, pure=False
+                )
+            )
         else:
             extracts = [
-                client.submit(extract_in_bag, spec, batch, part, retries=retries, pure=False,
-                              key=f"dasktrees-extract-{batch[0]}-{i}-{token}")
+                client.submit(
+                    extract_in_bag,
+                    spec,
+                    batch,
+                    part,
+                    retries=retries,
+                    pure=False,
+                    key=f"dasktrees-extract-{batch[0]}-{i}-{token}",
+                )
                 for i, part in enumerate(data.parts)
             ]
-            futures.append(client.submit(grow_sampled, spec, batch, *extracts, key=key,
-                                         retries=retries, pure=False))
+            futures.append(
+                client.submit(
+                    grow_sampled, spec, batch, *extracts, key=key, retries=retries, pure=False
+                )
+            )
     # Fetch each batch as soon as its task ends, while the others still grow: trees are large
     # (tens of bytes per node) and moving them to the client overlaps with the growth.
     # (With this client's loop and ``future.result()``: no default client is needed.)

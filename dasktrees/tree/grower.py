@@ -24,14 +24,14 @@ import numpy as np
 from numba import njit
 
 from .._dtypes import BITSET_DTYPE, BITSET_WORDS, N_BIN_CODES, NODE_DTYPE, TREE_LEAF, TREE_UNDEFINED
-from .._random import next_below, new_state
+from .._random import new_state, next_below
 from ..criteria import SQUARED_ERROR, impurity, stats_weight
 from .histogram import build_histogram, compact, node_statistics
 from .splitting import (
     NO_SPLIT,
     category_order,
-    partition,
     middle_edge,
+    partition,
     random_category_cut,
     random_cut,
     scan_cuts,
@@ -49,9 +49,31 @@ _TOUCHED, _BINS, _ORDER, _BEST_BINS = 0, 1, 2, 3
 
 @njit(cache=True)
 def find_split(
-    codes, y, w, sample_indices, start, stop, node_impurity, n_bins, is_categorical, bin_values,
-    edges, criterion, n_classes, random_splitter, max_features, min_samples_leaf, min_weight_leaf,
-    state, candidates, features, hist, stats, vec, ibuf, keys,
+    codes,
+    y,
+    w,
+    sample_indices,
+    start,
+    stop,
+    node_impurity,
+    n_bins,
+    is_categorical,
+    bin_values,
+    edges,
+    criterion,
+    n_classes,
+    random_splitter,
+    max_features,
+    min_samples_leaf,
+    min_weight_leaf,
+    state,
+    candidates,
+    features,
+    hist,
+    stats,
+    vec,
+    ibuf,
+    keys,
 ):
     """Best split of one node over up to ``max_features`` features drawn from ``candidates``.
 
@@ -108,11 +130,18 @@ def find_split(
             continue  # constant in this node
         n_nonconstant += 1
         n_orders = 1
-        if is_categorical[f] and criterion != SQUARED_ERROR and n_classes > 2 and not random_splitter:
+        if (
+            is_categorical[f]
+            and criterion != SQUARED_ERROR
+            and n_classes > 2
+            and not random_splitter
+        ):
             n_orders = n_classes  # one-vs-rest orders: the multiclass heuristic
         for t in range(n_orders):
             if is_categorical[f]:
-                target_class = t if n_orders > 1 else (next_below(state, n_classes) if n_classes > 2 else 1)
+                target_class = (
+                    t if n_orders > 1 else (next_below(state, n_classes) if n_classes > 2 else 1)
+                )
                 category_order(stats, n_touched, criterion, target_class, keys, order)
             else:
                 for j in range(n_touched):
@@ -124,8 +153,17 @@ def find_split(
                 else:
                     only_cut = random_cut(bins, n_touched, bin_values[f], state)
             score, position, missing_left = scan_cuts(
-                stats, order, n_touched, vec[_MISSING], vec[_TOTAL], criterion, node_impurity,
-                min_samples_leaf, min_weight_leaf, only_cut, vec[_PREFIX],
+                stats,
+                order,
+                n_touched,
+                vec[_MISSING],
+                vec[_TOTAL],
+                criterion,
+                node_impurity,
+                min_samples_leaf,
+                min_weight_leaf,
+                only_cut,
+                vec[_PREFIX],
             )
             if score > best[0]:
                 best_left = vec[_BEST_LEFT]
@@ -154,11 +192,43 @@ def find_split(
 
 @njit(cache=True)
 def _open_node(
-    node_id, parent, depth, start, stop, total, node_impurity, w_root, nodes, values, bitsets,
-    n_bitsets, codes, node_y, node_w, sample_indices, n_bins, is_categorical, bin_values, edges,
-    criterion, n_classes, random_splitter, max_features, max_depth, min_samples_split,
-    min_samples_leaf, min_weight_leaf, min_impurity_decrease, state, candidates, features, hist,
-    stats, vec, ibuf, keys,
+    node_id,
+    parent,
+    depth,
+    start,
+    stop,
+    total,
+    node_impurity,
+    w_root,
+    nodes,
+    values,
+    bitsets,
+    n_bitsets,
+    codes,
+    node_y,
+    node_w,
+    sample_indices,
+    n_bins,
+    is_categorical,
+    bin_values,
+    edges,
+    criterion,
+    n_classes,
+    random_splitter,
+    max_features,
+    max_depth,
+    min_samples_split,
+    min_samples_leaf,
+    min_weight_leaf,
+    min_impurity_decrease,
+    state,
+    candidates,
+    features,
+    hist,
+    stats,
+    vec,
+    ibuf,
+    keys,
 ):
     """Record a new node, test the stopping rules, and find and record its best split.
 
@@ -201,9 +271,30 @@ def _open_node(
     ):
         return n_bitsets, False
     score, feature, bin_threshold, missing_left, categorical, n_left_bins = find_split(
-        codes, node_y, node_w, sample_indices, start, stop, node_impurity, n_bins,
-        is_categorical, bin_values, edges, criterion, n_classes, random_splitter, max_features,
-        min_samples_leaf, min_weight_leaf, state, candidates, features, hist, stats, vec, ibuf,
+        codes,
+        node_y,
+        node_w,
+        sample_indices,
+        start,
+        stop,
+        node_impurity,
+        n_bins,
+        is_categorical,
+        bin_values,
+        edges,
+        criterion,
+        n_classes,
+        random_splitter,
+        max_features,
+        min_samples_leaf,
+        min_weight_leaf,
+        state,
+        candidates,
+        features,
+        hist,
+        stats,
+        vec,
+        ibuf,
         keys,
     )
     if score == NO_SPLIT:
@@ -255,9 +346,26 @@ def _grow_records(nodes, values, bitsets, n_needed):
 
 @njit(cache=True, nogil=True)
 def grow(
-    codes, y, w, sample_indices, n_bins, is_categorical, bin_values, edges, criterion, n_classes,
-    random_splitter, max_features, max_depth, min_samples_split, min_samples_leaf,
-    min_weight_leaf, max_leaf_nodes, min_impurity_decrease, seed, candidates,
+    codes,
+    y,
+    w,
+    sample_indices,
+    n_bins,
+    is_categorical,
+    bin_values,
+    edges,
+    criterion,
+    n_classes,
+    random_splitter,
+    max_features,
+    max_depth,
+    min_samples_split,
+    min_samples_leaf,
+    min_weight_leaf,
+    max_leaf_nodes,
+    min_impurity_decrease,
+    seed,
+    candidates,
 ):
     """Grow a tree on the rows ``sample_indices`` (reordered in place: leaves own slices).
 
@@ -327,11 +435,43 @@ def grow(
     root_impurity = node_statistics(node_y, node_w, 0, n_rows, criterion, total)
     w_root = stats_weight(total, criterion)
     n_bitsets, splittable = _open_node(
-        0, -1, 0, 0, n_rows, total, root_impurity, w_root, nodes, values, bitsets, 0, codes,
-        node_y, node_w, sample_indices, n_bins, is_categorical, bin_values, edges, criterion,
-        n_classes, random_splitter, max_features, max_depth, min_samples_split, min_samples_leaf,
-        min_weight_leaf, min_impurity_decrease, state, candidates, features, hist, stats, vec,
-        ibuf, keys,
+        0,
+        -1,
+        0,
+        0,
+        n_rows,
+        total,
+        root_impurity,
+        w_root,
+        nodes,
+        values,
+        bitsets,
+        0,
+        codes,
+        node_y,
+        node_w,
+        sample_indices,
+        n_bins,
+        is_categorical,
+        bin_values,
+        edges,
+        criterion,
+        n_classes,
+        random_splitter,
+        max_features,
+        max_depth,
+        min_samples_split,
+        min_samples_leaf,
+        min_weight_leaf,
+        min_impurity_decrease,
+        state,
+        candidates,
+        features,
+        hist,
+        stats,
+        vec,
+        ibuf,
+        keys,
     )
     n_nodes = 1
     if splittable:
@@ -353,10 +493,22 @@ def grow(
         start = record["start"]
         stop = record["stop"]
         boundary = partition(
-            codes, record["feature"], sample_indices, node_y, node_w, start, stop,
-            record["bin_threshold"], record["missing_go_to_left"] == 1,
-            record["is_categorical"] == 1, bitsets[max(record["bitset_idx"], 0)], buffer,
-            y_buffer, w_buffer, criterion, children,
+            codes,
+            record["feature"],
+            sample_indices,
+            node_y,
+            node_w,
+            start,
+            stop,
+            record["bin_threshold"],
+            record["missing_go_to_left"] == 1,
+            record["is_categorical"] == 1,
+            bitsets[max(record["bitset_idx"], 0)],
+            buffer,
+            y_buffer,
+            w_buffer,
+            criterion,
+            children,
         )
         record["left"] = n_nodes
         record["right"] = n_nodes + 1
@@ -377,11 +529,43 @@ def grow(
             else:  # squared error: exact two-pass impurity
                 child_impurity = node_statistics(node_y, node_w, lo, hi, criterion, total)
             n_bitsets, splittable = _open_node(
-                child, node_id, depth, lo, hi, total, child_impurity, w_root, nodes, values,
-                bitsets, n_bitsets, codes, node_y, node_w, sample_indices, n_bins,
-                is_categorical, bin_values, edges, criterion, n_classes, random_splitter,
-                max_features, max_depth, min_samples_split, min_samples_leaf, min_weight_leaf,
-                min_impurity_decrease, state, candidates, features, hist, stats, vec, ibuf, keys,
+                child,
+                node_id,
+                depth,
+                lo,
+                hi,
+                total,
+                child_impurity,
+                w_root,
+                nodes,
+                values,
+                bitsets,
+                n_bitsets,
+                codes,
+                node_y,
+                node_w,
+                sample_indices,
+                n_bins,
+                is_categorical,
+                bin_values,
+                edges,
+                criterion,
+                n_classes,
+                random_splitter,
+                max_features,
+                max_depth,
+                min_samples_split,
+                min_samples_leaf,
+                min_weight_leaf,
+                min_impurity_decrease,
+                state,
+                candidates,
+                features,
+                hist,
+                stats,
+                vec,
+                ibuf,
+                keys,
             )
             if splittable:
                 if best_first:
@@ -423,11 +607,25 @@ def grow_tree(codes, y, weights, bin_arrays, params, n_classes, seed, candidates
         candidates = np.arange(codes.shape[1], dtype=np.int64)
     sample_indices = np.flatnonzero(weights > 0).astype(np.int64)
     nodes, values, bitsets = grow(
-        codes, y, weights, sample_indices, bin_arrays.n_bins, bin_arrays.is_categorical,
-        bin_arrays.bin_values, bin_arrays.thresholds, params.criterion, n_classes,
+        codes,
+        y,
+        weights,
+        sample_indices,
+        bin_arrays.n_bins,
+        bin_arrays.is_categorical,
+        bin_arrays.bin_values,
+        bin_arrays.thresholds,
+        params.criterion,
+        n_classes,
         params.random_splitter,
-        params.max_features, params.max_depth, params.min_samples_split, params.min_samples_leaf,
-        params.min_weight_fraction_leaf * weights.sum(), params.max_leaf_nodes,
-        params.min_impurity_decrease, seed, candidates,
+        params.max_features,
+        params.max_depth,
+        params.min_samples_split,
+        params.min_samples_leaf,
+        params.min_weight_fraction_leaf * weights.sum(),
+        params.max_leaf_nodes,
+        params.min_impurity_decrease,
+        seed,
+        candidates,
     )
     return Tree.from_growth(nodes, values, bitsets, bin_arrays.thresholds, codes.shape[1])

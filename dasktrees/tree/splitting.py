@@ -120,8 +120,17 @@ def cut_score(prefix, missing, total, missing_left, criterion, parent_impurity, 
 
 @njit(cache=True)
 def scan_cuts(
-    stats, order, n_bins, missing, total, criterion, parent_impurity,
-    min_samples_leaf, min_weight_leaf, only_cut, prefix,
+    stats,
+    order,
+    n_bins,
+    missing,
+    total,
+    criterion,
+    parent_impurity,
+    min_samples_leaf,
+    min_weight_leaf,
+    only_cut,
+    prefix,
 ):
     """Best cut of the bins ``stats[order[0]], ..., stats[order[n_bins - 1]]``.
 
@@ -269,9 +278,24 @@ def goes_left(code, bin_threshold, missing_go_to_left, is_categorical, bitset):
 
 
 @njit(cache=True)
-def partition(codes, f, sample_indices, node_y, node_w, start, stop, bin_threshold,
-              missing_go_to_left, is_categorical, bitset, buffer, y_buffer, w_buffer, criterion,
-              children):
+def partition(
+    codes,
+    f,
+    sample_indices,
+    node_y,
+    node_w,
+    start,
+    stop,
+    bin_threshold,
+    missing_go_to_left,
+    is_categorical,
+    bitset,
+    buffer,
+    y_buffer,
+    w_buffer,
+    criterion,
+    children,
+):
     """Stable in-place partition of a node's rows by a split, summing the children's statistics.
 
         before  [a b c d e f]        (rows of the node, in row order)
@@ -301,8 +325,11 @@ def partition(codes, f, sample_indices, node_y, node_w, start, stop, bin_thresho
         row = sample_indices[i]
         yi = node_y[i]
         wi = node_w[i]
-        side = 0 if goes_left(codes[row, f], bin_threshold, missing_go_to_left, is_categorical,
-                              bitset) else 1
+        side = (
+            0
+            if goes_left(codes[row, f], bin_threshold, missing_go_to_left, is_categorical, bitset)
+            else 1
+        )
         child = children[side]
         child[0] += 1.0
         if regression:

@@ -103,8 +103,13 @@ class Tree:
             nodes["left"] = self.children_left
             nodes["right"] = self.children_right
             nodes["threshold"] = self.threshold
-            for name in ("feature", "bitset_idx", "bin_threshold", "missing_go_to_left",
-                         "is_categorical"):
+            for name in (
+                "feature",
+                "bitset_idx",
+                "bin_threshold",
+                "missing_go_to_left",
+                "is_categorical",
+            ):
                 nodes[name] = getattr(self, name)
             self._routing_nodes = nodes
         return self._routing_nodes
