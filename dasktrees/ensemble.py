@@ -10,6 +10,7 @@ import numbers
 import dask.array as da
 import dask.dataframe as dd
 import numpy as np
+import pandas as pd
 from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin, clone
 from sklearn.utils import Bunch, check_random_state
 from sklearn.utils.validation import check_is_fitted
@@ -54,6 +55,16 @@ class BaseForest(BaseEstimator):
             raise ValueError("oob_score needs bootstrap=True or max_samples: every row is in bag")
         if not (isinstance(self.oob_score, bool) or callable(self.oob_score)):
             raise ValueError(f"oob_score must be a bool or a callable, got {self.oob_score!r}")
+        if self.mode not in ("auto", "replicated", "sampled"):
+            raise ValueError(f'mode must be "auto", "replicated" or "sampled", got {self.mode!r}')
+        max_samples = self.max_samples
+        if max_samples is not None and not (
+            (isinstance(max_samples, numbers.Integral) and max_samples >= 1)
+            or (isinstance(max_samples, float) and 0.0 < max_samples <= 1.0)
+        ):
+            raise ValueError(
+                f"max_samples must be None, an int >= 1 or a float in (0, 1], got {max_samples!r}"
+            )
         if self.trees_per_task is not None and (
             not isinstance(self.trees_per_task, numbers.Integral) or self.trees_per_task < 1
         ):
@@ -265,27 +276,36 @@ class BaseForest(BaseEstimator):
     def _votes(self, X, voting):
         """Mean vote per row: ndarray for local X, dask array for dask X."""
         forest = self.forest_
+        n_values = forest.values.shape[1]
         if isinstance(X, dd.DataFrame):
-            X = X.to_dask_array(lengths=True)
+            # Partition by partition, as pandas frames (categorical columns keep their dtype);
+            # lazy: the result's chunk lengths are those of the partitions, unknown until computed.
+            self._check_dask_features(X.shape[1], X)
+            meta = pd.DataFrame(np.empty((0, n_values)), columns=range(n_values))
+            votes = X.map_partitions(_vote_frame, self.bin_mapper_, forest, voting, meta=meta)
+            return votes.to_dask_array()
         if isinstance(X, da.Array):
-            if X.ndim != 2 or X.shape[1] != self.n_features_in_:
-                raise ValueError(
-                    f"X has shape {X.shape}, but {type(self).__name__} is expecting "
-                    f"{self.n_features_in_} features"
-                )
-            X = X.rechunk({1: -1})
-            n_values = forest.values.shape[1]
-            return X.map_blocks(
+            if X.ndim != 2:
+                raise ValueError(f"X must be 2-d (n_samples, n_features), got shape {X.shape}")
+            self._check_dask_features(X.shape[1], X)
+            return X.rechunk({1: -1}).map_blocks(
                 _vote_block,
                 self.bin_mapper_,
                 forest,
                 voting,
                 dtype=np.float64,
-                chunks=(X.chunks[0], (n_values,)),
+                chunks=(X.rechunk({1: -1}).chunks[0], (n_values,)),
             )
         X = check_2d(X)
         check_is_fitted(self, "estimators_")
         return forest.vote(self.bin_mapper_.encode(X), voting)
+
+    def _check_dask_features(self, n_features, X):
+        if n_features != self.n_features_in_:
+            raise ValueError(
+                f"X has {n_features} features, but {type(self).__name__} is expecting "
+                f"{self.n_features_in_} features as input"
+            )
 
 
 def _scored_rows(client, data, decision):
@@ -301,8 +321,16 @@ def _vote_block(block, mapper, forest, voting):
     return forest.vote(mapper.encode(block), voting)
 
 
+def _vote_frame(part, mapper, forest, voting):
+    return pd.DataFrame(forest.vote(mapper.encode(part), voting))
+
+
 def _median_block(block, mapper, forest):
     return np.median(forest.tree_predictions(mapper.encode(block)), axis=1)
+
+
+def _median_frame(part, mapper, forest):
+    return pd.Series(_median_block(part, mapper, forest), index=part.index)
 
 
 class _TreeParamView:
@@ -425,7 +453,11 @@ class _ForestRegressorMixin(RegressorMixin):
             return votes[:, 0]
         forest = self.forest_
         if isinstance(X, dd.DataFrame):
-            X = X.to_dask_array(lengths=True)
+            self._check_dask_features(X.shape[1], X)
+            meta = pd.Series(np.empty(0), dtype=np.float64)
+            return X.map_partitions(
+                _median_frame, self.bin_mapper_, forest, meta=meta
+            ).to_dask_array()
         if isinstance(X, da.Array):
             return X.rechunk({1: -1}).map_blocks(
                 _median_block, self.bin_mapper_, forest, drop_axis=1, dtype=np.float64

@@ -264,3 +264,35 @@ def test_oob_permutation_importance_regression_and_bad_input(client):
     assert result.importances_mean.argmax() in (2, 8)  # bmi or s5, diabetes' strongest
     with pytest.raises(ValueError, match="pass the training data"):
         model.oob_permutation_importance(X[:100], y[:100])
+
+
+def test_dask_dataframe_with_categoricals_and_missing_values(client):
+    import dask.dataframe as dd
+
+    rng = np.random.default_rng(0)
+    n = 3000
+    frame = pd.DataFrame(
+        {
+            "num": np.where(rng.random(n) < 0.1, np.nan, rng.normal(size=n)),
+            "colour": pd.Categorical(rng.choice(["red", "green", "blue"], n)),
+            "size": rng.choice(["S", "M", "L", "XL"], n),
+        }
+    )
+    y = ((frame.colour == "red") ^ (frame["size"] == "L")).astype(int)
+    ddf = dd.from_pandas(frame.assign(y=y), npartitions=3)
+    X_dask, y_dask = ddf.drop(columns="y"), ddf["y"]
+    model = dt.RandomForestClassifier(n_estimators=10, random_state=0, client=client)
+    model.fit(X_dask, y_dask)
+    assert model.bin_mapper_.is_categorical_.tolist() == [False, True, True]
+    proba = model.predict_proba(X_dask)
+    labels = model.predict(X_dask)
+    np.testing.assert_array_equal(client.compute(proba, sync=True), model.predict_proba(frame))
+    np.testing.assert_array_equal(client.compute(labels, sync=True), y.to_numpy())
+    with pytest.raises(ValueError, match="expecting 3 features"):
+        model.predict_proba(X_dask[["num", "colour"]])
+    regressor = dt.RandomForestRegressor(
+        n_estimators=5, aggregation="median", random_state=0, client=client
+    ).fit(X_dask, y_dask.astype(float))
+    np.testing.assert_allclose(
+        client.compute(regressor.predict(X_dask), sync=True), regressor.predict(frame)
+    )
