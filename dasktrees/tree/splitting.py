@@ -54,6 +54,17 @@ def split_score(left, right, criterion, parent_impurity):
     return (w * parent_impurity - children) / w / info
 
 
+# A child lighter than this share of its node is empty: ``total - prefix`` leaves rounding
+# residue (1e-15) where a child's weight is really zero, and the gain ratio divides by it.
+_EMPTY_SHARE = 1e-12
+
+
+@njit(cache=True, inline="always")
+def _is_empty(w_left, w_right):
+    w = w_left + w_right
+    return w_left <= _EMPTY_SHARE * w or w_right <= _EMPTY_SHARE * w
+
+
 @njit(cache=True, inline="always")
 def _xlogx(x):
     return x * np.log(x) if x > 0.0 else 0.0
@@ -80,7 +91,7 @@ def cut_score(prefix, missing, total, missing_left, criterion, parent_impurity, 
     if criterion == SQUARED_ERROR:
         w_left = prefix[1] + m * missing[1]
         w_right = total[1] - w_left
-        if w_left < min_weight_leaf or w_right < min_weight_leaf or w_left <= 0.0 or w_right <= 0.0:
+        if w_left < min_weight_leaf or w_right < min_weight_leaf or _is_empty(w_left, w_right):
             return NO_SPLIT
         s_left = prefix[2] + m * missing[2]
         s_right = total[2] - s_left
@@ -103,7 +114,7 @@ def cut_score(prefix, missing, total, missing_left, criterion, parent_impurity, 
         else:
             acc_left += _xlogx(lk)
             acc_right += _xlogx(rk)
-    if w_left < min_weight_leaf or w_right < min_weight_leaf or w_left <= 0.0 or w_right <= 0.0:
+    if w_left < min_weight_leaf or w_right < min_weight_leaf or _is_empty(w_left, w_right):
         return NO_SPLIT
     if criterion == GINI:
         return acc_left / w_left + acc_right / w_right
