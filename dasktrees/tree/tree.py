@@ -181,12 +181,54 @@ class Tree:
             importances /= total
         return importances
 
-    def __getstate__(self):  # the arrays only: routing_nodes is derived again on use
-        return {"n_features": self.n_features, **{k: getattr(self, k) for k in TREE_ARRAYS}}
+    def __getstate__(self):
+        """The arrays, compactly: trees travel from workers to the client by the thousand.
+
+        Split fields are kept for split nodes only (a leaf's are constants), ``node_depth`` is
+        derived again on load, and so is ``routing_nodes`` on use.
+        """
+        is_split = self.children_left != TREE_LEAF
+        state = {"n_features": self.n_features, "is_split": np.packbits(is_split)}
+        for name in TREE_ARRAYS:
+            if name in _LEAF_CONSTANTS:
+                state[name] = getattr(self, name)[is_split]
+            elif name != "node_depth":
+                state[name] = getattr(self, name)
+        return state
 
     def __setstate__(self, state):
         state = dict(state)
+        n_nodes = len(state["n_node_samples"])
+        is_split = np.unpackbits(state.pop("is_split"), count=n_nodes).astype(bool)
+        for name, leaf_value in _LEAF_CONSTANTS.items():
+            full = np.full(n_nodes, leaf_value, dtype=state[name].dtype)
+            full[is_split] = state[name]
+            state[name] = full
+        state["node_depth"] = np.zeros(n_nodes, dtype=np.int32)
+        _fill_depths(state["children_left"], state["children_right"], state["node_depth"])
         self.__init__(state.pop("n_features"), **state)
+
+
+# What a leaf holds in the split arrays (see Tree.__getstate__).
+_LEAF_CONSTANTS = {
+    "children_left": TREE_LEAF,
+    "children_right": TREE_LEAF,
+    "feature": TREE_UNDEFINED,
+    "threshold": float(TREE_UNDEFINED),
+    "bin_threshold": 0,
+    "missing_go_to_left": 0,
+    "is_categorical": 0,
+    "bitset_idx": -1,
+}
+
+
+@njit(cache=True)
+def _fill_depths(children_left, children_right, depth):
+    """Depth of every node from the children arrays (children come after their parent)."""
+    for i in range(children_left.shape[0]):
+        if children_left[i] != TREE_LEAF:
+            depth[children_left[i]] = depth[i] + 1
+            depth[children_right[i]] = depth[i] + 1
 
 
 @njit(cache=True, inline="always")
