@@ -47,31 +47,13 @@ def replay_split_search(
         start, stop = nodes[k]["start"], nodes[k]["stop"]
         impurity = node_statistics(y, w, start, stop, GINI, vec[_TOTAL])
         total += find_split(
-            codes,
-            y,
-            w,
-            rows,
+            (codes, y, w, rows),
             start,
             stop,
             impurity,
-            n_bins,
-            is_categorical,
-            bin_values,
-            edges,
-            GINI,
-            2,
-            False,
-            max_features,
-            1,
-            0.0,
-            state,
-            candidates,
-            features,
-            hist,
-            stats,
-            vec,
-            ibuf,
-            keys,
+            (n_bins, is_categorical, bin_values, edges),
+            (GINI, 2, False, max_features, 0, 0, 1, 0.0, 0.0),
+            (state, candidates, features, hist, stats, vec, ibuf, keys),
         )[0]
     return total
 

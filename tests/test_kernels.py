@@ -6,14 +6,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from dasktrees._dtypes import MISSING_BIN, N_BIN_CODES
-from dasktrees.criteria import (
-    ENTROPY,
-    GAIN_RATIO,
-    GINI,
-    MISCLASSIFICATION,
-    SQUARED_ERROR,
-    impurity,
-)
+from dasktrees.criteria import ENTROPY, GAIN_RATIO, GINI, MISCLASSIFICATION, SQUARED_ERROR, impurity
 from dasktrees.tree.histogram import build_histogram, compact, node_statistics
 from dasktrees.tree.splitting import NO_SPLIT, cut_score, partition, scan_cuts, split_score
 

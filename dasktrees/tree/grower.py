@@ -48,33 +48,7 @@ _TOUCHED, _BINS, _ORDER, _BEST_BINS = 0, 1, 2, 3
 
 
 @njit(cache=True)
-def find_split(
-    codes,
-    y,
-    w,
-    sample_indices,
-    start,
-    stop,
-    node_impurity,
-    n_bins,
-    is_categorical,
-    bin_values,
-    edges,
-    criterion,
-    n_classes,
-    random_splitter,
-    max_features,
-    min_samples_leaf,
-    min_weight_leaf,
-    state,
-    candidates,
-    features,
-    hist,
-    stats,
-    vec,
-    ibuf,
-    keys,
-):
+def find_split(rows, start, stop, node_impurity, bins, rules, scratch):
     """Best split of one node over up to ``max_features`` features drawn from ``candidates``.
 
     Features are drawn without replacement. As in scikit-learn, every drawn feature counts
@@ -83,17 +57,21 @@ def find_split(
 
     Parameters
     ----------
-    codes : ndarray of uint8, shape (n_rows, n_features)
-    y, w : ndarray of float64
-        Targets and weights in ``sample_indices`` order (see ``histogram.build_histogram``).
-    bin_values, edges : ndarray of float64, shape (n_features, N_BIN_CODES)
-        Each bin's representative value and upper edge (``BinMapper.bin_values`` and
-        ``threshold_table``): a numeric threshold goes to the edge nearest the middle of the
-        two bins it separates in the node (``splitting.middle_edge``).
-    candidates : ndarray of int64
-        The features this tree may split on (all of them, or a random subspace).
-    features : ndarray of int64, shape (>= len(candidates),)
-        Scratch for the draw.
+    rows : tuple (codes, y, w, sample_indices)
+        ``codes``: uint8 (n_rows, n_features); ``y``, ``w``: float64 targets and weights in
+        ``sample_indices`` order (see ``histogram.build_histogram``); the node owns
+        ``sample_indices[start:stop]``.
+    bins : tuple (n_bins, is_categorical, bin_values, edges)
+        Non-missing bins per feature; categorical mask; each bin's representative value and upper
+        edge (``BinMapper.bin_values`` and ``threshold_table``): a numeric threshold goes to the
+        edge nearest the middle of the two bins it separates in the node
+        (``splitting.middle_edge``).
+    rules : tuple
+        ``(criterion, n_classes, random_splitter, max_features, max_depth, min_samples_split,
+        min_samples_leaf, min_weight_leaf, min_impurity_decrease)``.
+    scratch : tuple (state, candidates, features, hist, stats, vec, ibuf, keys)
+        The tree's random stream; the features it may split on (all of them, or a random
+        subspace); and work space: ``features`` for the draw, and:
     vec : ndarray of float64, shape (N_SCRATCH_VECTORS, n_channels)
         Scratch; on entry ``vec[_TOTAL]`` holds the node statistics; on return
         ``vec[_BEST_LEFT]`` holds the left child's statistics of the best split.
@@ -109,6 +87,20 @@ def find_split(
     n_left_bins : int
         Number of codes in ``ibuf[_BEST_BINS]`` (categorical splits).
     """
+    codes, y, w, sample_indices = rows
+    n_bins, is_categorical, bin_values, edges = bins
+    (
+        criterion,
+        n_classes,
+        random_splitter,
+        max_features,
+        _,
+        _,
+        min_samples_leaf,
+        min_weight_leaf,
+        _,
+    ) = rules
+    state, candidates, features, hist, stats, vec, ibuf, keys = scratch
     n_features = candidates.shape[0]
     features[:n_features] = candidates
     order = ibuf[_ORDER]
@@ -204,36 +196,15 @@ def _open_node(
     values,
     bitsets,
     n_bitsets,
-    codes,
-    node_y,
-    node_w,
-    sample_indices,
-    n_bins,
-    is_categorical,
-    bin_values,
-    edges,
-    criterion,
-    n_classes,
-    random_splitter,
-    max_features,
-    max_depth,
-    min_samples_split,
-    min_samples_leaf,
-    min_weight_leaf,
-    min_impurity_decrease,
-    state,
-    candidates,
-    features,
-    hist,
-    stats,
-    vec,
-    ibuf,
-    keys,
+    rows,
+    bins,
+    rules,
+    scratch,
 ):
     """Record a new node, test the stopping rules, and find and record its best split.
 
-    ``total`` holds the node's statistics. The arrays must have room for ``node_id`` and one
-    more bitset.
+    ``total`` holds the node's statistics; ``rows``, ``bins``, ``rules`` and ``scratch`` are
+    ``find_split``'s. The arrays must have room for ``node_id`` and one more bitset.
 
     Returns
     -------
@@ -242,6 +213,9 @@ def _open_node(
     splittable : bool
         Whether the node has a split worth making (it is then put on the frontier).
     """
+    criterion, n_classes, _, _, max_depth, min_samples_split, min_samples_leaf = rules[:7]
+    min_weight_leaf, min_impurity_decrease = rules[7:]
+    ibuf, vec = scratch[6], scratch[5]
     classification = criterion != SQUARED_ERROR
     w_node = stats_weight(total, criterion)
     record = nodes[node_id]
@@ -271,31 +245,7 @@ def _open_node(
     ):
         return n_bitsets, False
     score, feature, bin_threshold, missing_left, categorical, n_left_bins = find_split(
-        codes,
-        node_y,
-        node_w,
-        sample_indices,
-        start,
-        stop,
-        node_impurity,
-        n_bins,
-        is_categorical,
-        bin_values,
-        edges,
-        criterion,
-        n_classes,
-        random_splitter,
-        max_features,
-        min_samples_leaf,
-        min_weight_leaf,
-        state,
-        candidates,
-        features,
-        hist,
-        stats,
-        vec,
-        ibuf,
-        keys,
+        rows, start, stop, node_impurity, bins, rules, scratch
     )
     if score == NO_SPLIT:
         return n_bitsets, False
@@ -431,6 +381,21 @@ def grow(
     heap = [(0.0, np.int64(0))]
     heap.pop()
 
+    # What every node's split search reads, bundled (see find_split).
+    rows = (codes, node_y, node_w, sample_indices)
+    bins = (n_bins, is_categorical, bin_values, edges)
+    rules = (
+        criterion,
+        n_classes,
+        random_splitter,
+        max_features,
+        max_depth,
+        min_samples_split,
+        min_samples_leaf,
+        min_weight_leaf,
+        min_impurity_decrease,
+    )
+    scratch = (state, candidates, features, hist, stats, vec, ibuf, keys)
     total = vec[_TOTAL]
     root_impurity = node_statistics(node_y, node_w, 0, n_rows, criterion, total)
     w_root = stats_weight(total, criterion)
@@ -447,31 +412,10 @@ def grow(
         values,
         bitsets,
         0,
-        codes,
-        node_y,
-        node_w,
-        sample_indices,
-        n_bins,
-        is_categorical,
-        bin_values,
-        edges,
-        criterion,
-        n_classes,
-        random_splitter,
-        max_features,
-        max_depth,
-        min_samples_split,
-        min_samples_leaf,
-        min_weight_leaf,
-        min_impurity_decrease,
-        state,
-        candidates,
-        features,
-        hist,
-        stats,
-        vec,
-        ibuf,
-        keys,
+        rows,
+        bins,
+        rules,
+        scratch,
     )
     n_nodes = 1
     if splittable:
@@ -541,31 +485,10 @@ def grow(
                 values,
                 bitsets,
                 n_bitsets,
-                codes,
-                node_y,
-                node_w,
-                sample_indices,
-                n_bins,
-                is_categorical,
-                bin_values,
-                edges,
-                criterion,
-                n_classes,
-                random_splitter,
-                max_features,
-                max_depth,
-                min_samples_split,
-                min_samples_leaf,
-                min_weight_leaf,
-                min_impurity_decrease,
-                state,
-                candidates,
-                features,
-                hist,
-                stats,
-                vec,
-                ibuf,
-                keys,
+                rows,
+                bins,
+                rules,
+                scratch,
             )
             if splittable:
                 if best_first:
