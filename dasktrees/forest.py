@@ -80,6 +80,17 @@ def _add_vote(values, leaf, voting, out_row):
 _ROWS_PER_BLOCK = 256
 
 
+@njit(cache=True, inline="always")
+def _n_blocks(n_rows):
+    return (n_rows + _ROWS_PER_BLOCK - 1) // _ROWS_PER_BLOCK
+
+
+@njit(cache=True, inline="always")
+def _block_rows(block, n_rows):
+    start = block * _ROWS_PER_BLOCK
+    return start, min(start + _ROWS_PER_BLOCK, n_rows)
+
+
 @njit(cache=True, parallel=True, nogil=True)
 def _forest_vote(X, nodes, bitsets, roots, values, voting, out):
     """Sum every tree's vote for every row of encoded X.
@@ -94,10 +105,8 @@ def _forest_vote(X, nodes, bitsets, roots, values, voting, out):
     out : ndarray of float64, shape (n_samples, n_values)
         Zero on entry; written: the sums.
     """
-    n_blocks = (X.shape[0] + _ROWS_PER_BLOCK - 1) // _ROWS_PER_BLOCK
-    for block in prange(n_blocks):
-        start = block * _ROWS_PER_BLOCK
-        stop = min(start + _ROWS_PER_BLOCK, X.shape[0])
+    for block in prange(_n_blocks(X.shape[0])):
+        start, stop = _block_rows(block, X.shape[0])
         for t in range(roots.shape[0]):
             for i in range(start, stop):
                 _add_vote(values, leaf_encoded(X, i, nodes, bitsets, roots[t]), voting, out[i])
@@ -106,10 +115,8 @@ def _forest_vote(X, nodes, bitsets, roots, values, voting, out):
 @njit(cache=True, parallel=True, nogil=True)
 def _forest_leaf_values(X, nodes, bitsets, roots, values, out):
     """``out[i, t]``: tree t's value (first column) for row i of encoded X."""
-    n_blocks = (X.shape[0] + _ROWS_PER_BLOCK - 1) // _ROWS_PER_BLOCK
-    for block in prange(n_blocks):
-        start = block * _ROWS_PER_BLOCK
-        stop = min(start + _ROWS_PER_BLOCK, X.shape[0])
+    for block in prange(_n_blocks(X.shape[0])):
+        start, stop = _block_rows(block, X.shape[0])
         for t in range(roots.shape[0]):
             for i in range(start, stop):
                 out[i, t] = values[leaf_encoded(X, i, nodes, bitsets, roots[t]), 0]

@@ -1,5 +1,7 @@
 """Shared test data: the seeds' worked examples and the real datasets the tests compare on."""
 
+import contextlib
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -70,15 +72,25 @@ def carseats():
     return data, y
 
 
-@pytest.fixture(scope="session")
-def client():
-    """One LocalCluster for the whole session: two single-threaded worker processes."""
+@contextlib.contextmanager
+def local_client(n_workers=2, threads_per_worker=1, processes=True):
+    """A client of a new LocalCluster on 127.0.0.1, never set as the default client."""
     from distributed import Client, LocalCluster
 
     with (
         LocalCluster(
-            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0"
+            n_workers=n_workers,
+            threads_per_worker=threads_per_worker,
+            processes=processes,
+            dashboard_address=":0",
         ) as cluster,
         Client(cluster, set_as_default=False) as c,
     ):
+        yield c
+
+
+@pytest.fixture(scope="session")
+def client():
+    """One LocalCluster for the whole session: two single-threaded worker processes."""
+    with local_client() as c:
         yield c

@@ -7,22 +7,18 @@ import time
 import dask
 import numpy as np
 import pytest
-from distributed import Client, KilledWorker, LocalCluster
+from distributed import KilledWorker
 from sklearn.datasets import make_classification
 
 from dasktrees import RandomForestClassifier
 
+from .conftest import local_client
+
 
 @pytest.fixture
 def fault_cluster():
-    with dask.config.set({"distributed.scheduler.allowed-failures": 2}):
-        with (
-            LocalCluster(
-                n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0"
-            ) as cluster,
-            Client(cluster, set_as_default=False) as client,
-        ):
-            yield client
+    with dask.config.set({"distributed.scheduler.allowed-failures": 2}), local_client() as client:
+        yield client
 
 
 def kill_a_worker_once_trees_run(client, done, killed):

@@ -7,10 +7,11 @@ import numpy as np
 import pandas as pd
 import pytest
 from dask.sizeof import sizeof
-from distributed import Client, LocalCluster
 from sklearn.datasets import load_breast_cancer, make_regression
 
 from dasktrees import ExtraTreesRegressor, RandomForestClassifier, RandomForestRegressor
+
+from .conftest import local_client
 
 
 def assert_same_forest(a, b, X):
@@ -82,15 +83,7 @@ def test_worker_count_threads_and_processes_give_the_same_forest(
 ):
     X, y = cancer
     reference = fit_classifier(client, X, y)
-    with (
-        LocalCluster(
-            n_workers=workers,
-            threads_per_worker=threads,
-            processes=processes,
-            dashboard_address=":0",
-        ) as cluster,
-        Client(cluster, set_as_default=False) as other,
-    ):
+    with local_client(workers, threads, processes) as other:
         assert_same_forest(reference, fit_classifier(other, X, y), X)
         extra = ExtraTreesRegressor(n_estimators=6, random_state=1, client=other).fit(X, y * 1.0)
     assert_same_forest(
