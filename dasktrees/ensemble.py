@@ -318,15 +318,15 @@ def _scored_rows(client, data, decision):
 
 
 def _vote_block(block, mapper, forest, voting):
-    return forest.vote(mapper.encode(block), voting)
+    return forest.vote(mapper.encode(block), voting, parallel=False)
 
 
 def _vote_frame(part, mapper, forest, voting):
-    return pd.DataFrame(forest.vote(mapper.encode(part), voting))
+    return pd.DataFrame(forest.vote(mapper.encode(part), voting, parallel=False))
 
 
 def _median_block(block, mapper, forest):
-    return np.median(forest.tree_predictions(mapper.encode(block)), axis=1)
+    return np.median(forest.tree_predictions(mapper.encode(block), parallel=False), axis=1)
 
 
 def _median_frame(part, mapper, forest):

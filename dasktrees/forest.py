@@ -52,17 +52,23 @@ class Forest:
     def n_trees(self):
         return len(self.trees)
 
-    def vote(self, X, voting=SOFT):
+    def vote(self, X, voting=SOFT, parallel=True):
         """Mean over trees of each row's leaf value (SOFT), or the share of trees voting for
-        each class (HARD). ``X``: encoded rows (n_samples, n_features), float32 or float64."""
+        each class (HARD). ``X``: encoded rows (n_samples, n_features), float32 or float64.
+
+        ``parallel=False`` inside Dask tasks: Dask already runs blocks in parallel, and numba's
+        fallback threading layer (workqueue) must not be entered from several threads at once.
+        """
         out = np.zeros((X.shape[0], self.values.shape[1]))
-        _forest_vote(X, self.nodes, self.bitsets, self.roots, self.values, voting, out)
+        kernel = _forest_vote if parallel else _forest_vote_serial
+        kernel(X, self.nodes, self.bitsets, self.roots, self.values, voting, out)
         return out / self.n_trees
 
-    def tree_predictions(self, X):
+    def tree_predictions(self, X, parallel=True):
         """Each tree's value for each row, (n_samples, n_trees): regression's "bragging"."""
         out = np.empty((X.shape[0], self.n_trees))
-        _forest_leaf_values(X, self.nodes, self.bitsets, self.roots, self.values, out)
+        kernel = _forest_leaf_values if parallel else _forest_leaf_values_serial
+        kernel(X, self.nodes, self.bitsets, self.roots, self.values, out)
         return out
 
 
@@ -120,6 +126,11 @@ def _forest_leaf_values(X, nodes, bitsets, roots, values, out):
         for t in range(roots.shape[0]):
             for i in range(start, stop):
                 out[i, t] = values[leaf_encoded(X, i, nodes, bitsets, roots[t]), 0]
+
+
+# The same kernels without threads, for code that runs inside Dask tasks.
+_forest_vote_serial = njit(cache=True, nogil=True)(_forest_vote.py_func)
+_forest_leaf_values_serial = njit(cache=True, nogil=True)(_forest_leaf_values.py_func)
 
 
 @njit(cache=True, nogil=True)

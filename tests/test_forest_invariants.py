@@ -84,7 +84,13 @@ def test_worker_count_threads_and_processes_give_the_same_forest(
     X, y = cancer
     reference = fit_classifier(client, X, y)
     with local_client(workers, threads, processes) as other:
-        assert_same_forest(reference, fit_classifier(other, X, y), X)
+        model = fit_classifier(other, X, y)
+        assert_same_forest(reference, model, X)
+        # Dask prediction runs on these workers' threads (serial kernels inside tasks).
+        blocks = da.from_array(X, chunks=(100, 30))
+        np.testing.assert_array_equal(
+            other.compute(model.predict_proba(blocks), sync=True), reference.predict_proba(X)
+        )
         extra = ExtraTreesRegressor(n_estimators=6, random_state=1, client=other).fit(X, y * 1.0)
     assert_same_forest(
         extra, ExtraTreesRegressor(n_estimators=6, random_state=1, client=client).fit(X, y * 1.0), X
