@@ -296,3 +296,18 @@ def test_dask_dataframe_with_categoricals_and_missing_values(client):
     np.testing.assert_allclose(
         client.compute(regressor.predict(X_dask), sync=True), regressor.predict(frame)
     )
+
+
+@pytest.mark.parametrize("kind", ["numpy", "dask"])
+def test_y_and_sample_weight_lengths_must_match_X(client, kind):
+    import dask.array as da
+
+    X = np.random.default_rng(0).normal(size=(100, 3))
+    y = np.arange(150) % 2
+    if kind == "dask":
+        X, y = da.from_array(X, chunks=50), da.from_array(y, chunks=50)
+    model = dt.RandomForestClassifier(n_estimators=2, client=client)
+    with pytest.raises(ValueError, match="y has 150 rows but X has 100"):
+        model.fit(X, y)
+    with pytest.raises(ValueError, match="sample_weight has 99 rows but X has 100"):
+        model.fit(X, y[:100], sample_weight=np.ones(99))

@@ -77,7 +77,7 @@ def input_blocks(client, X, y, sample_weight, n_blocks):
         x_blocks, y_blocks = list(X.to_delayed()), list(y.to_delayed())
         lengths = np.array(client.compute(X.map_partitions(len), sync=True), dtype=np.int64)
         meta = X._meta
-        w_blocks = _dask_weight_blocks(sample_weight, X.npartitions, y)
+        w_blocks = _dask_weight_blocks(sample_weight, X.npartitions)
         return x_blocks, y_blocks, w_blocks, lengths, meta, True
     if isinstance(X, da.Array):
         if X.ndim != 2:
@@ -85,7 +85,9 @@ def input_blocks(client, X, y, sample_weight, n_blocks):
         if any(np.isnan(c) for c in X.chunks[0]):
             X = X.compute_chunk_sizes()
         X = X.rechunk({1: -1})
-        y = da.asarray(y).rechunk((X.chunks[0],))
+        y = da.asarray(y)
+        _check_lengths(X.shape[0], y, sample_weight)
+        y = y.rechunk((X.chunks[0],))
         x_blocks = list(X.to_delayed()[:, 0])
         lengths = np.array(X.chunks[0], dtype=np.int64)
         meta = np.empty((0, X.shape[1]), dtype=X.dtype)
@@ -96,6 +98,7 @@ def input_blocks(client, X, y, sample_weight, n_blocks):
     X = check_2d(X)
     n = X.shape[0]
     y = y.to_numpy() if isinstance(y, (pd.Series, pd.DataFrame)) else np.asarray(y)
+    _check_lengths(n, y, sample_weight)
     bounds = np.linspace(0, n, min(n_blocks, n) + 1).astype(np.int64)
     x_values = X if isinstance(X, np.ndarray) else _FrameRows(X)
     w_blocks = [None] * (len(bounds) - 1)
@@ -111,6 +114,13 @@ def input_blocks(client, X, y, sample_weight, n_blocks):
     )
 
 
+def _check_lengths(n_rows, y, sample_weight):
+    """y and sample_weight (when given) must have one entry per row of X."""
+    for name, values in (("y", y), ("sample_weight", sample_weight)):
+        if values is not None and np.ndim(values) > 0 and len(values) != n_rows:
+            raise ValueError(f"{name} has {len(values)} rows but X has {n_rows}")
+
+
 class _FrameRows:
     """``frame[a:b]`` by position, for ``_local_blocks``."""
 
@@ -121,7 +131,7 @@ class _FrameRows:
         return self.frame.iloc[rows]
 
 
-def _dask_weight_blocks(sample_weight, n_blocks, y):
+def _dask_weight_blocks(sample_weight, n_blocks):
     if sample_weight is None:
         return [None] * n_blocks
     if isinstance(sample_weight, dd.Series) and sample_weight.npartitions == n_blocks:
