@@ -245,12 +245,11 @@ def overhead(args):
 def _spec_of(model, data):
     from dasktrees._params import check_tree_params
     from dasktrees.distributed.train import ForestSpec
-    from dasktrees.ensemble import _TreeParamView
     from dasktrees.sampling import sampling_rate
 
     return ForestSpec(
         params=check_tree_params(
-            _TreeParamView(model), data.n_rows, data.bin_mapper.n_features_in_, True
+            model._tree_template(), data.n_rows, data.bin_mapper.n_features_in_, True
         ),
         bins=data.bin_mapper.kernel_arrays(),
         n_classes=len(data.classes),

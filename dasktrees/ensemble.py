@@ -6,6 +6,7 @@ tasks (``distributed.train``), and computes out-of-bag estimates by reductions o
 """
 
 import numbers
+from functools import partial
 
 import dask.array as da
 import dask.dataframe as dd
@@ -89,7 +90,7 @@ class BaseForest(BaseEstimator):
         class_weight = getattr(self, "class_weight", None)
         # Fail on bad parameters before any work reaches the cluster (resolved again below,
         # once the number of rows is known).
-        check_tree_params(_TreeParamView(self), 2, n_features, is_classifier)
+        check_tree_params(self._tree_template(), 2, n_features, is_classifier)
         with client_for(self.client) as client:
             mapper = (
                 self.bin_mapper_
@@ -110,7 +111,9 @@ class BaseForest(BaseEstimator):
                 class_weight=class_weight,
                 n_blocks=self.n_blocks,
             )
-            params = check_tree_params(_TreeParamView(self), data.n_rows, n_features, is_classifier)
+            params = check_tree_params(
+                self._tree_template(), data.n_rows, n_features, is_classifier
+            )
             n_classes = len(data.classes) if is_classifier else 1
             spec = ForestSpec(
                 params=params,
@@ -155,11 +158,16 @@ class BaseForest(BaseEstimator):
         self.estimators_ = (self.estimators_ if warm else []) + trees
         self._forest = None
 
-    def _wrap(self, tree):
-        """A fitted single-tree estimator around a grown tree (for ``estimators_``)."""
-        est = self._tree_class(
+    def _tree_template(self):
+        """An unfitted tree estimator with the forest's tree parameters: what
+        ``check_tree_params`` validates, and the shell of each of ``estimators_``."""
+        return self._tree_class(
             splitter=self._splitter, **{name: getattr(self, name) for name in _TREE_PARAMS}
         )
+
+    def _wrap(self, tree):
+        """A fitted single-tree estimator around a grown tree (for ``estimators_``)."""
+        est = self._tree_template()
         est.tree_ = tree
         est.bin_mapper_ = self.bin_mapper_
         est.n_features_in_ = self.n_features_in_
@@ -276,70 +284,66 @@ class BaseForest(BaseEstimator):
     def _votes(self, X, voting):
         """Mean vote per row: ndarray for local X, dask array for dask X."""
         forest = self.forest_
-        n_values = forest.values.shape[1]
-        if isinstance(X, dd.DataFrame):
-            # Partition by partition, as pandas frames (categorical columns keep their dtype);
-            # lazy: the result's chunk lengths are those of the partitions, unknown until computed.
-            self._check_dask_features(X.shape[1], X)
-            meta = pd.DataFrame(np.empty((0, n_values)), columns=range(n_values))
-            votes = X.map_partitions(_vote_frame, self.bin_mapper_, forest, voting, meta=meta)
-            return votes.to_dask_array()
-        if isinstance(X, da.Array):
+        return self._apply_by_rows(X, partial(_vote_rows, forest, voting), forest.values.shape[1])
+
+    def _apply_by_rows(self, X, rows_fn, n_columns):
+        """``rows_fn(encoded_rows, parallel)`` -> (n_rows, n_columns), over any input.
+
+        Local X: one call, with the parallel kernels. Dask X: a dask array, one task per block
+        (dataframes partition by partition, so categorical columns keep their dtype); lazy, with
+        chunk lengths unknown until computed for dataframes.
+        """
+        check_is_fitted(self, "estimators_")
+        if isinstance(X, (dd.DataFrame, da.Array)):
             if X.ndim != 2:
                 raise ValueError(f"X must be 2-d (n_samples, n_features), got shape {X.shape}")
-            self._check_dask_features(X.shape[1], X)
-            return X.rechunk({1: -1}).map_blocks(
-                _vote_block,
+            if X.shape[1] != self.n_features_in_:
+                raise ValueError(
+                    f"X has {X.shape[1]} features, but {type(self).__name__} is expecting "
+                    f"{self.n_features_in_} features as input"
+                )
+        if isinstance(X, dd.DataFrame):
+            meta = pd.DataFrame(np.empty((0, n_columns)), columns=range(n_columns))
+            return X.map_partitions(
+                _frame_rows, self.bin_mapper_, rows_fn, meta=meta
+            ).to_dask_array()
+        if isinstance(X, da.Array):
+            X = X.rechunk({1: -1})
+            return X.map_blocks(
+                _array_rows,
                 self.bin_mapper_,
-                forest,
-                voting,
+                rows_fn,
                 dtype=np.float64,
-                chunks=(X.rechunk({1: -1}).chunks[0], (n_values,)),
+                chunks=(X.chunks[0], (n_columns,)),
             )
-        X = check_2d(X)
-        check_is_fitted(self, "estimators_")
-        return forest.vote(self.bin_mapper_.encode(X), voting)
-
-    def _check_dask_features(self, n_features, X):
-        if n_features != self.n_features_in_:
-            raise ValueError(
-                f"X has {n_features} features, but {type(self).__name__} is expecting "
-                f"{self.n_features_in_} features as input"
-            )
+        return rows_fn(self.bin_mapper_.encode(check_2d(X)), True)
 
 
 def _scored_rows(client, data, decision):
     """Targets and out-of-bag decisions of the rows with an out-of-bag vote, on the client
     (what a callable ``oob_score`` needs; this gathers two values per row)."""
     y_true = np.concatenate(client.gather([client.submit(lambda b: b.y, p) for p in data.parts]))
-    decision = np.asarray(decision)
+    if isinstance(decision, da.Array):  # backed by futures of this client
+        decision = client.compute(decision, sync=True)
     scored = ~np.isnan(decision).any(axis=1)
     return y_true[scored], decision[scored]
 
 
-def _vote_block(block, mapper, forest, voting):
-    return forest.vote(mapper.encode(block), voting, parallel=False)
+def _vote_rows(forest, voting, encoded, parallel):
+    return forest.vote(encoded, voting, parallel)
 
 
-def _vote_frame(part, mapper, forest, voting):
-    return pd.DataFrame(forest.vote(mapper.encode(part), voting, parallel=False))
+def _median_rows(forest, encoded, parallel):
+    return np.median(forest.tree_predictions(encoded, parallel), axis=1)[:, None]
 
 
-def _median_block(block, mapper, forest):
-    return np.median(forest.tree_predictions(mapper.encode(block), parallel=False), axis=1)
+# Inside Dask tasks the kernels run without threads (see Forest.vote).
+def _array_rows(block, mapper, rows_fn):
+    return rows_fn(mapper.encode(block), False)
 
 
-def _median_frame(part, mapper, forest):
-    return pd.Series(_median_block(part, mapper, forest), index=part.index)
-
-
-class _TreeParamView:
-    """The forest's tree parameters, named as ``check_tree_params`` reads them."""
-
-    def __init__(self, forest):
-        for name in _TREE_PARAMS:
-            setattr(self, name, getattr(forest, name))
-        self.splitter = forest._splitter
+def _frame_rows(part, mapper, rows_fn):
+    return pd.DataFrame(rows_fn(mapper.encode(part), False), index=part.index)
 
 
 # ---- the estimators ----------------------------------------------------------------------------
@@ -449,20 +453,8 @@ class _ForestRegressorMixin(RegressorMixin):
     def predict(self, X):
         """Mean (or, with aggregation="median", median) of the trees' predictions."""
         if self.aggregation == "mean":
-            votes = self._votes(X, SOFT)
-            return votes[:, 0]
-        forest = self.forest_
-        if isinstance(X, dd.DataFrame):
-            self._check_dask_features(X.shape[1], X)
-            meta = pd.Series(np.empty(0), dtype=np.float64)
-            return X.map_partitions(
-                _median_frame, self.bin_mapper_, forest, meta=meta
-            ).to_dask_array()
-        if isinstance(X, da.Array):
-            return X.rechunk({1: -1}).map_blocks(
-                _median_block, self.bin_mapper_, forest, drop_axis=1, dtype=np.float64
-            )
-        return np.median(forest.tree_predictions(self.bin_mapper_.encode(check_2d(X))), axis=1)
+            return self._votes(X, SOFT)[:, 0]
+        return self._apply_by_rows(X, partial(_median_rows, self.forest_), 1)[:, 0]
 
     def _set_oob(self, client, data, lam, is_classifier):
         decision, score, curve = oob_estimates(

@@ -80,14 +80,19 @@ def test_regression_oob_prediction_and_r2(client):
     assert model.oob_curve_[-1] == pytest.approx(mse)
 
 
-def test_callable_oob_score(client):
+@pytest.mark.parametrize("kind", ["numpy", "dask"])
+def test_callable_oob_score(client, kind):
+    import dask.array as da
     from sklearn.metrics import balanced_accuracy_score
 
     X, y = load_breast_cancer(return_X_y=True)
+    X_fit, y_fit = (X, y) if kind == "numpy" else (da.from_array(X, 200), da.from_array(y, 200))
     model = dt.RandomForestClassifier(
         n_estimators=30, oob_score=balanced_accuracy_score, random_state=0, client=client
-    ).fit(X, y)
+    ).fit(X_fit, y_fit)
     decision = model.oob_decision_function_
+    if kind == "dask":
+        decision = client.compute(decision, sync=True)
     scored = ~np.isnan(decision).any(axis=1)
     expected = balanced_accuracy_score(y[scored], model.classes_[decision[scored].argmax(axis=1)])
     assert model.oob_score_ == pytest.approx(expected)
