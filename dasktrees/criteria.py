@@ -32,11 +32,6 @@ _LOG2 = np.log(2.0)
 
 
 @njit(cache=True, inline="always")
-def is_classification(criterion):
-    return criterion != SQUARED_ERROR
-
-
-@njit(cache=True, inline="always")
 def stats_weight(stats, criterion):
     """Total weight w of a statistics vector (see the module docstring for the layout)."""
     if criterion == SQUARED_ERROR:
