@@ -38,7 +38,7 @@ class Forest:
         bitset_starts = np.concatenate([[0], np.cumsum(bitset_sizes)[:-1]])
         parts = []
         for tree, root, bitset_start in zip(self.trees, self.roots, bitset_starts):
-            nodes = tree.routing_nodes.copy()
+            nodes = tree.routing_records()  # not cached on the tree: packed here once
             split = nodes["left"] != TREE_LEAF
             nodes["left"][split] += root
             nodes["right"][split] += root

@@ -94,24 +94,28 @@ class Tree:
     def max_depth(self):
         return int(self.node_depth.max())
 
+    def routing_records(self):
+        """The routing fields packed in one ``ROUTING_NODE_DTYPE`` record per node (a new
+        array; ``routing_nodes`` keeps one for this tree's own kernels)."""
+        nodes = np.zeros(self.node_count, dtype=ROUTING_NODE_DTYPE)
+        for name in (
+            "threshold",
+            "feature",
+            "bitset_idx",
+            "bin_threshold",
+            "missing_go_to_left",
+            "is_categorical",
+        ):
+            nodes[name] = getattr(self, name)
+        nodes["left"] = self.children_left
+        nodes["right"] = self.children_right
+        return nodes
+
     @property
     def routing_nodes(self):
-        """The routing fields packed in one ``ROUTING_NODE_DTYPE`` record per node (derived
-        from the arrays on first use, and not stored)."""
+        """``routing_records()``, derived on first use and kept (not pickled)."""
         if getattr(self, "_routing_nodes", None) is None:
-            nodes = np.zeros(self.node_count, dtype=ROUTING_NODE_DTYPE)
-            nodes["left"] = self.children_left
-            nodes["right"] = self.children_right
-            nodes["threshold"] = self.threshold
-            for name in (
-                "feature",
-                "bitset_idx",
-                "bin_threshold",
-                "missing_go_to_left",
-                "is_categorical",
-            ):
-                nodes[name] = getattr(self, name)
-            self._routing_nodes = nodes
+            self._routing_nodes = self.routing_records()
         return self._routing_nodes
 
     def apply(self, X):
