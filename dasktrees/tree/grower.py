@@ -220,6 +220,9 @@ def _open_node(
     w_node = stats_weight(total, criterion)
     record = nodes[node_id]
     record["feature"] = TREE_UNDEFINED
+    record["bin_threshold"] = 0
+    record["missing_go_to_left"] = 0
+    record["is_categorical"] = 0
     record["bitset_idx"] = -1
     record["left"] = TREE_LEAF
     record["right"] = TREE_LEAF
@@ -230,6 +233,7 @@ def _open_node(
     record["n_samples"] = stop - start
     record["weighted_n_samples"] = w_node
     record["impurity"] = node_impurity
+    record["improvement"] = 0.0
     if classification:
         for k in range(n_classes):
             values[node_id, k] = total[1 + k] / w_node if w_node > 0.0 else 0.0
@@ -278,20 +282,30 @@ def _open_node(
 
 
 @njit(cache=True)
-def _grow_records(nodes, values, bitsets, n_needed):
-    """Double the growth arrays while they hold fewer than ``n_needed`` rows."""
-    while nodes.shape[0] < n_needed:
-        new_nodes = np.zeros(2 * nodes.shape[0], dtype=NODE_DTYPE)
-        new_nodes[: nodes.shape[0]] = nodes
-        nodes = new_nodes
-        new_values = np.zeros((2 * values.shape[0], values.shape[1]))
-        new_values[: values.shape[0]] = values
-        values = new_values
+def _node_capacity(n_rows, max_depth, min_samples_leaf, max_leaf_nodes):
+    """Most nodes a tree on ``n_rows`` rows can have under the stopping rules.
+
+    Every leaf holds at least ``min_samples_leaf`` rows and a binary tree has one node fewer than
+    twice its leaves. The growth arrays are allocated once at this size, uninitialised: the pages
+    a smaller tree never touches cost nothing, where doubling would allocate and copy (and Dask
+    workers, which return freed memory to the system at once, would fault every page in again).
+    """
+    leaves = max(1, n_rows // max(1, min_samples_leaf))
+    if max_leaf_nodes > 0:
+        leaves = min(leaves, max_leaf_nodes)
+    if max_depth < 62:
+        leaves = min(leaves, np.int64(1) << max_depth)
+    return 2 * leaves - 1
+
+
+@njit(cache=True)
+def _ensure_bitsets(bitsets, n_needed):
+    """Double the bitset table while it has fewer than ``n_needed`` rows."""
     while bitsets.shape[0] < n_needed:
-        new_bitsets = np.zeros((2 * bitsets.shape[0], BITSET_WORDS), dtype=BITSET_DTYPE)
-        new_bitsets[: bitsets.shape[0]] = bitsets
-        bitsets = new_bitsets
-    return nodes, values, bitsets
+        grown = np.empty((2 * bitsets.shape[0], BITSET_WORDS), dtype=BITSET_DTYPE)
+        grown[: bitsets.shape[0]] = bitsets
+        bitsets = grown
+    return bitsets
 
 
 @njit(cache=True, nogil=True)
@@ -356,9 +370,11 @@ def grow(
     classification = criterion != SQUARED_ERROR
     n_channels = n_classes + 1 if classification else 4
     n_values = n_classes if classification else 1
-    nodes = np.zeros(64, dtype=NODE_DTYPE)
-    values = np.zeros((64, n_values))
-    bitsets = np.zeros((64, BITSET_WORDS), dtype=BITSET_DTYPE)
+    n_rows = sample_indices.shape[0]
+    capacity = _node_capacity(n_rows, max_depth, min_samples_leaf, max_leaf_nodes)
+    nodes = np.empty(capacity, dtype=NODE_DTYPE)  # every field is set by _open_node
+    values = np.empty((capacity, n_values))
+    bitsets = np.empty((16, BITSET_WORDS), dtype=BITSET_DTYPE)
     state = new_state(seed)
     features = np.empty(codes.shape[1], dtype=np.int64)
     hist = np.zeros((N_BIN_CODES, n_channels))
@@ -367,7 +383,6 @@ def grow(
     ibuf = np.zeros((4, N_BIN_CODES), dtype=np.int64)
     keys = np.zeros(N_BIN_CODES)
     children = np.zeros((2, n_channels))  # statistics of the two children of a split
-    n_rows = sample_indices.shape[0]
     # y and w in sample_indices order; the partition keeps them aligned with their rows.
     node_y = y[sample_indices]
     node_w = w[sample_indices]
@@ -458,7 +473,7 @@ def grow(
         record["right"] = n_nodes + 1
         depth = record["depth"] + 1
         n_split += 1
-        nodes, values, bitsets = _grow_records(nodes, values, bitsets, n_nodes + 2)
+        bitsets = _ensure_bitsets(bitsets, n_bitsets + 2)  # room for both children's splits
         if stack.shape[0] < n_stack + 2:
             grown = np.empty(2 * stack.shape[0], dtype=np.int64)
             grown[:n_stack] = stack[:n_stack]
@@ -504,7 +519,7 @@ def grow(
             nodes[k]["feature"] = TREE_UNDEFINED
             nodes[k]["bitset_idx"] = -1
             nodes[k]["improvement"] = 0.0
-    return nodes[:n_nodes].copy(), values[:n_nodes].copy(), bitsets[:n_bitsets].copy()
+    return nodes[:n_nodes], values[:n_nodes], bitsets[:n_bitsets]
 
 
 def grow_tree(codes, y, weights, bin_arrays, params, n_classes, seed, candidates=None):
@@ -528,7 +543,7 @@ def grow_tree(codes, y, weights, bin_arrays, params, n_classes, seed, candidates
     """
     if candidates is None:
         candidates = np.arange(codes.shape[1], dtype=np.int64)
-    sample_indices = np.flatnonzero(weights > 0).astype(np.int64)
+    sample_indices = np.flatnonzero(weights > 0).astype(np.int64, copy=False)
     nodes, values, bitsets = grow(
         codes,
         y,
