@@ -16,6 +16,7 @@ Both modes compute the same counts from (seed, tree, global row id) and stack ro
 order, so they grow the same trees.
 """
 
+import pickle
 import uuid
 from dataclasses import dataclass
 
@@ -65,8 +66,19 @@ def _grow_one(spec, tree, codes, y, weights, counts):
     )
 
 
+def _shipped(trees):
+    """A task's trees as one pickle, which ``grow_forest`` loads on the client.
+
+    Distributed serialises a list of objects by walking it, with a header and a frame for every
+    array (a tree has fourteen); one blob per task moves at copy speed instead. Measured on the
+    flights benchmark's trees (7 MB each): 7-12 ms per tree as a blob, 40-65 ms as a list.
+    """
+    return pickle.dumps(trees, protocol=pickle.HIGHEST_PROTOCOL)
+
+
 def grow_batch(spec, trees, *blocks):
-    """Replicated mode: grow ``trees`` (tree indices) on the stacked blocks."""
+    """Replicated mode: grow ``trees`` (tree indices) on the stacked blocks; returns them
+    pickled (see ``_shipped``)."""
     codes = _stack([b.codes for b in blocks])
     y = _stack([b.y for b in blocks])
     w = _stack([b.w for b in blocks])
@@ -75,7 +87,7 @@ def grow_batch(spec, trees, *blocks):
     for t in trees:
         tree_counts(spec.seed, t, blocks[0].first_row, spec.lam, counts)
         grown.append(_grow_one(spec, t, codes, y, w * counts, counts))
-    return grown
+    return _shipped(grown)
 
 
 def extract_in_bag(spec, trees, block):
@@ -97,13 +109,14 @@ def extract_in_bag(spec, trees, block):
 
 def grow_sampled(spec, trees, *extracts):
     """Sampled mode: grow each tree on the rows its blocks extracted, stacked in row order
-    (the same rows, order and weights as replicated mode, so the same tree)."""
+    (the same rows, order and weights as replicated mode, so the same tree); returns them
+    pickled (see ``_shipped``)."""
     grown = []
     for k, t in enumerate(trees):
         parts = [extract[k] for extract in extracts]
         codes, y, weights, counts = (_stack([p[i] for p in parts]) for i in range(4))
         grown.append(_grow_one(spec, t, codes, y, weights, counts))
-    return grown
+    return _shipped(grown)
 
 
 def default_trees_per_task(n_trees, n_workers):
@@ -175,5 +188,5 @@ def grow_forest(client, data, spec, tree_ids, trees_per_task=None, mode="auto", 
     # (tens of bytes per node) and moving them to the client overlaps with the growth.
     # (With this client's loop and ``future.result()``: no default client is needed.)
     finished = distributed.as_completed(futures, loop=client.loop)
-    grown = {future.key: future.result() for future in finished}
+    grown = {future.key: pickle.loads(future.result()) for future in finished}
     return [tree for future in futures for tree in grown[future.key]], mode
