@@ -5,14 +5,17 @@ All trees' routing records are concatenated into one table; ``roots[t]`` is tree
     nodes   [ tree 0: root, ... | tree 1: root, ... | ... ]      children ids are global
     values  [ one row of class fractions (or a mean) per node ]
 
-Prediction runs blocks of rows in parallel, each block through the trees one after the other, so a
+Prediction runs chunks of rows in threads, each chunk through the trees one after the other, so a
 row's votes are summed in tree order: the same sums in any thread or process.
 """
 
-import numpy as np
-from numba import njit, prange
+from concurrent.futures import ThreadPoolExecutor
 
-from ._dtypes import TREE_LEAF
+import numba
+import numpy as np
+from numba import njit
+
+from ._dtypes import ROUTING_NODE_DTYPE
 from .tree.tree import leaf_binned, leaf_encoded
 
 SOFT = 0  # sum class fractions (or means); divide by the number of trees
@@ -36,15 +39,9 @@ class Forest:
         bitset_sizes = np.array([len(t.categorical_bitsets) for t in self.trees])
         self.roots = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
         bitset_starts = np.concatenate([[0], np.cumsum(bitset_sizes)[:-1]])
-        parts = []
+        self.nodes = np.empty(sizes.sum(), dtype=ROUTING_NODE_DTYPE)
         for tree, root, bitset_start in zip(self.trees, self.roots, bitset_starts):
-            nodes = tree.routing_records()  # not cached on the tree: packed here once
-            split = nodes["left"] != TREE_LEAF
-            nodes["left"][split] += root
-            nodes["right"][split] += root
-            nodes["bitset_idx"][nodes["bitset_idx"] >= 0] += bitset_start
-            parts.append(nodes)
-        self.nodes = np.concatenate(parts)
+            tree.write_routing(self.nodes, root, bitset_start)
         self.values = np.concatenate([t.value for t in self.trees])
         self.bitsets = np.concatenate([t.categorical_bitsets for t in self.trees])
 
@@ -56,19 +53,18 @@ class Forest:
         """Mean over trees of each row's leaf value (SOFT), or the share of trees voting for
         each class (HARD). ``X``: encoded rows (n_samples, n_features), float32 or float64.
 
-        ``parallel=False`` inside Dask tasks: Dask already runs blocks in parallel, and numba's
-        fallback threading layer (workqueue) must not be entered from several threads at once.
+        ``parallel=False`` inside Dask tasks, which Dask already runs in parallel.
         """
         out = np.zeros((X.shape[0], self.values.shape[1]))
-        kernel = _forest_vote if parallel else _forest_vote_serial
-        kernel(X, self.nodes, self.bitsets, self.roots, self.values, voting, out)
+        forest = (self.nodes, self.bitsets, self.roots, self.values)
+        _by_row_chunks(_vote_rows, X, parallel, *forest, voting, out)
         return out / self.n_trees
 
     def tree_predictions(self, X, parallel=True):
         """Each tree's value for each row, (n_samples, n_trees): regression's "bragging"."""
         out = np.empty((X.shape[0], self.n_trees))
-        kernel = _forest_leaf_values if parallel else _forest_leaf_values_serial
-        kernel(X, self.nodes, self.bitsets, self.roots, self.values, out)
+        forest = (self.nodes, self.bitsets, self.roots, self.values)
+        _by_row_chunks(_leaf_values_rows, X, parallel, *forest, out)
         return out
 
 
@@ -81,56 +77,59 @@ def _add_vote(values, leaf, voting, out_row):
             out_row[c] += values[leaf, c]
 
 
-# Rows are voted in blocks: a block goes through one tree after the other, so a tree's upper
-# levels stay in cache for the whole block, and each row still sums its trees in tree order.
-_ROWS_PER_BLOCK = 256
-
-
-@njit(cache=True, inline="always")
-def _n_blocks(n_rows):
-    return (n_rows + _ROWS_PER_BLOCK - 1) // _ROWS_PER_BLOCK
-
-
-@njit(cache=True, inline="always")
-def _block_rows(block, n_rows):
-    start = block * _ROWS_PER_BLOCK
-    return start, min(start + _ROWS_PER_BLOCK, n_rows)
-
-
-@njit(cache=True, parallel=True, nogil=True)
-def _forest_vote(X, nodes, bitsets, roots, values, voting, out):
-    """Sum every tree's vote for every row of encoded X.
+@njit(cache=True, nogil=True)
+def _vote_rows(X, start, stop, nodes, bitsets, roots, values, voting, out):
+    """Add every tree's vote for rows ``start:stop`` of encoded X to ``out``.
 
     Parameters
     ----------
     X : ndarray of float32 or float64, shape (n_samples, n_features)
+    start, stop : int
+        The rows to vote for.
     nodes, bitsets, roots, values :
         The packed forest (``Forest``).
     voting : int
         SOFT (sum leaf values) or HARD (one vote per tree for its argmax).
     out : ndarray of float64, shape (n_samples, n_values)
-        Zero on entry; written: the sums.
+        Rows ``start:stop`` zero on entry; written: the sums, trees added in order.
     """
-    for block in prange(_n_blocks(X.shape[0])):
-        start, stop = _block_rows(block, X.shape[0])
-        for t in range(roots.shape[0]):
-            for i in range(start, stop):
-                _add_vote(values, leaf_encoded(X, i, nodes, bitsets, roots[t]), voting, out[i])
+    for t in range(roots.shape[0]):
+        for i in range(start, stop):
+            _add_vote(values, leaf_encoded(X, i, nodes, bitsets, roots[t]), voting, out[i])
 
 
-@njit(cache=True, parallel=True, nogil=True)
-def _forest_leaf_values(X, nodes, bitsets, roots, values, out):
-    """``out[i, t]``: tree t's value (first column) for row i of encoded X."""
-    for block in prange(_n_blocks(X.shape[0])):
-        start, stop = _block_rows(block, X.shape[0])
-        for t in range(roots.shape[0]):
-            for i in range(start, stop):
-                out[i, t] = values[leaf_encoded(X, i, nodes, bitsets, roots[t]), 0]
+@njit(cache=True, nogil=True)
+def _leaf_values_rows(X, start, stop, nodes, bitsets, roots, values, out):
+    """``out[i, t]``: tree t's value (first column) for rows ``start:stop`` of encoded X."""
+    for t in range(roots.shape[0]):
+        for i in range(start, stop):
+            out[i, t] = values[leaf_encoded(X, i, nodes, bitsets, roots[t]), 0]
 
 
-# The same kernels without threads, for code that runs inside Dask tasks.
-_forest_vote_serial = njit(cache=True, nogil=True)(_forest_vote.py_func)
-_forest_leaf_values_serial = njit(cache=True, nogil=True)(_forest_leaf_values.py_func)
+# Rows go through the forest in chunks, one tree after the other: a chunk's rows stay in cache
+# while a tree's nodes stream past once. On the flights forest (100 trees of 125,000 nodes) a
+# chunk of 65,536 rows voted 3.5x faster than chunks of 256.
+_ROWS_PER_CHUNK = 65536
+
+
+def _by_row_chunks(kernel, X, parallel, *args):
+    """Run ``kernel(X, start, stop, *args)`` over chunks of rows, in threads if ``parallel``.
+
+    The kernels release the GIL. Threads, not a numba ``prange``: numba's parallel lowering of
+    the traversal ran twice as slow per thread as the same serial code, and a plain
+    ``nogil`` kernel may be called from several threads (Dask's) at once.
+    """
+    n_rows = X.shape[0]
+    n_threads = numba.get_num_threads() if parallel else 1
+    step = max(1, min(_ROWS_PER_CHUNK, -(-n_rows // n_threads)))
+    starts = range(0, n_rows, step)
+    if n_threads == 1 or len(starts) == 1:
+        for start in starts:
+            kernel(X, start, min(start + step, n_rows), *args)
+        return
+    with ThreadPoolExecutor(n_threads) as pool:
+        # list(): wait for every chunk and raise the first error
+        list(pool.map(lambda start: kernel(X, start, min(start + step, n_rows), *args), starts))
 
 
 @njit(cache=True, nogil=True)

@@ -97,19 +97,26 @@ class Tree:
     def routing_records(self):
         """The routing fields packed in one ``ROUTING_NODE_DTYPE`` record per node (a new
         array; ``routing_nodes`` keeps one for this tree's own kernels)."""
-        nodes = np.zeros(self.node_count, dtype=ROUTING_NODE_DTYPE)
-        for name in (
-            "threshold",
-            "feature",
-            "bitset_idx",
-            "bin_threshold",
-            "missing_go_to_left",
-            "is_categorical",
-        ):
-            nodes[name] = getattr(self, name)
-        nodes["left"] = self.children_left
-        nodes["right"] = self.children_right
+        nodes = np.empty(self.node_count, dtype=ROUTING_NODE_DTYPE)
+        self.write_routing(nodes, 0, 0)
         return nodes
+
+    def write_routing(self, out, node_offset, bitset_offset):
+        """Write the routing records into ``out[node_offset:node_offset + node_count]``, with
+        children and bitset rows shifted by the offsets (how ``Forest`` packs its trees)."""
+        _write_routing(
+            out,
+            node_offset,
+            bitset_offset,
+            self.children_left,
+            self.children_right,
+            self.feature,
+            self.threshold,
+            self.bitset_idx,
+            self.bin_threshold,
+            self.missing_go_to_left,
+            self.is_categorical,
+        )
 
     @property
     def routing_nodes(self):
@@ -224,6 +231,35 @@ _LEAF_CONSTANTS = {
     "is_categorical": 0,
     "bitset_idx": -1,
 }
+
+
+@njit(cache=True, nogil=True)
+def _write_routing(
+    out,
+    node_offset,
+    bitset_offset,
+    children_left,
+    children_right,
+    feature,
+    threshold,
+    bitset_idx,
+    bin_threshold,
+    missing_go_to_left,
+    is_categorical,
+):
+    """One pass over the nodes writing ``ROUTING_NODE_DTYPE`` records (see ``write_routing``);
+    a forest's table is hundreds of megabytes, written once."""
+    for i in range(children_left.shape[0]):
+        record = out[node_offset + i]
+        split = children_left[i] != TREE_LEAF
+        record["threshold"] = threshold[i]
+        record["left"] = children_left[i] + node_offset if split else TREE_LEAF
+        record["right"] = children_right[i] + node_offset if split else TREE_LEAF
+        record["feature"] = feature[i]
+        record["bitset_idx"] = bitset_idx[i] + bitset_offset if bitset_idx[i] >= 0 else -1
+        record["bin_threshold"] = bin_threshold[i]
+        record["missing_go_to_left"] = missing_go_to_left[i]
+        record["is_categorical"] = is_categorical[i]
 
 
 @njit(cache=True)
