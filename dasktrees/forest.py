@@ -34,20 +34,21 @@ class Forest:
     def __init__(self, trees):
         if not trees:
             raise ValueError("a forest needs at least one tree")
-        self.trees = list(trees)
-        sizes = np.array([t.node_count for t in self.trees])
-        bitset_sizes = np.array([len(t.categorical_bitsets) for t in self.trees])
+        # Only the packed arrays are kept: the forest travels to the tasks that vote with it.
+        trees = list(trees)
+        sizes = np.array([t.node_count for t in trees])
+        bitset_sizes = np.array([len(t.categorical_bitsets) for t in trees])
         self.roots = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
         bitset_starts = np.concatenate([[0], np.cumsum(bitset_sizes)[:-1]])
         self.nodes = np.empty(sizes.sum(), dtype=ROUTING_NODE_DTYPE)
-        for tree, root, bitset_start in zip(self.trees, self.roots, bitset_starts):
+        for tree, root, bitset_start in zip(trees, self.roots, bitset_starts):
             tree.write_routing(self.nodes, root, bitset_start)
-        self.values = np.concatenate([t.value for t in self.trees])
-        self.bitsets = np.concatenate([t.categorical_bitsets for t in self.trees])
+        self.values = np.concatenate([t.value for t in trees])
+        self.bitsets = np.concatenate([t.categorical_bitsets for t in trees])
 
     @property
     def n_trees(self):
-        return len(self.trees)
+        return len(self.roots)
 
     def vote(self, X, voting=SOFT, parallel=True):
         """Mean over trees of each row's leaf value (SOFT), or the share of trees voting for
