@@ -16,6 +16,8 @@ Both modes compute the same counts from (seed, tree, global row id) and stack ro
 order, so they grow the same trees.
 """
 
+import contextlib
+import contextvars
 import pickle
 import uuid
 from dataclasses import dataclass
@@ -40,6 +42,21 @@ class ForestSpec:
     lam: float  # Poisson mean of the row counts; 0: every count is 1
     n_features_tree: int  # features per tree (random subspace); n_features: all
     balanced_subsample: bool
+
+
+# Called with (trees grown, trees to grow) each time a tree task's trees reach the client.
+_progress = contextvars.ContextVar("dasktrees_progress", default=None)
+
+
+@contextlib.contextmanager
+def report_progress(callback):
+    """Within the block, forest fits call ``callback(n_done, n_total)`` as tree tasks finish
+    (what the ``dasktrees`` command draws its progress bar with)."""
+    token = _progress.set(callback)
+    try:
+        yield
+    finally:
+        _progress.reset(token)
 
 
 def _stack(arrays):
@@ -188,5 +205,12 @@ def grow_forest(client, data, spec, tree_ids, trees_per_task=None, mode="auto", 
     # (tens of bytes per node) and moving them to the client overlaps with the growth.
     # (With this client's loop and ``future.result()``: no default client is needed.)
     finished = distributed.as_completed(futures, loop=client.loop)
-    grown = {future.key: pickle.loads(future.result()) for future in finished}
+    progress = _progress.get()
+    grown = {}
+    n_done = 0
+    for future in finished:
+        grown[future.key] = pickle.loads(future.result())
+        n_done += len(grown[future.key])
+        if progress is not None:
+            progress(n_done, len(tree_ids))
     return [tree for future in futures for tree in grown[future.key]], mode
