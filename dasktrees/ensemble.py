@@ -653,7 +653,8 @@ class RandomForestRegressor(_ForestRegressorMixin, BaseForest):
     criterion : {"squared_error"}
     max_features : default=1.0 (all features at every node, as scikit-learn)
     aggregation : {"mean", "median"}, default="mean"
-        Mean of the trees' predictions, or their median (the seeds' "bragging").
+        Mean of the trees' predictions, or their median (the seeds' "bragging"). The
+        out-of-bag estimates use the mean of the out-of-bag trees either way.
     """
     )
     _tree_class = DecisionTreeRegressor
