@@ -11,6 +11,7 @@ from .ensemble import (
     RandomForestRegressor,
 )
 from .estimators import DecisionTreeClassifier, DecisionTreeRegressor
+from .modelfile import load
 
 __all__ = [
     "BinMapper",
@@ -22,4 +23,5 @@ __all__ = [
     "RandomForestRegressor",
     "__version__",
     "criteria",
+    "load",
 ]

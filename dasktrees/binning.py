@@ -130,6 +130,13 @@ def order_categories(counts):
     return np.asarray(counts.index.astype(object)), counts.to_numpy()
 
 
+def _n_bins(edges, bins):
+    """Non-missing bins of a feature: its edges plus one, or its largest category bin plus one."""
+    if edges is not None:
+        return len(edges) + 1
+    return bins.max() + 1 if len(bins) else 1
+
+
 def sample_mask(row_ids, fraction, seed):
     """Which rows (by global id) set the quantiles.
 
@@ -232,26 +239,35 @@ class BinMapper:
         if not 2 <= self.max_bins <= MAX_BINS:
             raise ValueError(f"max_bins must be an integer in [2, {MAX_BINS}], got {self.max_bins}")
         numeric_samples, counts = iter(numeric_samples), iter(counts)
-        self.bin_edges_, self.categories_, self.category_bins_ = [], [], []
-        self.bin_values_ = []
-        n_bins = np.empty(self.n_features_in_, dtype=np.int32)
-        for j, categorical in enumerate(self.is_categorical_):
+        bin_edges, bin_values, categories, bins = [], [], [], []
+        for categorical in self.is_categorical_:
             if categorical:
-                categories, category_count = order_categories(next(counts))
-                bins = category_bins(categories, category_count, self.max_bins)
-                self.categories_.append(categories)
-                self.category_bins_.append(bins)
-                self.bin_edges_.append(None)
-                self.bin_values_.append(None)
-                n_bins[j] = bins.max() + 1 if len(bins) else 1
+                known, category_count = order_categories(next(counts))
+                categories.append(known)
+                bins.append(category_bins(known, category_count, self.max_bins))
+                bin_edges.append(None)
+                bin_values.append(None)
             else:
                 edges, representatives = numeric_bin_edges(next(numeric_samples), self.max_bins)
-                self.bin_edges_.append(edges)
-                self.bin_values_.append(representatives)
-                self.categories_.append(None)
-                self.category_bins_.append(None)
-                n_bins[j] = len(edges) + 1
-        self.n_bins_non_missing_ = n_bins
+                bin_edges.append(edges)
+                bin_values.append(representatives)
+                categories.append(None)
+                bins.append(None)
+        return self.set_bins(bin_edges, bin_values, categories, bins)
+
+    def set_bins(self, edges, values, categories, bins):
+        """Set the fitted bins and what derives from them: the end of ``fit_from_pieces``, and
+        of loading a model file (``modelfile.load``), so that both give the same mapper.
+
+        Each argument is a list with one entry per feature, None where it does not apply:
+        ``bin_edges_``, ``bin_values_``, ``categories_`` and ``category_bins_`` (see Attributes).
+        ``_set_columns`` must have run.
+        """
+        self.bin_edges_, self.bin_values_ = list(edges), list(values)
+        self.categories_, self.category_bins_ = list(categories), list(bins)
+        self.n_bins_non_missing_ = np.array(
+            [_n_bins(e, b) for e, b in zip(self.bin_edges_, self.category_bins_)], dtype=np.int32
+        )
         self.missing_values_bin_idx_ = MISSING_BIN
         self._category_index = [
             None if c is None else pd.Index(c, dtype=object) for c in self.categories_

@@ -273,6 +273,20 @@ class BaseForest(BaseEstimator):
         client = params.pop("client")
         return type(self)(client=client, **{k: clone(v, safe=False) for k, v in params.items()})
 
+    def save(self, path):
+        """Write the fitted forest to the model directory ``path``; ``dasktrees.load`` reads it.
+
+        Parameters
+        ----------
+        path : str or os.PathLike
+            Directory to create (an existing model directory there is replaced). The format,
+            a JSON manifest and ``.npz`` arrays, is described in docs/models.md; the client and
+            the per-row out-of-bag estimates are not saved.
+        """
+        from .modelfile import save  # not at the top: modelfile imports this module
+
+        save(self, path)
+
     def __getstate__(self):
         state = dict(self.__dict__)
         state["_forest"] = None  # derived again on use

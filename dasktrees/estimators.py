@@ -173,6 +173,19 @@ class BaseDecisionTree(BaseEstimator):
         check_is_fitted(self, "tree_")
         return self.tree_.compute_feature_importances()
 
+    def save(self, path):
+        """Write the fitted tree to the model directory ``path``; ``dasktrees.load`` reads it.
+
+        Parameters
+        ----------
+        path : str or os.PathLike
+            Directory to create (an existing model directory there is replaced). The format,
+            a JSON manifest and ``.npz`` arrays, is described in docs/models.md.
+        """
+        from .modelfile import save  # not at the top: modelfile imports this module
+
+        save(self, path)
+
 
 class DecisionTreeClassifier(ClassifierMixin, BaseDecisionTree):
     """A CART classification tree grown on binned features.

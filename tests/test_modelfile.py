@@ -1,0 +1,400 @@
+"""Model files: round trips, and damaged, modified or hostile files refused with a ValueError."""
+
+import hashlib
+import json
+import pickle
+from pathlib import Path
+
+import numpy as np
+import pytest
+from sklearn.exceptions import NotFittedError
+
+import dasktrees as dt
+from dasktrees import modelfile
+
+from .conftest import carseats
+
+
+def carseats_data(kind):
+    """Carseats as a frame (one category-dtype and two object columns, feature names) or as a
+    numeric array with a few NaN; targets as string, int or float."""
+    X, sales = carseats()
+    X["ShelveLoc"] = X["ShelveLoc"].astype("category")
+    targets = {
+        "str": np.where(sales > 8, "high", "low"),
+        "int": np.digitize(sales, [6.0, 9.0]),  # classes 0, 1, 2
+        "float": sales,
+    }
+    if kind.startswith("numpy"):
+        X = X.select_dtypes("number").to_numpy(dtype=float)
+        X[::17, 2] = np.nan
+    return X, targets[kind.split("-")[1]]
+
+
+CASES = {
+    "tree-classifier-str-classes": (
+        lambda: dt.DecisionTreeClassifier(
+            max_depth=6, class_weight={"high": 2.0, "low": 1.0}, random_state=0
+        ),
+        "frame-str",
+    ),
+    "tree-classifier-int-classes": (lambda: dt.DecisionTreeClassifier(random_state=0), "numpy-int"),
+    "tree-regressor": (
+        lambda: dt.DecisionTreeRegressor(max_depth=8, random_state=0),
+        "frame-float",
+    ),
+    "forest-classifier-str-classes": (
+        lambda: dt.RandomForestClassifier(n_estimators=5, oob_score=True, random_state=0),
+        "frame-str",
+    ),
+    "forest-classifier-int-classes": (
+        lambda: dt.RandomForestClassifier(
+            n_estimators=5, class_weight={0: 1.0, 1: 2.0, 2: 1.0}, random_state=0
+        ),
+        "numpy-int",
+    ),
+    "extra-trees-classifier": (
+        lambda: dt.ExtraTreesClassifier(
+            n_estimators=5, bootstrap=True, oob_score=True, voting="hard", random_state=0
+        ),
+        "frame-int",
+    ),
+    "forest-regressor": (
+        lambda: dt.RandomForestRegressor(n_estimators=5, oob_score=True, random_state=0),
+        "frame-float",
+    ),
+    "extra-trees-regressor": (
+        lambda: dt.ExtraTreesRegressor(n_estimators=5, aggregation="median", random_state=0),
+        "numpy-float",
+    ),
+}
+
+
+def fitted(case, client):
+    make, data = CASES[case]
+    model = make()
+    if "client" in model.get_params():
+        model.set_params(client=client)
+    X, y = carseats_data(data)
+    return model.fit(X, y), X
+
+
+def params_without_client(model):
+    params = model.get_params(deep=False)
+    params.pop("client", None)
+    return params
+
+
+def assert_same_model(loaded, model, X):
+    assert type(loaded) is type(model)
+    assert params_without_client(loaded) == params_without_client(model)
+    assert getattr(loaded, "client", None) is None
+    np.testing.assert_array_equal(loaded.predict(X), model.predict(X))
+    if hasattr(model, "predict_proba"):
+        np.testing.assert_array_equal(loaded.predict_proba(X), model.predict_proba(X))
+    np.testing.assert_array_equal(loaded.feature_importances_, model.feature_importances_)
+    for name in ("classes_", "feature_names_in_", "oob_score_", "oob_curve_"):
+        assert hasattr(loaded, name) == hasattr(model, name), name
+        if hasattr(model, name):
+            np.testing.assert_array_equal(getattr(loaded, name), getattr(model, name))
+    if hasattr(model, "classes_"):
+        assert loaded.classes_.dtype == model.classes_.dtype
+    for name in ("n_features_in_", "max_features_", "n_outputs_"):
+        assert getattr(loaded, name) == getattr(model, name)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_round_trip_predicts_bit_identically(client, tmp_path, case):
+    model, X = fitted(case, client)
+    model.save(tmp_path / "model")
+    loaded = dt.load(tmp_path / "model")
+    assert_same_model(loaded, model, X)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]  # no temporary left behind
+
+
+def test_class_weight_keys_keep_their_type(tmp_path):
+    X, y = carseats_data("numpy-int")
+    model = dt.DecisionTreeClassifier(max_depth=3, class_weight={0: 1.0, 2: 3.0}).fit(X, y)
+    model.save(tmp_path / "model")
+    weights = dt.load(tmp_path / "model").class_weight
+    assert weights == {0: 1.0, 2: 3.0}
+    assert [type(key) for key in weights] == [int, int]
+
+
+def test_nan_oob_score_survives(client, tmp_path):
+    model, _ = fitted("forest-regressor", client)
+    model.oob_score_ = float("nan")  # what a forest with no out-of-bag row reports
+    model.save(tmp_path / "model")
+    assert modelfile.read_manifest(tmp_path / "model")["fitted"]["oob_score_"] == "nan"
+    assert np.isnan(dt.load(tmp_path / "model").oob_score_)
+
+
+def test_loaded_forest_warm_starts_like_the_original(client, tmp_path):
+    X, y = carseats_data("frame-str")
+    params = dict(random_state=0, client=client)
+    dt.RandomForestClassifier(n_estimators=3, **params).fit(X, y).save(tmp_path / "model")
+    loaded = dt.load(tmp_path / "model")
+    loaded.set_params(n_estimators=5, warm_start=True, client=client).fit(X, y)
+    direct = dt.RandomForestClassifier(n_estimators=5, **params).fit(X, y)
+    np.testing.assert_array_equal(loaded.predict_proba(X), direct.predict_proba(X))
+
+
+def test_pickle_leaves_the_client_out(client, tmp_path):
+    model, X = fitted("forest-classifier-str-classes", client)
+    again = pickle.loads(pickle.dumps(model))
+    assert again.client is None and model.client is client
+    np.testing.assert_array_equal(again.predict_proba(X), model.predict_proba(X))
+    model.save(tmp_path / "model")  # a loaded forest's trees are views of shared arrays
+    unpickled = pickle.loads(pickle.dumps(dt.load(tmp_path / "model")))
+    np.testing.assert_array_equal(unpickled.predict_proba(X), model.predict_proba(X))
+
+
+# ---- saving --------------------------------------------------------------------------------------
+
+
+def test_unfitted_estimator_is_not_saved(tmp_path):
+    with pytest.raises(NotFittedError):
+        dt.RandomForestRegressor().save(tmp_path / "model")
+    assert not any(tmp_path.iterdir())
+
+
+def test_parameter_without_json_form_is_named_and_nothing_written(tmp_path):
+    X, y = carseats_data("numpy-float")
+    model = dt.DecisionTreeRegressor(random_state=np.random.RandomState(0)).fit(X, y)
+    with pytest.raises(TypeError, match="random_state"):
+        model.save(tmp_path / "model")
+    assert not any(tmp_path.iterdir())
+
+
+def test_save_replaces_a_model_but_nothing_else(tmp_path):
+    X, y = carseats_data("numpy-float")
+    shallow = dt.DecisionTreeRegressor(max_depth=2).fit(X, y)
+    deep = dt.DecisionTreeRegressor(max_depth=5).fit(X, y)
+    shallow.save(tmp_path / "model")
+    deep.save(tmp_path / "model")
+    assert dt.load(tmp_path / "model").get_params()["max_depth"] == 5
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "todo.txt").write_text("keep me")
+    (tmp_path / "file").write_text("keep me")
+    for name in ("notes", "file"):
+        with pytest.raises(FileExistsError, match=name):
+            deep.save(tmp_path / name)
+    assert (tmp_path / "notes" / "todo.txt").read_text() == "keep me"
+    assert (tmp_path / "file").read_text() == "keep me"
+
+
+def test_failed_save_keeps_the_previous_model(tmp_path, monkeypatch):
+    X, y = carseats_data("numpy-float")
+    dt.DecisionTreeRegressor(max_depth=2).fit(X, y).save(tmp_path / "model")
+
+    def disk_full(f):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(modelfile, "_sync", disk_full)
+    with pytest.raises(OSError, match="No space"):
+        dt.DecisionTreeRegressor(max_depth=5).fit(X, y).save(tmp_path / "model")
+    assert dt.load(tmp_path / "model").get_params()["max_depth"] == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]
+
+
+# ---- damaged, modified and hostile files ---------------------------------------------------------
+
+
+@pytest.fixture
+def saved(tmp_path):
+    """A small categorical tree saved at tmp_path / "model": (path, model, X)."""
+    X, y = carseats_data("frame-str")
+    model = dt.DecisionTreeClassifier(max_depth=4, random_state=0).fit(X, y)
+    model.save(tmp_path / "model")
+    return tmp_path / "model", model, X
+
+
+def rewrite_manifest(path, change):
+    """Apply ``change`` to the manifest and store it with a matching checksum."""
+    manifest = json.loads((path / "manifest.json").read_text())
+    change(manifest)
+    manifest["manifest_sha256"] = modelfile._manifest_sha256(manifest)
+    (path / "manifest.json").write_text(json.dumps(manifest))
+
+
+def rewrite_arrays(path, change):
+    """Apply ``change`` to the arrays, rewrite the npz (np.savez, pickling object arrays), and
+    update the manifest's entries and checksums so that only other checks can object."""
+    with np.load(path / "arrays.npz", allow_pickle=False) as npz:
+        arrays = dict(npz)
+    change(arrays)
+    np.savez(path / "arrays.npz", **arrays)
+
+    def describe(manifest):
+        manifest["arrays"] = {
+            name: {
+                "dtype": a.dtype.str,
+                "shape": list(a.shape),
+                "sha256": hashlib.sha256(a.tobytes()).hexdigest(),
+            }
+            for name, a in arrays.items()
+        }
+
+    rewrite_manifest(path, describe)
+
+
+def test_truncated_npz(saved):
+    path, _, _ = saved
+    data = (path / "arrays.npz").read_bytes()
+    (path / "arrays.npz").write_bytes(data[: len(data) // 2])
+    with pytest.raises(ValueError, match="arrays.npz is truncated or corrupt"):
+        dt.load(path)
+
+
+def test_truncated_manifest(saved):
+    path, _, _ = saved
+    text = (path / "manifest.json").read_text()
+    (path / "manifest.json").write_text(text[: len(text) // 2])
+    with pytest.raises(ValueError, match="manifest.json is not valid JSON"):
+        dt.load(path)
+
+
+def test_flipped_byte_in_array_data_fails_a_checksum(saved):
+    path, model, _ = saved
+    data = bytearray((path / "arrays.npz").read_bytes())
+    start = data.find(model.tree_.threshold.tobytes())
+    assert start > 0
+    data[start + 3] ^= 0x10
+    (path / "arrays.npz").write_bytes(bytes(data))
+    with pytest.raises(ValueError, match=r"array 'threshold'.*Bad CRC-32"):
+        dt.load(path)
+
+
+@pytest.mark.parametrize("name", ["arrays.npz", "manifest.json"])
+def test_flipped_byte_anywhere_is_an_error_or_harmless(saved, name):
+    path, model, X = saved
+    file = path / name
+    data = file.read_bytes()
+    expected = model.predict_proba(X)
+    offsets = range(0, len(data), max(1, len(data) // 150))
+    refused = 0
+    for offset in offsets:
+        damaged = bytearray(data)
+        damaged[offset] ^= 0x04
+        file.write_bytes(bytes(damaged))
+        try:
+            loaded = dt.load(path)
+        except ValueError:
+            refused += 1
+        else:  # a byte zip does not use (a timestamp): the model must be the same
+            np.testing.assert_array_equal(loaded.predict_proba(X), expected)
+            np.testing.assert_array_equal(loaded.classes_, model.classes_)
+    assert refused > len(offsets) / 2  # most bytes matter
+
+
+def test_rewritten_array_fails_its_checksum(saved):
+    path, _, _ = saved
+    with np.load(path / "arrays.npz", allow_pickle=False) as npz:
+        arrays = dict(npz)
+    arrays["threshold"][0] += 1.0
+    np.savez(path / "arrays.npz", **arrays)  # a valid zip, the manifest unchanged: only sha256
+    with pytest.raises(ValueError, match="checksum mismatch in array 'threshold'.*modified"):
+        dt.load(path)
+
+
+def test_modified_manifest_fails_its_checksum(saved):
+    path, _, _ = saved
+    text = (path / "manifest.json").read_text()
+    (path / "manifest.json").write_text(text.replace('"high"', '"hogh"'))
+    with pytest.raises(ValueError, match="manifest.json: checksum mismatch"):
+        dt.load(path)
+
+
+def test_unknown_format_version(saved):
+    path, _, _ = saved
+    rewrite_manifest(path, lambda m: m.update(format_version=7))
+    with pytest.raises(
+        ValueError, match="model format version 7 is not supported; this dasktrees reads version 1"
+    ):
+        dt.load(path)
+
+
+def test_not_a_model(tmp_path):
+    with pytest.raises(FileNotFoundError):
+        dt.load(tmp_path / "nothing")
+    with pytest.raises(ValueError, match="has no manifest.json"):
+        dt.load(tmp_path)
+    (tmp_path / "manifest.json").write_text('{"format": "something-else"}')
+    with pytest.raises(ValueError, match="is not a dasktrees model"):
+        dt.load(tmp_path)
+
+
+def test_missing_field(saved):
+    path, _, _ = saved
+    rewrite_manifest(path, lambda m: m["trees"].pop("node_counts"))
+    with pytest.raises(ValueError, match="trees: missing field 'node_counts'"):
+        dt.load(path)
+
+
+@pytest.mark.parametrize("name", ["Pipeline", "os.system", "BaseForest"])
+def test_estimator_outside_the_allowlist(saved, name):
+    path, _, _ = saved
+    rewrite_manifest(path, lambda m: m.update(estimator=name))
+    with pytest.raises(ValueError, match=f"estimator '{name}' is not one of"):
+        dt.load(path)
+
+
+class _Payload:
+    """Unpickling this runs ``Path.touch(marker)``: what a pickle inside a model could do."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (Path.touch, (self.marker,))
+
+
+def test_object_array_is_refused_without_running_it(saved, tmp_path):
+    path, _, _ = saved
+    marker = tmp_path / "payload-ran"
+    hostile = np.array([_Payload(marker)] * 3, dtype=object)
+    rewrite_arrays(path, lambda arrays: arrays.update(value=hostile))
+    with pytest.raises(ValueError, match="array 'value' holds Python objects.*refused"):
+        dt.load(path)
+    assert not marker.exists()
+    np.load(path / "arrays.npz", allow_pickle=True)["value"]  # the payload is live: it runs here
+    assert marker.exists()
+
+
+def test_missing_and_extra_arrays(saved):
+    path, _, _ = saved
+    with np.load(path / "arrays.npz", allow_pickle=False) as npz:
+        arrays = dict(npz)
+    np.savez(path / "arrays.npz", **arrays, extra=np.zeros(3))
+    with pytest.raises(ValueError, match="unexpected array 'extra', not in the manifest"):
+        dt.load(path)
+    np.savez(path / "arrays.npz", **{k: a for k, a in arrays.items() if k != "impurity"})
+    with pytest.raises(ValueError, match=r"arrays.npz is missing arrays \['impurity'\]"):
+        dt.load(path)
+    rewrite_arrays(path, lambda arrays: arrays.update(extra=np.zeros(3)))
+    with pytest.raises(ValueError, match=r"manifest.json: lists arrays .*'extra'"):
+        dt.load(path)
+
+
+def test_inconsistent_tree_is_refused_before_the_kernels_see_it(saved):
+    path, _, _ = saved
+
+    def point_outside(arrays):
+        split = np.flatnonzero(arrays["children_left"] >= 0)[0]
+        arrays["children_left"][split] = 10**6  # the kernels would read far outside the table
+
+    rewrite_arrays(path, point_outside)
+    with pytest.raises(ValueError, match="tree 0, node 0: a child outside its tree"):
+        dt.load(path)
+
+
+def test_read_manifest_needs_no_arrays(saved):
+    path, model, _ = saved
+    (path / "arrays.npz").unlink()
+    manifest = modelfile.read_manifest(path)
+    assert manifest["estimator"] == "DecisionTreeClassifier"
+    assert manifest["classes"] == {"dtype": model.classes_.dtype.str, "values": ["high", "low"]}
+    assert manifest["feature_names"] == list(model.feature_names_in_)
+    with pytest.raises(ValueError, match="arrays.npz is missing"):
+        dt.load(path)
