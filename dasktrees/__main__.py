@@ -1,0 +1,5 @@
+"""``python -m dasktrees``: the ``dasktrees`` command."""
+
+from .cli import console
+
+console()

@@ -1,0 +1,218 @@
+"""The ``dasktrees`` command: run, validate, predict, inspect.
+
+Exit codes: 0 success; 2 an invalid config or arguments (every problem listed, one per line,
+each with its dotted key); 1 a failure while running (a one-line cause, then the traceback).
+"""
+
+import argparse
+import json
+import sys
+import traceback
+from pathlib import Path
+
+from .config import ConfigError, check_config, data_format, load_config
+
+EXIT_OK, EXIT_FAILED, EXIT_INVALID = 0, 1, 2
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that raises instead of exiting, so every error has our exit code and format."""
+
+    def error(self, message):
+        raise ConfigError([("arguments", message)])
+
+
+def _parser():
+    parser = _Parser(prog="dasktrees", description="Random forests on Dask.")
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    run = commands.add_parser("run", help="run one experiment; prints the run directory last")
+    run.add_argument("config", help="YAML experiment file")
+    run.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY.PATH=VALUE",
+        help="override a config value (YAML syntax), e.g. --set model.params.n_estimators=50",
+    )
+    run.add_argument("--output", help="the run directory (default: output.dir, or runs/NAME/TIME)")
+    validate = commands.add_parser("validate", help="check a config without running it")
+    validate.add_argument("config")
+    validate.add_argument("--set", action="append", default=[], metavar="KEY.PATH=VALUE")
+    predict = commands.add_parser("predict", help="predict a CSV or Parquet file with a model")
+    predict.add_argument("model", help="a saved model directory")
+    predict.add_argument("input", help="CSV or Parquet file (or glob) of the features")
+    predict.add_argument("--output", required=True, help="file to write, same format as input")
+    where = predict.add_mutually_exclusive_group()
+    where.add_argument("--config", help="use this experiment file's cluster section")
+    where.add_argument("--address", help="a running Dask scheduler, e.g. tcp://10.0.0.5:8786")
+    inspect = commands.add_parser("inspect", help="describe a saved model")
+    inspect.add_argument("model")
+    inspect.add_argument("--json", action="store_true", help="print the description as JSON")
+    return parser
+
+
+def _print_problems(problems):
+    for key, message in problems:
+        print(f"{key}: {message}", file=sys.stderr)
+
+
+def _run(args):
+    from . import experiment
+
+    config = load_config(args.config, args.set)
+    task = check_config(config)
+    output = Path(args.output) if args.output else None
+    target = output or (Path(config.output.dir) if config.output.dir else None)
+    if target is not None and target.exists():
+        key = "--output" if args.output else "output.dir"
+        raise ConfigError([(key, f"{target} exists already; choose a new run directory")])
+    run_dir = experiment.run(
+        config,
+        task=task,
+        output=output,
+        progress=experiment.TextProgress(),
+        echo=lambda line: print(line, file=sys.stderr),
+    )
+    print(run_dir)
+
+
+def _validate(args):
+    config = load_config(args.config, args.set)
+    task = check_config(config)
+    print(f"{args.config}: valid ({config.model.kind}, {task})")
+
+
+def _predict(args):
+    import dask.dataframe as dd
+
+    from . import experiment
+    from .config import ClusterConfig
+    from .modelfile import load
+
+    problems = []
+    for key, path in (("input", args.input), ("--output", args.output)):
+        if data_format(path) is None:
+            problems.append((key, f"cannot tell the format of {path!r}: expected .csv or .parquet"))
+    if not problems and data_format(args.input) != data_format(args.output):
+        problems.append(("--output", "must have the input's format (.csv or .parquet)"))
+    if problems:
+        raise ConfigError(problems)
+    if args.config:
+        cluster = load_config(args.config).cluster
+    elif args.address:
+        cluster = ClusterConfig.model_validate({"address": args.address})
+    else:
+        cluster = ClusterConfig()
+    model = load(args.model)
+    with experiment.connect(cluster) as client:
+        frame = experiment.read_table(args.input, _NoOptions)
+        names = getattr(model, "feature_names_in_", None)
+        X = frame[list(names)] if names is not None else frame
+        if hasattr(model, "estimators_"):
+            model.client = client
+        else:  # a single tree predicts locally
+            X = X.compute()
+        out = _predictions(model, X)
+        if not isinstance(out, dd.DataFrame):
+            out = dd.from_pandas(out, npartitions=1)
+        _write(out, args.output)
+    print(args.output)
+
+
+class _NoOptions:
+    """``read_table`` options for predict inputs: no blocksize or repartitioning."""
+
+    blocksize = None
+    npartitions = None
+
+
+def _predictions(model, X):
+    """A frame with ``prediction`` (and ``proba_<class>`` for classifiers) per input row."""
+    import dask.array as da
+    import dask.dataframe as dd
+    import numpy as np
+    import pandas as pd
+
+    if hasattr(model, "classes_"):
+        proba = model.predict_proba(X)
+        labels = [f"proba_{c}" for c in model.classes_]
+        if isinstance(proba, da.Array):
+            classes = model.classes_
+            frame = dd.from_dask_array(proba, columns=labels)
+            frame["prediction"] = frame[labels].map_partitions(
+                lambda p: pd.Series(classes.take(np.argmax(p.to_numpy(), axis=1)), index=p.index),
+                meta=pd.Series(classes[:0]),
+            )
+            return frame[["prediction", *labels]]
+        frame = pd.DataFrame(proba, columns=labels)
+        frame.insert(0, "prediction", model.classes_.take(np.argmax(proba, axis=1)))
+        return frame
+    prediction = model.predict(X)
+    if isinstance(prediction, da.Array):
+        return dd.from_dask_array(prediction, columns="prediction").to_frame()
+    return pd.DataFrame({"prediction": prediction})
+
+
+def _write(frame, path):
+    """Write to ``path`` (one CSV file, or a Parquet dataset directory) through a temporary
+    sibling, renamed when complete."""
+    import os
+    import shutil
+    import tempfile
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
+    try:
+        if data_format(path) == "csv":
+            frame.to_csv(str(work / path.name), single_file=True, index=False)
+            os.replace(work / path.name, path)
+            work.rmdir()
+        else:
+            frame.to_parquet(str(work), write_index=False)
+            if path.exists():
+                shutil.rmtree(path) if path.is_dir() else path.unlink()
+            os.replace(work, path)
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
+
+
+def _inspect(args):
+    from .modelfile import describe
+
+    description = describe(args.model)
+    if args.json:
+        print(json.dumps(description, indent=2))
+        return
+    for key, value in description.items():
+        if isinstance(value, dict):
+            print(f"{key}:")
+            for name, item in value.items():
+                print(f"  {name}: {item}")
+        else:
+            print(f"{key}: {value}")
+
+
+def main(argv=None):
+    """Entry point of the ``dasktrees`` command; returns the exit code."""
+    try:
+        args = _parser().parse_args(argv)
+        handler = {"run": _run, "validate": _validate, "predict": _predict, "inspect": _inspect}
+        handler[args.command](args)
+    except ConfigError as error:
+        _print_problems(error.problems)
+        return EXIT_INVALID
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return EXIT_FAILED
+    except Exception as error:  # noqa: BLE001 - the command reports any failure the same way
+        print(f"error: {type(error).__name__}: {error}", file=sys.stderr)
+        traceback.print_exc(file=sys.stderr)
+        return EXIT_FAILED
+    return EXIT_OK
+
+
+def console():
+    """``[project.scripts]`` wrapper: exit with ``main``'s code."""
+    sys.exit(main())

@@ -1,0 +1,540 @@
+"""Experiment configs: YAML in, a validated ``Config`` out, or every problem with its dotted key.
+
+The schema is declared with pydantic models (unknown keys forbidden); this module only turns
+pydantic's errors into one line per problem, e.g.::
+
+    model.params.n_estimators: expected an integer >= 1, got 'ten'
+    data.targte: unknown key; did you mean 'target'?
+
+Checking happens in two stages. The schema stage needs only the file. The second stage reads what
+the config points at without running anything: model parameters against the estimator's own
+checks, data files and their columns, metrics against the task.
+"""
+
+import difflib
+import glob
+import numbers
+import os
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal, Optional
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, PlainValidator, ValidationError, model_validator
+
+from .datasets import BUILTIN
+
+CLASSIFICATION_METRICS = (
+    "accuracy",
+    "balanced_accuracy",
+    "log_loss",
+    "roc_auc",
+    "confusion_matrix",
+)
+REGRESSION_METRICS = ("r2", "rmse", "mae")
+
+
+class ConfigError(Exception):
+    """An invalid config: ``problems`` lists ``(dotted_key, message)`` pairs."""
+
+    def __init__(self, problems):
+        self.problems = list(problems)
+        super().__init__("\n".join(f"{key}: {message}" for key, message in self.problems))
+
+
+# ---- value types with the messages users read ----------------------------------------------------
+
+
+def _integer(minimum=None):
+    def check(value):
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+            ok = False
+        else:
+            ok = minimum is None or value >= minimum
+        if not ok:
+            bound = f" >= {minimum}" if minimum is not None else ""
+            raise ValueError(f"expected an integer{bound}, got {value!r}")
+        return int(value)
+
+    return Annotated[int, PlainValidator(check)]
+
+
+def _fraction(value):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0.0 < value < 1.0:
+        raise ValueError(f"expected a number in (0, 1), got {value!r}")
+    return float(value)
+
+
+def _string(value):
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"expected a non-empty string, got {value!r}")
+    return value
+
+
+def _strings(value):
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        raise ValueError(f"expected a list of column names, got {value!r}")
+    return value
+
+
+def _bytes(value):
+    from dask.utils import parse_bytes
+
+    if value == "auto" or (isinstance(value, numbers.Integral) and not isinstance(value, bool)):
+        return value
+    if isinstance(value, str):
+        try:
+            parse_bytes(value)
+            return value
+        except ValueError:
+            pass
+    raise ValueError(f'expected a size such as 4GiB or 4000000000, or "auto", got {value!r}')
+
+
+def _train_source(value):
+    if isinstance(value, str) and value:
+        return value
+    if isinstance(value, dict) and set(value) == {"builtin"}:
+        name = value["builtin"]
+        if name not in BUILTIN:
+            raise ValueError(f"unknown builtin dataset {name!r}{_hint(name, BUILTIN)}")
+        return value
+    raise ValueError(
+        f"expected a path or glob of CSV / Parquet files, or {{builtin: NAME}}, got {value!r}"
+    )
+
+
+Integer = _integer()
+PositiveInt = _integer(1)
+Fraction = Annotated[float, PlainValidator(_fraction)]
+String = Annotated[str, PlainValidator(_string)]
+Columns = Annotated[list, PlainValidator(_strings)]
+Bytes = Annotated[Any, PlainValidator(_bytes)]
+TrainSource = Annotated[Any, PlainValidator(_train_source)]
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=False)
+
+
+# ---- the schema ------------------------------------------------------------------------------
+
+
+class LocalClusterConfig(_Section):
+    n_workers: Optional[PositiveInt] = None
+    threads_per_worker: Optional[PositiveInt] = None
+    memory_limit: Bytes = "auto"
+    processes: bool = True
+
+
+class ClusterConfig(_Section):
+    local: Optional[LocalClusterConfig] = None
+    address: Optional[String] = None
+    class_: Optional[String] = Field(None, alias="class")
+    kwargs: dict = {}
+    scale: dict = {}
+    timeout: PositiveInt = 10  # seconds to connect to a scheduler
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_kind(cls, raw):
+        # On the raw mapping, so that the problem is reported along with any other.
+        if isinstance(raw, dict):
+            kinds = [k for k in ("local", "address", "class") if raw.get(k) is not None]
+            if len(kinds) > 1:
+                raise ValueError(f"give one of local, address or class, not {' and '.join(kinds)}")
+            if (raw.get("kwargs") or raw.get("scale")) and raw.get("class") is None:
+                raise ValueError("kwargs and scale go with class")
+        return raw
+
+
+class TestConfig(_Section):
+    path: Optional[String] = None
+    fraction: Optional[Fraction] = None
+    seed: Optional[Integer] = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _path_or_fraction(cls, raw):
+        if isinstance(raw, dict) and (raw.get("path") is None) == (raw.get("fraction") is None):
+            raise ValueError("give either path or fraction")
+        return raw
+
+
+class DataConfig(_Section):
+    train: TrainSource
+    target: Optional[String] = None
+    features: Optional[Columns] = None
+    drop: Optional[Columns] = None
+    categorical: Columns = []
+    test: Optional[TestConfig] = None
+    blocksize: Optional[Bytes] = None
+    npartitions: Optional[PositiveInt] = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _consistent(cls, raw):
+        if isinstance(raw, dict):
+            if raw.get("features") is not None and raw.get("drop") is not None:
+                raise ValueError("give features or drop, not both")
+            if raw.get("target") is None and not isinstance(raw.get("train"), dict):
+                raise ValueError("target is required (the column to predict)")
+        return raw
+
+
+class ModelConfig(_Section):
+    kind: Literal["random_forest", "extra_trees", "decision_tree"] = "random_forest"
+    task: Optional[Literal["classification", "regression"]] = None
+    params: dict = {}
+
+
+Metric = Literal[CLASSIFICATION_METRICS + REGRESSION_METRICS]
+
+
+class EvaluationConfig(_Section):
+    metrics: Optional[list[Metric]] = None
+    oob: bool = True
+    permutation_importance: bool = False
+
+
+class OutputConfig(_Section):
+    dir: Optional[String] = None
+
+
+class Config(_Section):
+    name: String = "experiment"
+    seed: Integer = 0
+    cluster: ClusterConfig = ClusterConfig()
+    data: DataConfig
+    model: ModelConfig = ModelConfig()
+    evaluation: EvaluationConfig = EvaluationConfig()
+    output: OutputConfig = OutputConfig()
+
+    @property
+    def target(self):
+        return self.data.target or _builtin_target(self.data.train)
+
+
+def _builtin_target(train):
+    return BUILTIN[train["builtin"]][1] if isinstance(train, dict) else None
+
+
+# ---- reading and error messages --------------------------------------------------------------
+
+
+def _hint(name, candidates):
+    close = difflib.get_close_matches(str(name), [str(c) for c in candidates], n=1, cutoff=0.6)
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
+def _section_at(model, loc):
+    """The pydantic model that holds key ``loc[-1]`` (``loc`` as pydantic reports it)."""
+    for part in loc[:-1]:
+        field = next(
+            (f for name, f in model.model_fields.items() if (f.alias or name) == part), None
+        )
+        if field is None:
+            return None
+        annotation = field.annotation
+        options = getattr(annotation, "__args__", (annotation,))
+        model = next((o for o in options if isinstance(o, type) and issubclass(o, BaseModel)), None)
+        if model is None:
+            return None
+    return model
+
+
+def _describe(error, root):
+    loc = tuple(str(p) for p in error["loc"])
+    key = ".".join(loc) or "(top level)"
+    kind = error["type"]
+    got = error.get("input")
+    if kind == "extra_forbidden":
+        section = _section_at(root, loc)
+        known = [f.alias or n for n, f in section.model_fields.items()] if section else []
+        return key, f"unknown key{_hint(loc[-1], known)}"
+    if kind == "missing":
+        return key, "required key is missing"
+    if kind == "literal_error":
+        return key, f"expected one of {error['ctx']['expected']}, got {got!r}"
+    if kind in ("model_type", "model_attributes_type", "dict_type"):
+        return key, f"expected a mapping, got {got!r}"
+    if kind == "list_type":
+        return key, f"expected a list, got {got!r}"
+    if kind in ("bool_type", "bool_parsing"):
+        return key, f"expected true or false, got {got!r}"
+    if kind == "value_error":
+        return key, str(error["ctx"]["error"])
+    return key, f"{error['msg']}, got {got!r}"
+
+
+def read_yaml(path):
+    """The mapping in YAML file ``path``, read with ``yaml.safe_load`` (tags such as
+    ``!!python/object`` are refused, never executed)."""
+    try:
+        text = Path(path).read_text()
+    except OSError as error:
+        raise ConfigError([("(file)", f"cannot read {path}: {error.strerror or error}")]) from None
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.constructor.ConstructorError:
+        raise ConfigError(_tagged_keys(text)) from None
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f" (line {mark.line + 1})" if mark is not None else ""
+        problem = getattr(error, "problem", None) or str(error)
+        raise ConfigError([("(file)", f"invalid YAML{where}: {problem}")]) from None
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ConfigError([("(file)", f"expected a mapping at the top, got {type(raw).__name__}")])
+    return raw
+
+
+_PLAIN_TAGS = {
+    f"tag:yaml.org,2002:{name}"
+    for name in ("str", "int", "float", "bool", "null", "map", "seq", "timestamp", "binary")
+}
+
+
+def _tagged_keys(text):
+    """``(dotted key, message)`` for every node with a tag ``safe_load`` refuses, found by
+    composing the document into nodes (which constructs no object)."""
+    problems = []
+
+    def walk(node, path):
+        if node.tag not in _PLAIN_TAGS:
+            problems.append(
+                (".".join(path) or "(top level)", f"YAML tag {node.tag!r} is not allowed")
+            )
+        if isinstance(node, yaml.MappingNode):
+            for key, value in node.value:
+                walk(value, [*path, str(key.value)])
+        elif isinstance(node, yaml.SequenceNode):
+            for i, item in enumerate(node.value):
+                walk(item, [*path, str(i)])
+
+    walk(yaml.compose(text, Loader=yaml.SafeLoader), [])
+    return problems or [("(file)", "the YAML holds an object safe_load refuses")]
+
+
+def apply_overrides(raw, overrides):
+    """Set ``key.path=value`` overrides (values parsed as YAML) into the raw mapping."""
+    problems = []
+    for item in overrides or ():
+        key, sep, text = item.partition("=")
+        if not sep or not key:
+            problems.append(("--set", f"expected key.path=value, got {item!r}"))
+            continue
+        try:
+            value = yaml.safe_load(text)
+        except yaml.YAMLError:
+            problems.append((key, f"--set value is not valid YAML: {text!r}"))
+            continue
+        node = raw
+        parts = key.split(".")
+        for part in parts[:-1]:
+            if not isinstance(node.get(part), dict):
+                node[part] = {}
+            node = node[part]
+        node[parts[-1]] = value
+    if problems:
+        raise ConfigError(problems)
+    return raw
+
+
+def parse_config(raw):
+    """Schema stage: a ``Config`` from a raw mapping, or ``ConfigError`` with every problem."""
+    try:
+        return Config.model_validate(raw)
+    except ValidationError as error:
+        raise ConfigError(
+            sorted({_describe(e, Config) for e in error.errors()}, key=lambda p: p[0])
+        ) from None
+
+
+def load_config(path, overrides=()):
+    """Read, override and schema-check a config file."""
+    return parse_config(apply_overrides(read_yaml(path), overrides))
+
+
+def resolved(config):
+    """The config with every default filled in, as plain data (what a run directory keeps)."""
+    return config.model_dump(by_alias=True, mode="json")
+
+
+# ---- second stage: what the config points at -------------------------------------------------
+
+
+def estimator_class(kind, task):
+    """The estimator class for ``model.kind`` and a task."""
+    from . import (
+        DecisionTreeClassifier,
+        DecisionTreeRegressor,
+        ExtraTreesClassifier,
+        ExtraTreesRegressor,
+        RandomForestClassifier,
+        RandomForestRegressor,
+    )
+
+    classes = {
+        ("random_forest", "classification"): RandomForestClassifier,
+        ("random_forest", "regression"): RandomForestRegressor,
+        ("extra_trees", "classification"): ExtraTreesClassifier,
+        ("extra_trees", "regression"): ExtraTreesRegressor,
+        ("decision_tree", "classification"): DecisionTreeClassifier,
+        ("decision_tree", "regression"): DecisionTreeRegressor,
+    }
+    return classes[kind, task]
+
+
+_UNBOUNDED = 2**31 - 1  # rows and features assumed when checking parameters without data
+
+
+def _check_estimator(est, is_classifier):
+    """Run the estimator's own parameter checks without data (sizes large enough that no
+    data-dependent bound fires)."""
+    from sklearn.utils import check_random_state
+
+    from ._params import check_tree_params
+
+    big = _UNBOUNDED
+    check_random_state(est.random_state)
+    if hasattr(est, "_check_forest_params"):
+        est._check_forest_params()
+        check_tree_params(est._tree_template(), big, big, is_classifier)
+        if getattr(est, "voting", "soft") not in ("soft", "hard"):
+            raise ValueError(f'voting must be "soft" or "hard", got {est.voting!r}')
+        if getattr(est, "aggregation", "mean") not in ("mean", "median"):
+            raise ValueError(f'aggregation must be "mean" or "median", got {est.aggregation!r}')
+    else:
+        check_tree_params(est, big, big, is_classifier)
+
+
+def _parameter_message(message):
+    """'n_estimators must be an int >= 1, got 'ten'' -> 'expected an integer >= 1, got 'ten''."""
+    match = re.match(r"^\w+ must be (.*), got (.*)$", message, flags=re.S)
+    if match:
+        message = f"expected {match.group(1)}, got {match.group(2)}"
+    message = message.replace(str(_UNBOUNDED), "n_features")
+    return re.sub(r"\ban int\b", "an integer", message)
+
+
+def check_params(cls, params, is_classifier):
+    """Problems with ``model.params`` for estimator class ``cls``: unknown names (with a hint),
+    and values the estimator's own checks refuse, each under its own key."""
+    known = cls().get_params(deep=False)
+    problems = []
+    for name in params:
+        if name == "client":
+            problems.append(("model.params.client", "set the cluster section instead"))
+        elif name not in known:
+            hint = _hint(name, known)
+            problems.append((f"model.params.{name}", f"unknown parameter of {cls.__name__}{hint}"))
+    if problems:
+        return problems
+    for name, value in params.items():
+        try:
+            _check_estimator(cls(**{name: value}), is_classifier)
+        except (ValueError, TypeError) as error:
+            problems.append((f"model.params.{name}", _parameter_message(str(error))))
+    if not problems:
+        try:  # combinations, e.g. oob_score without bootstrap
+            _check_estimator(cls(**params), is_classifier)
+        except (ValueError, TypeError) as error:
+            problems.append(("model.params", str(error)))
+    return problems
+
+
+def data_format(path):
+    """ "csv" or "parquet" from a path's extension (a directory is a Parquet dataset)."""
+    lowered = str(path).lower()
+    if lowered.endswith((".csv", ".csv.gz", ".tsv")):
+        return "csv"
+    if lowered.endswith((".parquet", ".pq")) or os.path.isdir(path):
+        return "parquet"
+    return None
+
+
+def _check_path(key, path):
+    if data_format(path) is None:
+        return [(key, f"cannot tell the format of {path!r}: expected .csv or .parquet")]
+    if not glob.glob(str(path)):
+        return [(key, f"no file matches {path!r}")]
+    return []
+
+
+def infer_task(target):
+    """classification for a boolean, categorical, string or integer target with at most 50
+    distinct values, else regression (``target`` a pandas or dask Series)."""
+    import pandas as pd
+
+    dtype = target.dtype
+    if pd.api.types.is_float_dtype(dtype):
+        return "regression"
+    if pd.api.types.is_integer_dtype(dtype):
+        n_unique = target.nunique()
+        n_unique = n_unique.compute() if hasattr(n_unique, "compute") else n_unique
+        return "classification" if n_unique <= 50 else "regression"
+    return "classification"
+
+
+def check_config(config, read_train=None):
+    """Second stage: every problem with what ``config`` points at, as ``ConfigError``.
+
+    ``read_train(config)`` returns the training frame (pandas or dask; only its columns and the
+    target's dtype are used); defaults to ``experiment.read_train``. Returns the task.
+    """
+    from .experiment import read_train as default_reader
+
+    problems = []
+    data = config.data
+    if isinstance(data.train, str):
+        problems += _check_path("data.train", data.train)
+    if data.test is not None and data.test.path is not None:
+        problems += _check_path("data.test.path", data.test.path)
+    task = config.model.task
+    if not problems:
+        try:
+            frame = (read_train or default_reader)(config)
+        except ImportError as error:
+            problems.append(("data.train", str(error)))
+            frame = None
+        if frame is not None:
+            columns = list(frame.columns)
+            target = config.target
+            if target not in columns:
+                problems.append(
+                    ("data.target", f"column {target!r} is not in the data{_hint(target, columns)}")
+                )
+            for key in ("features", "drop", "categorical"):
+                for column in getattr(data, key) or ():
+                    if column not in columns:
+                        hint = _hint(column, columns)
+                        problems.append(
+                            (f"data.{key}", f"column {column!r} is not in the data{hint}")
+                        )
+            if task is None and target in columns:
+                task = infer_task(frame[target])
+    if task is None:  # target unknown: parameter names can still be checked
+        names = set()
+        for guess in ("classification", "regression"):
+            names |= set(estimator_class(config.model.kind, guess)().get_params(deep=False))
+        for name in config.model.params:
+            if name not in names:
+                hint = _hint(name, names)
+                problems.append((f"model.params.{name}", f"unknown parameter{hint}"))
+    else:
+        cls = estimator_class(config.model.kind, task)
+        problems += check_params(cls, config.model.params, task == "classification")
+        allowed = CLASSIFICATION_METRICS if task == "classification" else REGRESSION_METRICS
+        for metric in config.evaluation.metrics or ():
+            if metric not in allowed:
+                problems.append(
+                    (
+                        "evaluation.metrics",
+                        f"{metric!r} is not a {task} metric; use {', '.join(allowed)}",
+                    )
+                )
+    if problems:
+        raise ConfigError(problems)
+    return task

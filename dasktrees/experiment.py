@@ -1,0 +1,442 @@
+"""Run one experiment from a validated ``Config`` and write its run directory.
+
+The run directory is written under a temporary name beside its final one and renamed when
+complete, so a directory under the final name is always whole. A run that fails is renamed too,
+with a ``FAILED`` file holding the error, and without a model::
+
+    runs/wine-rf/20261121-173000/
+        config.yaml          the config with every default filled in
+        metrics.json         fit seconds, rows, features, trees, OOB score, test metrics, versions
+        importances.csv      MDI mean and std over trees (+ permutation importance when asked)
+        oob_curve.csv        OOB error after 1, 2, ... trees
+        plots/               importances.png, oob_curve.png, confusion_matrix.png (classifiers)
+        model/               the saved model (``dasktrees.load``)
+        dask-report.html     Dask's performance report of the fit and evaluation
+        run.log
+"""
+
+import contextlib
+import datetime
+import importlib
+import json
+import logging
+import os
+import platform
+import shutil
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import yaml
+
+from .config import data_format, estimator_class, infer_task, resolved
+from .datasets import load_builtin
+
+logger = logging.getLogger("dasktrees.experiment")
+
+
+# ---- cluster ---------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def connect(cluster):
+    """A ``distributed.Client`` for the ``cluster`` section, closed (with any cluster it
+    started) on exit."""
+    from distributed import Client, LocalCluster
+
+    with contextlib.ExitStack() as stack:
+        if cluster.address is not None:
+            try:
+                client = Client(cluster.address, timeout=f"{cluster.timeout}s")
+            except (OSError, TimeoutError) as error:
+                raise ConnectionError(
+                    f"cannot connect to the Dask scheduler at {cluster.address} "
+                    f"within {cluster.timeout} s ({error})"
+                ) from None  # the message says it all; the chain is distributed's internals
+        elif cluster.class_ is not None:
+            module, _, name = cluster.class_.rpartition(".")
+            try:
+                cluster_class = getattr(importlib.import_module(module), name)
+            except (ImportError, AttributeError, ValueError) as error:
+                raise ImportError(f"cluster.class: cannot import {cluster.class_!r}") from error
+            started = stack.enter_context(cluster_class(**cluster.kwargs))
+            if cluster.scale:
+                started.scale(**cluster.scale)
+            client = Client(started, timeout=f"{cluster.timeout}s")
+        else:
+            local = cluster.local.model_dump() if cluster.local is not None else {}
+            started = stack.enter_context(
+                LocalCluster(
+                    dashboard_address=":0", **{k: v for k, v in local.items() if v is not None}
+                )
+            )
+            client = Client(started)
+        stack.enter_context(client)
+        yield client
+
+
+# ---- data ------------------------------------------------------------------------------------
+
+
+def read_table(path, data):
+    """A dask dataframe from a CSV or Parquet path or glob (format from the extension)."""
+    import dask.dataframe as dd
+
+    if data_format(path) == "csv":
+        frame = dd.read_csv(path, blocksize=data.blocksize or "64MB")
+    else:
+        frame = (
+            dd.read_parquet(path, blocksize=data.blocksize)
+            if data.blocksize
+            else dd.read_parquet(path)
+        )
+    if data.npartitions is not None:
+        frame = frame.repartition(npartitions=data.npartitions)
+    return frame
+
+
+def read_train(config):
+    """The training table (before the test split) as a dask dataframe."""
+    import dask.dataframe as dd
+
+    data = config.data
+    if isinstance(data.train, dict):
+        frame = load_builtin(data.train["builtin"])
+        return dd.from_pandas(frame, npartitions=data.npartitions or 2, sort=False)
+    return read_table(data.train, data)
+
+
+def split(config, frame):
+    """(train, test) dask dataframes: the test file, a random fraction, or no test set."""
+    test = config.data.test
+    if test is None:
+        return frame, None
+    if test.path is not None:
+        return frame, read_table(test.path, config.data)
+    seed = config.seed if test.seed is None else test.seed
+    train, held_out = frame.random_split([1.0 - test.fraction, test.fraction], random_state=seed)
+    return train, held_out
+
+
+def feature_columns(config, columns):
+    """The feature columns: ``data.features``, or every column but the target and ``data.drop``."""
+    data = config.data
+    if data.features is not None:
+        return list(data.features)
+    excluded = {config.target, *(data.drop or ())}
+    return [c for c in columns if c not in excluded]
+
+
+# ---- model and evaluation --------------------------------------------------------------------
+
+
+def build_estimator(config, task, client):
+    """The estimator of ``model``: its params, ``seed`` as random_state unless given, out-of-bag
+    scoring when ``evaluation.oob`` and the forest samples, categorical columns."""
+    cls = estimator_class(config.model.kind, task)
+    params = dict(config.model.params)
+    params.setdefault("random_state", config.seed)
+    if config.data.categorical:
+        params.setdefault("categorical_features", list(config.data.categorical))
+    is_forest = config.model.kind != "decision_tree"
+    if is_forest:
+        params["client"] = client
+        samples = params.get("bootstrap", True) or params.get("max_samples") is not None
+        if config.evaluation.oob and samples:
+            params.setdefault("oob_score", True)
+    return cls(**params)
+
+
+def _metrics(names, task, model, y_true, decision):
+    from sklearn import metrics
+
+    results = {}
+    if task == "classification":
+        classes = model.classes_
+        predicted = classes.take(np.argmax(decision, axis=1))
+        for name in names:
+            if name == "accuracy":
+                results[name] = metrics.accuracy_score(y_true, predicted)
+            elif name == "balanced_accuracy":
+                results[name] = metrics.balanced_accuracy_score(y_true, predicted)
+            elif name == "log_loss":
+                results[name] = metrics.log_loss(y_true, decision, labels=classes)
+            elif name == "roc_auc":
+                if len(np.unique(y_true)) < 2:
+                    results[name] = None  # undefined with one class in the test set
+                elif len(classes) == 2:
+                    results[name] = metrics.roc_auc_score(y_true == classes[1], decision[:, 1])
+                else:
+                    results[name] = metrics.roc_auc_score(
+                        y_true, decision, multi_class="ovr", labels=classes
+                    )
+            elif name == "confusion_matrix":
+                matrix = metrics.confusion_matrix(y_true, predicted, labels=classes)
+                results[name] = {"labels": classes.tolist(), "matrix": matrix.tolist()}
+    else:
+        for name in names:
+            if name == "r2":
+                results[name] = metrics.r2_score(y_true, decision)
+            elif name == "rmse":
+                results[name] = float(np.sqrt(metrics.mean_squared_error(y_true, decision)))
+            elif name == "mae":
+                results[name] = metrics.mean_absolute_error(y_true, decision)
+    return {k: (float(v) if isinstance(v, (float, np.floating)) else v) for k, v in results.items()}
+
+
+def default_metrics(task, n_classes=2):
+    if task == "regression":
+        return ["r2", "rmse", "mae"]
+    return ["accuracy", "balanced_accuracy", "log_loss", "roc_auc", "confusion_matrix"]
+
+
+def _versions():
+    import dask
+    import distributed
+    import numba
+    import sklearn
+
+    from . import __version__
+
+    return {
+        "dasktrees": __version__,
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "pandas": pd.__version__,
+        "dask": dask.__version__,
+        "distributed": distributed.__version__,
+        "numba": numba.__version__,
+        "scikit-learn": sklearn.__version__,
+    }
+
+
+# ---- plots -----------------------------------------------------------------------------------
+
+
+def _plot_importances(importances, path):
+    import matplotlib.pyplot as plt
+
+    top = importances.sort_values("mdi_mean").tail(30)
+    fig, ax = plt.subplots(figsize=(7, 0.3 * len(top) + 1.5))
+    xerr = None
+    if "mdi_std" in top:  # one std over trees, cut at zero: an importance is never negative
+        xerr = [np.minimum(top["mdi_mean"], top["mdi_std"]), top["mdi_std"]]
+    ax.barh(top["feature"].astype(str), top["mdi_mean"], xerr=xerr, color="#4c72b0")
+    ax.set_xlabel("mean decrease in impurity (bars: std over trees)")
+    ax.set_title("Variable importance")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def _plot_oob_curve(curve, task, path):
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.plot(np.arange(1, len(curve) + 1), curve, color="#4c72b0")
+    ax.set_xlabel("number of trees")
+    ax.set_ylabel(
+        "out-of-bag error" + (" (misclassification)" if task == "classification" else " (MSE)")
+    )
+    ax.set_title("Out-of-bag error")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def _plot_confusion(matrix, labels, path):
+    import matplotlib.pyplot as plt
+    from sklearn.metrics import ConfusionMatrixDisplay
+
+    fig, ax = plt.subplots(figsize=(5, 4.5))
+    ConfusionMatrixDisplay(np.asarray(matrix), display_labels=labels).plot(ax=ax, colorbar=False)
+    ax.set_title("Confusion matrix (test set)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+# ---- the run ---------------------------------------------------------------------------------
+
+
+class TextProgress:
+    """A one-line progress bar of tree tasks on a stream (stderr by default)."""
+
+    def __init__(self, stream=None, width=30):
+        self.stream = stream or sys.stderr
+        self.width = width
+
+    def __call__(self, done, total):
+        filled = self.width * done // max(total, 1)
+        bar = "#" * filled + "-" * (self.width - filled)
+        end = "\n" if done >= total else ""
+        self.stream.write(f"\rtrees [{bar}] {done}/{total}{end}")
+        self.stream.flush()
+
+
+def default_run_dir(config):
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    return Path("runs") / config.name / stamp
+
+
+@contextlib.contextmanager
+def _run_log(path):
+    """Log dasktrees (INFO and up) and distributed into ``path`` for the block.
+
+    One handler per logger: a LocalCluster silences the handlers of the "distributed" logger
+    to WARNING, which must not silence ours.
+    """
+    formatter = logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s")
+    ours = logging.getLogger("dasktrees")
+    loggers = [ours, logging.getLogger("distributed")]
+    handlers = [logging.FileHandler(path) for _ in loggers]
+    level = ours.level
+    ours.setLevel(logging.INFO)
+    for log, handler in zip(loggers, handlers):
+        handler.setFormatter(formatter)
+        log.addHandler(handler)
+    try:
+        yield
+    finally:
+        ours.setLevel(level)
+        for log, handler in zip(loggers, handlers):
+            log.removeHandler(handler)
+            handler.close()
+
+
+def run(config, task=None, output=None, progress=None, echo=print):
+    """Run the experiment and return its run directory (a ``Path``).
+
+    Parameters
+    ----------
+    config : config.Config
+        Validated (``config.check_config`` has passed).
+    task : {"classification", "regression"} or None
+        Inferred from the target when None.
+    output : path, optional
+        The run directory; default ``output.dir`` of the config, else
+        ``runs/<name>/<timestamp>``. Must not exist yet.
+    progress : callable, optional
+        ``progress(n_done, n_total)`` as tree tasks finish.
+    echo : callable
+        Where the dashboard link and other news are printed.
+
+    Raises
+    ------
+    FileExistsError
+        If the run directory exists.
+    Exception
+        Whatever made the run fail, after the run directory is written as failed.
+    """
+    final = Path(output or config.output.dir or default_run_dir(config))
+    if final.exists():
+        raise FileExistsError(f"run directory {final} exists already")
+    final.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".tmp", dir=final.parent))
+    try:
+        with _run_log(work / "run.log"):
+            _run(config, task, work, progress, echo)
+    except BaseException as error:
+        shutil.rmtree(work / "model", ignore_errors=True)
+        (work / "FAILED").write_text(
+            f"{type(error).__name__}: {error}\n\n" + traceback.format_exc()
+        )
+        os.replace(work, final)
+        raise
+    os.replace(work, final)
+    return final
+
+
+def _run(config, task, work, progress, echo):
+    from distributed import performance_report
+
+    from .distributed.train import report_progress
+
+    (work / "config.yaml").write_text(yaml.safe_dump(resolved(config), sort_keys=False))
+    with connect(config.cluster) as client:
+        echo(f"Dask dashboard: {client.dashboard_link}")
+        logger.info("dashboard %s", client.dashboard_link)
+        frame = read_train(config)
+        target = config.target
+        train, test = split(config, frame)
+        features = feature_columns(config, list(frame.columns))
+        task = task or infer_task(frame[target])
+        X_train, y_train = train[features], train[target]
+        if config.model.kind == "decision_tree":  # one tree: a local estimator
+            X_train, y_train = X_train.compute(), y_train.compute()
+        model = build_estimator(config, task, client)
+        logger.info("fitting %s on %d features", type(model).__name__, len(features))
+        with performance_report(filename=str(work / "dask-report.html")):
+            start = time.perf_counter()
+            with report_progress(progress or (lambda done, total: None)):
+                model.fit(X_train, y_train)
+            fit_seconds = time.perf_counter() - start
+            logger.info("fitted in %.2f s", fit_seconds)
+            test_metrics, confusion = None, None
+            n_test = 0
+            if test is not None:
+                X_test = test[features]
+                if config.model.kind == "decision_tree":
+                    X_test = X_test.compute()
+                decision = (
+                    model.predict_proba(X_test)
+                    if task == "classification"
+                    else model.predict(X_test)
+                )
+                y_true = np.asarray(test[target].compute())
+                decision = np.asarray(
+                    decision.compute() if hasattr(decision, "compute") else decision
+                )
+                n_test = len(y_true)
+                names = config.evaluation.metrics or default_metrics(task)
+                test_metrics = _metrics(names, task, model, y_true, decision)
+                confusion = test_metrics.get("confusion_matrix")
+                logger.info("test metrics %s", test_metrics)
+            importances = pd.DataFrame(
+                {"feature": features, "mdi_mean": model.feature_importances_}
+            )
+            if hasattr(model, "feature_importances_std_"):
+                importances["mdi_std"] = model.feature_importances_std_
+            if config.evaluation.permutation_importance:
+                permutation = model.oob_permutation_importance(X_train, y_train)
+                importances["permutation_mean"] = permutation.importances_mean
+                importances["permutation_std"] = permutation.importances_std
+
+    importances.to_csv(work / "importances.csv", index=False)
+    plots = work / "plots"
+    plots.mkdir()
+    _plot_importances(importances, plots / "importances.png")
+    oob_score = getattr(model, "oob_score_", None)
+    if hasattr(model, "oob_curve_"):
+        curve = np.asarray(model.oob_curve_)
+        pd.DataFrame({"n_trees": np.arange(1, len(curve) + 1), "oob_error": curve}).to_csv(
+            work / "oob_curve.csv", index=False
+        )
+        _plot_oob_curve(curve, task, plots / "oob_curve.png")
+    if confusion is not None:
+        _plot_confusion(confusion["matrix"], confusion["labels"], plots / "confusion_matrix.png")
+    model.save(work / "model")
+    n_trees = len(model.estimators_) if hasattr(model, "estimators_") else 1
+    metrics = {
+        "name": config.name,
+        "kind": config.model.kind,
+        "task": task,
+        "estimator": type(model).__name__,
+        "fit_seconds": round(fit_seconds, 3),
+        "rows": {
+            "train": int(model._n_rows) if hasattr(model, "_n_rows") else len(y_train),
+            "test": n_test,
+        },
+        "features": len(features),
+        "trees": n_trees,
+        "oob_score": None if oob_score is None else float(oob_score),
+        "test": test_metrics,
+        "versions": _versions(),
+    }
+    (work / "metrics.json").write_text(json.dumps(metrics, indent=2))
+    return metrics

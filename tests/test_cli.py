@@ -1,0 +1,586 @@
+"""The ``dasktrees`` command: experiments from YAML end to end, invalid configs, predict, inspect.
+
+Runs go to the session's LocalCluster through ``cluster.address`` where the cluster section is not
+what is tested; the quickstart config starts its own LocalCluster as a user's would, and one test
+starts a real ``dask scheduler`` and two ``dask worker`` processes.
+"""
+
+import json
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+from sklearn.datasets import load_breast_cancer
+
+import dasktrees
+from dasktrees.cli import main
+
+CONFIGS = Path(__file__).resolve().parent.parent / "configs"
+
+
+def run_cli(capsys, *argv):
+    """(exit code, stdout, stderr) of ``dasktrees argv`` run in this process."""
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def failure_line(stderr):
+    """The one-line cause of a failed command, which must come before its traceback."""
+    lines = stderr.strip().splitlines()
+    cause = next(i for i, line in enumerate(lines) if line.startswith("error: "))
+    assert not any(line.startswith("Traceback") for line in lines[:cause]), stderr
+    assert any(line.startswith("Traceback") for line in lines[cause:]), stderr
+    return lines[cause]
+
+
+def check_run_dir(run_dir, task, n_trees, has_test=True, permutation=False):
+    """What every run directory holds."""
+    assert not (run_dir / "FAILED").exists()
+    names = {p.name for p in run_dir.iterdir()}
+    assert {"config.yaml", "metrics.json", "importances.csv", "model", "plots", "run.log"} <= names
+    assert "dask-report.html" in names
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert metrics["task"] == task and metrics["trees"] == n_trees
+    assert metrics["fit_seconds"] > 0 and metrics["rows"]["train"] > 0
+    assert set(metrics["versions"]) >= {"dasktrees", "dask", "distributed", "numpy", "scikit-learn"}
+    if has_test:
+        assert metrics["rows"]["test"] > 0 and metrics["test"]
+    importances = pd.read_csv(run_dir / "importances.csv")
+    assert {"feature", "mdi_mean"} <= set(importances.columns)
+    assert importances["mdi_mean"].sum() == pytest.approx(1.0)
+    if permutation:
+        assert {"permutation_mean", "permutation_std"} <= set(importances.columns)
+    plots = {p.name for p in (run_dir / "plots").iterdir()}
+    assert "importances.png" in plots
+    if task == "classification" and has_test:
+        assert "confusion_matrix.png" in plots
+    # the resolved config is itself a valid config
+    assert yaml.safe_load((run_dir / "config.yaml").read_text())["name"] == metrics["name"]
+    assert "fitted in" in (run_dir / "run.log").read_text()
+    return metrics
+
+
+# ---- shipped configs, end to end -----------------------------------------------------------------
+
+
+def test_quickstart_config_on_its_own_local_cluster(capsys, tmp_path):
+    code, out, err = run_cli(
+        capsys, "run", CONFIGS / "quickstart.yaml", "--output", tmp_path / "run"
+    )
+    assert code == 0, err
+    run_dir = Path(out.strip().splitlines()[-1])  # the run directory is the last line
+    assert run_dir == tmp_path / "run"
+    metrics = check_run_dir(run_dir, "classification", 300, permutation=True)
+    assert metrics["test"]["accuracy"] > 0.9 and metrics["test"]["roc_auc"] > 0.95
+    assert 0.9 < metrics["oob_score"] <= 1.0
+    curve = pd.read_csv(run_dir / "oob_curve.csv")
+    assert list(curve["n_trees"]) == list(range(1, 301))
+    assert {p.name for p in (run_dir / "plots").iterdir()} == {
+        "importances.png",
+        "oob_curve.png",
+        "confusion_matrix.png",
+    }
+    assert "Dask dashboard: http" in err
+    assert "trees [" in err and "300/300" in err  # the progress bar
+    # the saved model predicts the test rows as the run's metrics say
+    model = dasktrees.load(run_dir / "model")
+    assert len(model.estimators_) == 300
+    assert model.oob_score_ == metrics["oob_score"]
+
+
+def test_diamonds_config(capsys, tmp_path, client):
+    code, out, err = run_cli(
+        capsys,
+        "run",
+        CONFIGS / "diamonds.yaml",
+        "--set",
+        f"cluster={{address: {client.scheduler.address}}}",
+        "--set",
+        "model.params.n_estimators=10",
+        "--output",
+        tmp_path / "run",
+    )
+    assert code == 0, err
+    metrics = check_run_dir(Path(out.split()[-1]), "regression", 10)
+    assert metrics["test"]["r2"] > 0.9
+    assert metrics["test"]["rmse"] > 0 and metrics["test"]["mae"] > 0
+
+
+def test_flights_config_on_a_parquet_subsample(capsys, tmp_path, client):
+    """configs/flights.yaml with its data replaced by 20,000 flights written to Parquet files
+    (categoricals and missing values kept)."""
+    flights = dasktrees.datasets.load_builtin("flights").sample(20_000, random_state=0)
+    assert flights["dep_delay"].isna().any()
+    parquet = tmp_path / "flights"
+    parquet.mkdir()
+    for i, rows in enumerate(np.array_split(np.arange(len(flights)), 3)):
+        flights.iloc[rows].to_parquet(parquet / f"part-{i}.parquet")
+    code, out, err = run_cli(
+        capsys,
+        "run",
+        CONFIGS / "flights.yaml",
+        "--set",
+        f"cluster={{address: {client.scheduler.address}}}",
+        "--set",
+        f"data.train={parquet}/*.parquet",
+        "--set",
+        "model.params.n_estimators=10",
+        "--set",
+        "evaluation.permutation_importance=false",
+        "--output",
+        tmp_path / "run",
+    )
+    assert code == 0, err
+    metrics = check_run_dir(Path(out.split()[-1]), "classification", 10)
+    assert metrics["rows"]["train"] + metrics["rows"]["test"] == 20_000
+    assert metrics["test"]["roc_auc"] > 0.7  # dep_delay tells most of it
+
+
+def test_csv_data_with_test_file_and_decision_tree(capsys, tmp_path):
+    X, y = load_breast_cancer(return_X_y=True, as_frame=True)
+    frame = X.assign(label=np.where(y == 1, "benign", "malignant"))
+    frame.iloc[:400].to_csv(tmp_path / "train.csv", index=False)
+    frame.iloc[400:].to_csv(tmp_path / "test.csv", index=False)
+    config = {
+        "name": "tree",
+        "cluster": {"local": {"n_workers": 1, "processes": False}},
+        "data": {
+            "train": str(tmp_path / "train.csv"),
+            "target": "label",
+            "drop": ["mean radius"],
+            "test": {"path": str(tmp_path / "test.csv")},
+        },
+        "model": {"kind": "decision_tree", "params": {"max_depth": 4}},
+        "evaluation": {"metrics": ["accuracy", "log_loss", "confusion_matrix"]},
+    }
+    path = tmp_path / "tree.yaml"
+    path.write_text(yaml.safe_dump(config))
+    code, out, err = run_cli(capsys, "run", path, "--output", tmp_path / "run")
+    assert code == 0, err
+    run_dir = Path(out.split()[-1])
+    metrics = check_run_dir(run_dir, "classification", 1)
+    assert metrics["rows"] == {"train": 400, "test": 169}
+    assert metrics["features"] == 29
+    assert metrics["test"]["confusion_matrix"]["labels"] == ["benign", "malignant"]
+    # the same tree fitted directly gives the same test accuracy
+    tree = dasktrees.DecisionTreeClassifier(max_depth=4, random_state=0)
+    tree.fit(frame.iloc[:400].drop(columns=["label", "mean radius"]), frame["label"][:400])
+    expected = tree.score(
+        frame.iloc[400:].drop(columns=["label", "mean radius"]), frame["label"][400:]
+    )
+    assert metrics["test"]["accuracy"] == pytest.approx(expected)
+
+
+# ---- a real scheduler and workers ------------------------------------------------------------
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def scheduler_address():
+    """A ``dask scheduler`` and two ``dask worker`` processes on 127.0.0.1."""
+    from distributed import Client
+
+    port = _free_port()
+    address = f"tcp://127.0.0.1:{port}"
+    python = [sys.executable, "-m"]
+    processes = [
+        subprocess.Popen(
+            [
+                *python,
+                "distributed.cli.dask_scheduler",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--no-dashboard",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+    ]
+    try:
+        for _ in range(2):
+            processes.append(
+                subprocess.Popen(
+                    [
+                        *python,
+                        "distributed.cli.dask_worker",
+                        address,
+                        "--nthreads",
+                        "1",
+                        "--no-dashboard",
+                        "--host",
+                        "127.0.0.1",
+                    ],
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
+            )
+        with Client(address, timeout="60s", set_as_default=False) as c:
+            c.wait_for_workers(2, timeout=120)
+        yield address
+    finally:
+        for process in reversed(processes):
+            process.terminate()
+        for process in processes:
+            process.wait(timeout=30)
+
+
+def test_run_on_a_running_scheduler(tmp_path, scheduler_address):
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "dasktrees",
+            "run",
+            CONFIGS / "cluster.yaml",
+            "--set",
+            f"cluster.address={scheduler_address}",
+            "--set",
+            "model.params.n_estimators=20",
+            "--output",
+            tmp_path / "run",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    run_dir = Path(result.stdout.strip().splitlines()[-1])
+    metrics = check_run_dir(run_dir, "classification", 20)
+    assert metrics["test"]["accuracy"] > 0.9
+
+
+def test_wrong_scheduler_address_fails_within_the_timeout(tmp_path):
+    address = f"tcp://127.0.0.1:{_free_port()}"  # nothing listens there
+    start = time.perf_counter()
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "dasktrees",
+            "run",
+            CONFIGS / "cluster.yaml",
+            "--set",
+            f"cluster.address={address}",
+            "--set",
+            "cluster.timeout=3",
+            "--output",
+            tmp_path / "run",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 1
+    assert address in failure_line(result.stderr)
+    assert time.perf_counter() - start < 3 + 30  # the timeout, plus starting Python
+    # the failed run is marked as such and holds no model
+    assert (tmp_path / "run" / "FAILED").exists()
+    assert not (tmp_path / "run" / "model").exists()
+
+
+# ---- invalid configs: exit code 2, every problem under its dotted key ---------------------------
+
+VALID = {
+    "name": "t",
+    "data": {"train": {"builtin": "breast_cancer"}, "target": "target"},
+    "model": {"kind": "random_forest", "task": "classification", "params": {"n_estimators": 5}},
+}
+
+
+def _with(changes):
+    config = json.loads(json.dumps(VALID))
+    for dotted, value in changes.items():
+        node = config
+        *parents, last = dotted.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+        if value is _DELETE:
+            node.pop(last)
+        else:
+            node[last] = value
+    return yaml.safe_dump(config)
+
+
+_DELETE = object()
+
+INVALID = [
+    # typos
+    ("top-level typo", _with({"sed": 1}), "sed", "did you mean 'seed'"),
+    ("section typo", _with({"data.targte": "target"}), "data.targte", "did you mean 'target'"),
+    (
+        "parameter typo",
+        _with({"model.params.n_estimator": 5}),
+        "model.params.n_estimator",
+        "did you mean 'n_estimators'",
+    ),
+    ("kind typo", _with({"model.kind": "random_forrest"}), "model.kind", "random_forest"),
+    # wrong types
+    (
+        "n_estimators a word",
+        _with({"model.params.n_estimators": "ten"}),
+        "model.params.n_estimators",
+        "expected an integer >= 1, got 'ten'",
+    ),
+    ("seed a word", _with({"seed": "x"}), "seed", "expected an integer"),
+    (
+        "workers a word",
+        _with({"cluster": {"local": {"n_workers": "two"}}}),
+        "cluster.local.n_workers",
+        "expected an integer >= 1",
+    ),
+    ("oob not a bool", _with({"evaluation": {"oob": "maybe"}}), "evaluation.oob", "true or false"),
+    ("params not a mapping", _with({"model.params": [1, 2]}), "model.params", "mapping"),
+    # out of range
+    ("test fraction", _with({"data.test": {"fraction": 1.5}}), "data.test.fraction", "(0, 1)"),
+    (
+        "no workers",
+        _with({"cluster": {"local": {"n_workers": 0}}}),
+        "cluster.local.n_workers",
+        ">= 1",
+    ),
+    ("max_bins", _with({"model.params.max_bins": 300}), "model.params.max_bins", "[2, 255]"),
+    (
+        "min_samples_leaf",
+        _with({"model.params.min_samples_leaf": 0}),
+        "model.params.min_samples_leaf",
+        "got 0",
+    ),
+    (
+        "memory limit",
+        _with({"cluster": {"local": {"memory_limit": "lots"}}}),
+        "cluster.local.memory_limit",
+        "4GiB",
+    ),
+    # unknown criterion, metric, dataset
+    ("criterion", _with({"model.params.criterion": "gni"}), "model.params.criterion", "'gini'"),
+    (
+        "metric of the other task",
+        _with({"evaluation": {"metrics": ["rmse"]}}),
+        "evaluation.metrics",
+        "not a classification metric",
+    ),
+    (
+        "unknown metric",
+        _with({"evaluation": {"metrics": ["f1"]}}),
+        "evaluation.metrics.0",
+        "expected one of",
+    ),
+    ("builtin", _with({"data.train": {"builtin": "wines"}}), "data.train", "did you mean 'wine'"),
+    # target and files
+    ("target not in data", _with({"data.target": "label"}), "data.target", "'label' is not in"),
+    (
+        "missing target",
+        _with({"data.train": "{tmp}/data.csv", "data.target": _DELETE}),
+        "data",
+        "target is required",
+    ),
+    ("missing file", _with({"data.train": "{tmp}/nowhere.csv"}), "data.train", "no file matches"),
+    ("unknown format", _with({"data.train": "{tmp}/data.txt"}), "data.train", "format"),
+    (
+        "feature not in data",
+        _with({"data.train": "{tmp}/data.csv", "data.features": ["a", "zz"]}),
+        "data.features",
+        "'zz' is not in",
+    ),
+    # cluster
+    (
+        "two clusters",
+        _with({"cluster": {"local": {}, "address": "tcp://127.0.0.1:1"}}),
+        "cluster",
+        "one of local, address or class",
+    ),
+    ("client in params", _with({"model.params.client": "x"}), "model.params.client", "cluster"),
+    # YAML
+    (
+        "python tag",
+        "name: t\ndata: !!python/object/apply:os.system ['touch {tmp}/pwned']\n",
+        "data",
+        "tag",
+    ),
+    ("not YAML", "name: [unclosed\n", "(file)", "invalid YAML"),
+    ("not a mapping", "- 1\n- 2\n", "(file)", "mapping"),
+]
+
+
+@pytest.mark.parametrize(
+    "text, key, message", [c[1:] for c in INVALID], ids=[c[0] for c in INVALID]
+)
+def test_invalid_configs(capsys, tmp_path, text, key, message):
+    pd.DataFrame({"a": [1.0, 2.0, 3.0, 4.0], "target": [0, 1, 0, 1]}).to_csv(
+        tmp_path / "data.csv", index=False
+    )
+    path = tmp_path / "config.yaml"
+    path.write_text(text.replace("{tmp}", str(tmp_path)))
+    for command in ("validate", "run"):
+        code, out, err = (
+            run_cli(capsys, command, path, "--output", tmp_path / "run")
+            if (command == "run")
+            else run_cli(capsys, command, path)
+        )
+        assert code == 2, err
+        lines = err.strip().splitlines()
+        assert any(line.startswith(f"{key}: ") and message in line for line in lines), err
+    assert not (tmp_path / "run").exists()  # nothing was started
+    assert not (tmp_path / "pwned").exists()  # no code from the file ran
+
+
+def test_every_problem_is_listed(capsys, tmp_path):
+    path = tmp_path / "config.yaml"
+    path.write_text(
+        _with(
+            {
+                "model.params.n_estimators": "ten",
+                "model.params.criterion": "gni",
+                "model.params.max_depht": 3,
+            }
+        )
+    )
+    code, out, err = run_cli(capsys, "validate", path)
+    assert code == 2
+    # an unknown parameter is reported first; the values once the names are right
+    assert "model.params.max_depht: unknown parameter of RandomForestClassifier" in err
+    path.write_text(_with({"model.params.n_estimators": "ten", "model.params.criterion": "gni"}))
+    code, out, err = run_cli(capsys, "validate", path)
+    assert code == 2
+    keys = {line.split(":")[0] for line in err.strip().splitlines()}
+    assert keys == {"model.params.n_estimators", "model.params.criterion"}
+
+
+def test_bad_arguments_exit_2(capsys, tmp_path):
+    code, out, err = run_cli(capsys, "fly")
+    assert code == 2 and "arguments:" in err
+    code, out, err = run_cli(capsys, "run", CONFIGS / "quickstart.yaml", "--set", "no-equals-sign")
+    assert code == 2 and "--set" in err
+    (tmp_path / "run").mkdir()
+    code, out, err = run_cli(
+        capsys, "run", CONFIGS / "quickstart.yaml", "--output", tmp_path / "run"
+    )
+    assert code == 2 and "--output" in err and "exists" in err
+
+
+def test_validate_accepts_every_shipped_config_but_slurm(capsys):
+    for name in ("quickstart", "flights", "diamonds", "cluster"):
+        code, out, err = run_cli(capsys, "validate", CONFIGS / f"{name}.yaml")
+        assert code == 0, err
+    # slurm.yaml is checked by its schema only: its data lives on a cluster's file system
+    from dasktrees.config import load_config
+
+    config = load_config(CONFIGS / "slurm.yaml")
+    assert config.cluster.class_ == "dask_jobqueue.SLURMCluster"
+
+
+def test_failed_run_is_marked_and_keeps_no_model(capsys, tmp_path, client):
+    # max_features=1000 passes the config checks (it depends on the data) and fails in fit
+    code, out, err = run_cli(
+        capsys,
+        "run",
+        CONFIGS / "quickstart.yaml",
+        "--set",
+        f"cluster={{address: {client.scheduler.address}}}",
+        "--set",
+        "model.params.max_features=1000",
+        "--output",
+        tmp_path / "run",
+    )
+    assert code == 1
+    cause = failure_line(err)
+    assert cause.startswith("error: ValueError") and "max_features" in cause
+    run_dir = tmp_path / "run"
+    assert "max_features" in (run_dir / "FAILED").read_text()
+    assert not (run_dir / "model").exists() and not (run_dir / "metrics.json").exists()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary left
+
+
+# ---- predict and inspect -----------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def saved_model(tmp_path_factory):
+    X, y = load_breast_cancer(return_X_y=True, as_frame=True)
+    directory = tmp_path_factory.mktemp("model")
+    model = dasktrees.DecisionTreeClassifier(max_depth=5, random_state=0).fit(X, y)
+    model.save(directory / "tree")
+    return directory / "tree", model, X
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".parquet"])
+def test_predict_writes_the_input_format(capsys, tmp_path, saved_model, suffix):
+    path, model, X = saved_model
+    source = tmp_path / f"in{suffix}"
+    if suffix == ".csv":
+        X.to_csv(source, index=False)
+    else:
+        X.to_parquet(source)
+    output = tmp_path / f"out{suffix}"
+    code, out, err = run_cli(capsys, "predict", path, source, "--output", output)
+    assert code == 0, err
+    result = pd.read_csv(output) if suffix == ".csv" else pd.read_parquet(output)
+    np.testing.assert_array_equal(result["prediction"], model.predict(X))
+    np.testing.assert_allclose(
+        result[["proba_0", "proba_1"]], model.predict_proba(X), rtol=0, atol=1e-15
+    )
+
+
+def test_predict_with_a_forest_on_a_cluster(capsys, tmp_path, client):
+    X, y = load_breast_cancer(return_X_y=True, as_frame=True)
+    model = dasktrees.RandomForestRegressor(n_estimators=5, random_state=0, client=client)
+    model.fit(X, y.astype(float))
+    model.save(tmp_path / "forest")
+    X.to_parquet(tmp_path / "in.parquet")
+    code, out, err = run_cli(
+        capsys,
+        "predict",
+        tmp_path / "forest",
+        tmp_path / "in.parquet",
+        "--output",
+        tmp_path / "out.parquet",
+        "--address",
+        client.scheduler.address,
+    )
+    assert code == 0, err
+    result = pd.read_parquet(tmp_path / "out.parquet")
+    np.testing.assert_array_equal(result["prediction"], model.predict(X))
+
+
+def test_predict_bad_arguments(capsys, tmp_path, saved_model):
+    path, _, _ = saved_model
+    code, out, err = run_cli(
+        capsys, "predict", path, tmp_path / "in.csv", "--output", tmp_path / "o.parquet"
+    )
+    assert code == 2 and "--output" in err
+    code, out, err = run_cli(
+        capsys, "predict", path, tmp_path / "in.txt", "--output", tmp_path / "o.txt"
+    )
+    assert code == 2 and "input" in err
+
+
+def test_inspect(capsys, saved_model):
+    path, model, X = saved_model
+    code, out, err = run_cli(capsys, "inspect", path, "--json")
+    assert code == 0, err
+    description = json.loads(out)
+    assert description["estimator"] == "DecisionTreeClassifier"
+    assert description["format_version"] == 1
+    assert description["features"] == list(X.columns)
+    assert description["classes"] == [0, 1]
+    assert description["trees"] == 1
+    assert description["nodes"] == model.tree_.node_count
+    assert description["parameters"]["max_depth"] == 5
+    code, out, err = run_cli(capsys, "inspect", path)
+    assert code == 0 and "DecisionTreeClassifier" in out
+    code, out, err = run_cli(capsys, "inspect", path.parent / "nothing-here")
+    assert code == 1 and err.startswith("error: ")
