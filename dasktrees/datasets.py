@@ -77,8 +77,48 @@ def _carseats():
     return _r_data("ISLR", "Carseats")
 
 
+# The seeds' worked examples (SEEDS.md): seed 000's 14 days of golf, seed 002's ten evenings.
+_GOLF = pd.DataFrame(
+    [
+        ("07-05", "hot", "sunny", "high", "false", "no"),
+        ("07-06", "hot", "sunny", "high", "true", "no"),
+        ("07-07", "hot", "overcast", "high", "false", "yes"),
+        ("07-09", "cool", "rain", "normal", "false", "yes"),
+        ("07-10", "cool", "overcast", "normal", "true", "yes"),
+        ("07-12", "mild", "sunny", "high", "false", "no"),
+        ("07-14", "cool", "sunny", "normal", "false", "yes"),
+        ("07-15", "mild", "rain", "normal", "false", "yes"),
+        ("07-20", "mild", "sunny", "normal", "true", "yes"),
+        ("07-21", "mild", "overcast", "high", "true", "yes"),
+        ("07-22", "hot", "overcast", "normal", "false", "yes"),
+        ("07-23", "mild", "rain", "high", "true", "no"),
+        ("07-26", "cool", "rain", "normal", "true", "no"),
+        ("07-30", "mild", "rain", "high", "false", "yes"),
+    ],
+    columns=["Day", "Temperature", "Outlook", "Humidity", "Windy", "Play"],
+)
+
+_ACTIVITY = pd.DataFrame(
+    [
+        ("Urgent", "Yes", "Yes", "Party"),
+        ("Urgent", "No", "Yes", "Study"),
+        ("Near", "Yes", "Yes", "Party"),
+        ("None", "Yes", "No", "Party"),
+        ("None", "No", "Yes", "Pub"),
+        ("None", "Yes", "No", "Party"),
+        ("Near", "No", "No", "Study"),
+        ("Near", "No", "Yes", "TV"),
+        ("Near", "Yes", "Yes", "Party"),
+        ("Urgent", "No", "No", "Study"),
+    ],
+    columns=["Deadline", "Party", "Lazy", "Activity"],
+)
+
+
 # name -> (loader, target column)
 BUILTIN = {
+    "golf": (_GOLF.copy, "Play"),
+    "activity": (_ACTIVITY.copy, "Activity"),
     "breast_cancer": (_sklearn("load_breast_cancer"), "target"),
     "wine": (_sklearn("load_wine"), "target"),
     "iris": (_sklearn("load_iris"), "target"),

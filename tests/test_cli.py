@@ -238,23 +238,22 @@ def scheduler_address():
             process.wait(timeout=30)
 
 
+def run_command(*argv, timeout):
+    """``python -m dasktrees argv`` in a new process: the installed command as users run it."""
+    command = [sys.executable, "-m", "dasktrees", *map(str, argv)]
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+
+
 def test_run_on_a_running_scheduler(tmp_path, scheduler_address):
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "dasktrees",
-            "run",
-            CONFIGS / "cluster.yaml",
-            "--set",
-            f"cluster.address={scheduler_address}",
-            "--set",
-            "model.params.n_estimators=20",
-            "--output",
-            tmp_path / "run",
-        ],
-        capture_output=True,
-        text=True,
+    result = run_command(
+        "run",
+        CONFIGS / "cluster.yaml",
+        "--set",
+        f"cluster.address={scheduler_address}",
+        "--set",
+        "model.params.n_estimators=20",
+        "--output",
+        tmp_path / "run",
         timeout=300,
     )
     assert result.returncode == 0, result.stderr
@@ -266,22 +265,15 @@ def test_run_on_a_running_scheduler(tmp_path, scheduler_address):
 def test_wrong_scheduler_address_fails_within_the_timeout(tmp_path):
     address = f"tcp://127.0.0.1:{_free_port()}"  # nothing listens there
     start = time.perf_counter()
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "dasktrees",
-            "run",
-            CONFIGS / "cluster.yaml",
-            "--set",
-            f"cluster.address={address}",
-            "--set",
-            "cluster.timeout=3",
-            "--output",
-            tmp_path / "run",
-        ],
-        capture_output=True,
-        text=True,
+    result = run_command(
+        "run",
+        CONFIGS / "cluster.yaml",
+        "--set",
+        f"cluster.address={address}",
+        "--set",
+        "cluster.timeout=3",
+        "--output",
+        tmp_path / "run",
         timeout=120,
     )
     assert result.returncode == 1
