@@ -11,6 +11,7 @@ from .ensemble import (
     RandomForestRegressor,
 )
 from .estimators import DecisionTreeClassifier, DecisionTreeRegressor
+from .export import export_graphviz, export_rules, export_text
 from .modelfile import load
 
 __all__ = [
@@ -23,5 +24,8 @@ __all__ = [
     "RandomForestRegressor",
     "__version__",
     "criteria",
+    "export_graphviz",
+    "export_rules",
+    "export_text",
     "load",
 ]
