@@ -2,7 +2,7 @@
 
 __version__ = "0.1.0"
 
-from . import criteria
+from . import criteria, pruning
 from .binning import BinMapper
 from .ensemble import (
     ExtraTreesClassifier,
@@ -28,4 +28,5 @@ __all__ = [
     "export_rules",
     "export_text",
     "load",
+    "pruning",
 ]

@@ -27,6 +27,7 @@ class GrowthParams:
     min_weight_fraction_leaf: float
     max_leaf_nodes: int  # 0: no limit
     min_impurity_decrease: float
+    ccp_alpha: float  # 0: no pruning after growth
 
 
 def _is_int(value):
@@ -82,7 +83,7 @@ def check_tree_params(est, n_samples, n_features, is_classifier):
     est : estimator
         Has the attributes criterion, splitter, max_features, max_depth, min_samples_split,
         min_samples_leaf, min_weight_fraction_leaf, max_leaf_nodes, min_impurity_decrease,
-        max_bins.
+        ccp_alpha, max_bins.
     n_samples, n_features : int
     is_classifier : bool
 
@@ -109,6 +110,9 @@ def check_tree_params(est, n_samples, n_features, is_classifier):
         _fail("min_weight_fraction_leaf", "a float in [0, 0.5]", est.min_weight_fraction_leaf)
     if not _is_real(est.min_impurity_decrease) or est.min_impurity_decrease < 0.0:
         _fail("min_impurity_decrease", "a float >= 0", est.min_impurity_decrease)
+    # Finite: a model file stores parameters as JSON, which has no infinity.
+    if not _is_real(est.ccp_alpha) or not 0.0 <= est.ccp_alpha < math.inf:
+        _fail("ccp_alpha", "a finite float >= 0", est.ccp_alpha)
     if not _is_int(est.max_bins) or not 2 <= est.max_bins <= MAX_BINS:
         _fail("max_bins", f"an int in [2, {MAX_BINS}]", est.max_bins)
     min_samples_leaf = _count_or_fraction(
@@ -127,4 +131,5 @@ def check_tree_params(est, n_samples, n_features, is_classifier):
         min_weight_fraction_leaf=float(est.min_weight_fraction_leaf),
         max_leaf_nodes=int(max_leaf_nodes),
         min_impurity_decrease=float(est.min_impurity_decrease),
+        ccp_alpha=float(est.ccp_alpha),
     )

@@ -36,6 +36,7 @@ _TREE_PARAMS = (
     "max_features",
     "max_leaf_nodes",
     "min_impurity_decrease",
+    "ccp_alpha",
     "max_bins",
     "categorical_features",
 )
@@ -374,6 +375,9 @@ _FOREST_DOC = """
     criterion, max_depth, min_samples_split, min_samples_leaf, min_weight_fraction_leaf,
     max_leaf_nodes, min_impurity_decrease, max_bins, categorical_features :
         As for the single trees.
+    ccp_alpha : float >= 0, default=0.0
+        Minimal cost-complexity pruning of each tree, in the task that grows it, on its own
+        (bootstrap-weighted) rows: as for the single trees.
     max_features : {"sqrt", "log2"}, int, float or None
         Features drawn at each node.
     max_features_tree : {"sqrt", "log2"}, int, float or None, default=None
@@ -494,6 +498,7 @@ def _forest_init(
     max_features_tree,
     max_leaf_nodes,
     min_impurity_decrease,
+    ccp_alpha,
     bootstrap,
     max_samples,
     oob_score,
@@ -516,6 +521,7 @@ def _forest_init(
     self.max_features_tree = max_features_tree
     self.max_leaf_nodes = max_leaf_nodes
     self.min_impurity_decrease = min_impurity_decrease
+    self.ccp_alpha = ccp_alpha
     self.bootstrap = bootstrap
     self.max_samples = max_samples
     self.oob_score = oob_score
@@ -556,6 +562,7 @@ class RandomForestClassifier(_ForestClassifierMixin, BaseForest):
         max_features_tree=None,
         max_leaf_nodes=None,
         min_impurity_decrease=0.0,
+        ccp_alpha=0.0,
         bootstrap=True,
         max_samples=None,
         oob_score=False,
@@ -582,6 +589,7 @@ class RandomForestClassifier(_ForestClassifierMixin, BaseForest):
             max_features_tree,
             max_leaf_nodes,
             min_impurity_decrease,
+            ccp_alpha,
             bootstrap,
             max_samples,
             oob_score,
@@ -618,6 +626,7 @@ class ExtraTreesClassifier(RandomForestClassifier):
         max_features_tree=None,
         max_leaf_nodes=None,
         min_impurity_decrease=0.0,
+        ccp_alpha=0.0,
         bootstrap=False,
         max_samples=None,
         oob_score=False,
@@ -643,6 +652,7 @@ class ExtraTreesClassifier(RandomForestClassifier):
             max_features_tree=max_features_tree,
             max_leaf_nodes=max_leaf_nodes,
             min_impurity_decrease=min_impurity_decrease,
+            ccp_alpha=ccp_alpha,
             bootstrap=bootstrap,
             max_samples=max_samples,
             oob_score=oob_score,
@@ -686,6 +696,7 @@ class RandomForestRegressor(_ForestRegressorMixin, BaseForest):
         max_features_tree=None,
         max_leaf_nodes=None,
         min_impurity_decrease=0.0,
+        ccp_alpha=0.0,
         bootstrap=True,
         max_samples=None,
         oob_score=False,
@@ -711,6 +722,7 @@ class RandomForestRegressor(_ForestRegressorMixin, BaseForest):
             max_features_tree,
             max_leaf_nodes,
             min_impurity_decrease,
+            ccp_alpha,
             bootstrap,
             max_samples,
             oob_score,
@@ -743,6 +755,7 @@ class ExtraTreesRegressor(RandomForestRegressor):
         max_features_tree=None,
         max_leaf_nodes=None,
         min_impurity_decrease=0.0,
+        ccp_alpha=0.0,
         bootstrap=False,
         max_samples=None,
         oob_score=False,
@@ -767,6 +780,7 @@ class ExtraTreesRegressor(RandomForestRegressor):
             max_features_tree=max_features_tree,
             max_leaf_nodes=max_leaf_nodes,
             min_impurity_decrease=min_impurity_decrease,
+            ccp_alpha=ccp_alpha,
             bootstrap=bootstrap,
             max_samples=max_samples,
             oob_score=oob_score,

@@ -2,7 +2,7 @@
 
 import numpy as np
 import pandas as pd
-from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
+from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin, clone
 from sklearn.utils import check_random_state
 from sklearn.utils.class_weight import compute_sample_weight
 from sklearn.utils.multiclass import check_classification_targets
@@ -16,6 +16,7 @@ from sklearn.utils.validation import (
 from ._params import check_tree_params
 from ._validation import check_2d
 from .binning import BinMapper
+from .pruning import pruning_path
 from .tree.grower import grow_tree
 
 
@@ -72,6 +73,7 @@ class BaseDecisionTree(BaseEstimator):
         random_state=None,
         max_leaf_nodes=None,
         min_impurity_decrease=0.0,
+        ccp_alpha=0.0,
         max_bins=255,
         categorical_features=None,
     ):
@@ -85,6 +87,7 @@ class BaseDecisionTree(BaseEstimator):
         self.random_state = random_state
         self.max_leaf_nodes = max_leaf_nodes
         self.min_impurity_decrease = min_impurity_decrease
+        self.ccp_alpha = ccp_alpha
         self.max_bins = max_bins
         self.categorical_features = categorical_features
 
@@ -139,6 +142,23 @@ class BaseDecisionTree(BaseEstimator):
             seed,
         )
         return self
+
+    def cost_complexity_pruning_path(self, X, y, sample_weight=None):
+        """The minimal cost-complexity pruning path of the tree grown on X and y with these
+        parameters but ``ccp_alpha=0``, as scikit-learn's method returns it.
+
+        Returns
+        -------
+        Bunch with
+        ccp_alphas : ndarray of float64
+            0, then the effective alpha of each weakest-link step down to the root: pruning at
+            ``ccp_alpha=ccp_alphas[i]`` gives the subtree after the last step with that alpha.
+        impurities : ndarray of float64
+            Total leaf impurity of the subtree after each step (weighted by the leaves'
+            share of the total weight).
+        """
+        est = clone(self).set_params(ccp_alpha=0.0).fit(X, y, sample_weight=sample_weight)
+        return pruning_path(est.tree_)
 
     def _encode(self, X):
         check_is_fitted(self, "tree_")
@@ -208,6 +228,10 @@ class DecisionTreeClassifier(ClassifierMixin, BaseDecisionTree):
     max_leaf_nodes : int, default=None
         Grow best-first up to this many leaves.
     min_impurity_decrease : float, default=0.0
+    ccp_alpha : float >= 0, default=0.0
+        Minimal cost-complexity pruning after growth, as in scikit-learn: weakest links are
+        collapsed while their effective alpha is at most ``ccp_alpha`` (docs/pruning.md).
+        ``dasktrees.pruning.select_ccp_alpha`` chooses it by cross-validation.
     class_weight : dict, "balanced" or None, default=None
     max_bins : int, default=255
         Bins per feature (numeric quantiles or categories), plus one for missing values.
@@ -240,6 +264,7 @@ class DecisionTreeClassifier(ClassifierMixin, BaseDecisionTree):
         random_state=None,
         max_leaf_nodes=None,
         min_impurity_decrease=0.0,
+        ccp_alpha=0.0,
         class_weight=None,
         max_bins=255,
         categorical_features=None,
@@ -255,6 +280,7 @@ class DecisionTreeClassifier(ClassifierMixin, BaseDecisionTree):
             random_state=random_state,
             max_leaf_nodes=max_leaf_nodes,
             min_impurity_decrease=min_impurity_decrease,
+            ccp_alpha=ccp_alpha,
             max_bins=max_bins,
             categorical_features=categorical_features,
         )
@@ -302,6 +328,7 @@ class DecisionTreeRegressor(RegressorMixin, BaseDecisionTree):
         random_state=None,
         max_leaf_nodes=None,
         min_impurity_decrease=0.0,
+        ccp_alpha=0.0,
         max_bins=255,
         categorical_features=None,
     ):
@@ -316,6 +343,7 @@ class DecisionTreeRegressor(RegressorMixin, BaseDecisionTree):
             random_state=random_state,
             max_leaf_nodes=max_leaf_nodes,
             min_impurity_decrease=min_impurity_decrease,
+            ccp_alpha=ccp_alpha,
             max_bins=max_bins,
             categorical_features=categorical_features,
         )

@@ -26,6 +26,7 @@ from numba import njit
 from .._dtypes import BITSET_DTYPE, BITSET_WORDS, N_BIN_CODES, NODE_DTYPE, TREE_LEAF, TREE_UNDEFINED
 from .._random import new_state, next_below
 from ..criteria import SQUARED_ERROR, impurity, stats_weight
+from ..pruning import prune_cost_complexity
 from .histogram import build_histogram, compact, node_statistics
 from .splitting import (
     NO_SPLIT,
@@ -523,7 +524,8 @@ def grow(
 
 
 def grow_tree(codes, y, weights, bin_arrays, params, n_classes, seed, candidates=None):
-    """Grow one tree and return it as a ``Tree``.
+    """Grow one tree and return it as a ``Tree``, pruned if ``params.ccp_alpha`` > 0 (here, so
+    that a forest's trees are pruned in the tasks that grow them).
 
     Parameters
     ----------
@@ -566,4 +568,7 @@ def grow_tree(codes, y, weights, bin_arrays, params, n_classes, seed, candidates
         seed,
         candidates,
     )
-    return Tree.from_growth(nodes, values, bitsets, bin_arrays.thresholds, codes.shape[1])
+    tree = Tree.from_growth(nodes, values, bitsets, bin_arrays.thresholds, codes.shape[1])
+    if params.ccp_alpha > 0.0:
+        tree = prune_cost_complexity(tree, params.ccp_alpha)
+    return tree
