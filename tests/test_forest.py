@@ -332,3 +332,31 @@ def test_y_and_sample_weight_lengths_must_match_X(client, kind):
         model.fit(X, y)
     with pytest.raises(ValueError, match="sample_weight has 99 rows but X has 100"):
         model.fit(X, y[:100], sample_weight=np.ones(99))
+
+
+def test_dask_predictions_with_and_without_a_cluster(client):
+    """With a cluster the forest is broadcast once and the blocks take its future; without one
+    (a pickled model: no client, no default client) Dask's local scheduler runs the blocks.
+    Both equal the numpy predictions, row for row."""
+    import pickle
+
+    import dask
+    import dask.array as da
+
+    X, y = load_breast_cancer(return_X_y=True)
+    model = dt.RandomForestClassifier(n_estimators=10, random_state=0, client=client).fit(X, y)
+    expected = model.predict_proba(X)
+    lazy = model.predict_proba(da.from_array(X, chunks=100))
+    graph = dict(lazy.__dask_graph__())
+    tasks = [t for t in graph.values() if hasattr(t, "dependencies")]  # not the data chunks
+    external = set().union(*(task.dependencies for task in tasks)) - set(graph)
+    assert len(external) == 1  # the six block tasks share one scattered forest ...
+    (key,) = external
+    holders = [w for w, keys in client.has_what().items() if key in map(str, keys)]
+    assert len(holders) == 2  # ... already on both workers
+    np.testing.assert_array_equal(client.compute(lazy, sync=True), expected)
+    copy = pickle.loads(pickle.dumps(model))
+    with pytest.raises(ValueError):
+        distributed.default_client()
+    local = copy.predict_proba(da.from_array(X, chunks=100))
+    np.testing.assert_array_equal(dask.compute(local, scheduler="threads")[0], expected)
