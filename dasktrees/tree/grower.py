@@ -48,6 +48,21 @@ N_SCRATCH_VECTORS = 5
 _TOUCHED, _BINS, _ORDER, _BEST_BINS = 0, 1, 2, 3
 
 
+# Small nodes are often constant in a drawn feature: checking their few codes first spares the
+# histogram fill and compaction (measured in docs/benchmarks.md, flights).
+_CHECK_CONSTANT_BELOW = 256
+
+
+@njit(cache=True, inline="always")
+def _is_constant(codes, f, sample_indices, start, stop):
+    """Whether every row of the node has the same code of feature ``f`` (missing included)."""
+    first = codes[sample_indices[start], f]
+    for i in range(start + 1, stop):
+        if codes[sample_indices[i], f] != first:
+            return False
+    return True
+
+
 @njit(cache=True)
 def find_split(rows, start, stop, node_impurity, bins, rules, scratch):
     """Best split of one node over up to ``max_features`` features drawn from ``candidates``.
@@ -115,6 +130,10 @@ def find_split(rows, start, stop, node_impurity, bins, rules, scratch):
         features[k] = features[n_drawn]
         features[n_drawn] = f
         n_drawn += 1
+        if stop - start <= _CHECK_CONSTANT_BELOW and _is_constant(
+            codes, f, sample_indices, start, stop
+        ):
+            continue
         n_touched = build_histogram(
             codes, f, sample_indices, start, stop, y, w, criterion, hist, ibuf[_TOUCHED]
         )
