@@ -6,6 +6,7 @@ the trees that did not sample a row, and returns small sums. Loss sums are exact
 """
 
 import operator
+import warnings
 
 import dask.array as da
 import numpy as np
@@ -59,6 +60,18 @@ def _identity(value):
     return value
 
 
+def _forest_task(client, forest):
+    """The packed forest as a task result the block tasks depend on: sent once, and recomputed
+    from its spec if its worker dies (scattered data would die with it).
+
+    Distributed warns about any graph over 10 MB; this one is large on purpose (the forest is
+    sent once, not with each block task), so the warning is not passed on to users.
+    """
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Sending large graph", category=UserWarning)
+        return client.submit(_identity, forest, pure=False)
+
+
 def _decision(result):
     votes, n_oob = result[0], result[1]
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -77,9 +90,7 @@ def oob_estimates(client, data, forest, seed, lam, voting, classification):
     curve : ndarray (n_trees,)
         Error after 1, 2, ... trees: misclassification rate or mean squared error.
     """
-    # A task rather than scatter: scattered data dies with its worker, a task's result is
-    # recomputed from its spec.
-    forest_future = client.submit(_identity, forest, pure=False)
+    forest_future = _forest_task(client, forest)
     results = [
         client.submit(oob_block, forest_future, part, seed, lam, voting, classification, pure=False)
         for part in data.parts
@@ -169,7 +180,7 @@ def permutation_importance(
     ndarray (n_features, n_trees, n_repeats)
         Each tree's mean loss increase on its out-of-bag rows when the feature is permuted.
     """
-    forest_future = client.submit(_identity, forest, pure=False)
+    forest_future = _forest_task(client, forest)
     parts = client.gather(
         [
             client.submit(
