@@ -23,7 +23,7 @@ from dasktrees._dtypes import N_BIN_CODES, TREE_LEAF  # noqa: E402
 from dasktrees._params import check_tree_params  # noqa: E402
 from dasktrees._random import new_state  # noqa: E402
 from dasktrees.criteria import GINI  # noqa: E402
-from dasktrees.tree.grower import _TOTAL, N_SCRATCH_VECTORS, find_split, grow  # noqa: E402
+from dasktrees.tree.grower import _TOTAL, N_SCRATCH_VECTORS, Workspace, find_split, grow  # noqa: E402
 from dasktrees.tree.histogram import node_statistics  # noqa: E402
 
 
@@ -120,6 +120,7 @@ def main():
             0.0,
             0,
             np.arange(codes.shape[1], dtype=np.int64),
+            tuple(Workspace.for_rows(len(rows), 2, params)),
         )[0]
         return nodes, rows
 

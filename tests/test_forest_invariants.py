@@ -156,3 +156,17 @@ def test_sampled_and_replicated_modes_grow_the_same_forest(client, cancer, param
 def test_bad_mode(client, cancer):
     with pytest.raises(ValueError, match="mode must be"):
         RandomForestClassifier(n_estimators=2, mode="fast", client=client).fit(*cancer)
+
+
+@pytest.mark.parametrize("mode", ["replicated", "sampled"])
+def test_trees_per_task_does_not_change_the_forest(client, cancer, mode):
+    """A task grows its trees one after the other in one reused workspace: one tree per task
+    and eight per task give the same trees (nothing of a tree leaks into the next)."""
+    X, y = cancer
+    forests = [
+        RandomForestClassifier(
+            n_estimators=8, random_state=3, mode=mode, trees_per_task=k, client=client
+        ).fit(X, y)
+        for k in (1, 8)
+    ]
+    assert_same_forest(*forests, X)

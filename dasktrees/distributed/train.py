@@ -28,7 +28,7 @@ import numpy as np
 from .._params import GrowthParams
 from ..binning import BinArrays
 from ..sampling import tree_counts, tree_seed, tree_subspace
-from ..tree.grower import grow_tree
+from ..tree.grower import Workspace, grow_tree
 
 
 @dataclass(frozen=True)
@@ -63,8 +63,9 @@ def _stack(arrays):
     return np.concatenate(arrays) if len(arrays) > 1 else arrays[0]
 
 
-def _grow_one(spec, tree, codes, y, weights, counts):
-    """Grow tree ``tree`` on rows weighted ``weights`` (base weight x count)."""
+def _grow_one(spec, tree, codes, y, weights, counts, workspace):
+    """Grow tree ``tree`` on rows weighted ``weights`` (base weight x count), in the task's
+    ``workspace`` (``grower.Workspace``: one for all the trees of a task)."""
     if spec.balanced_subsample:
         classes = y.astype(np.int64)
         in_bag = np.bincount(classes, weights=counts, minlength=spec.n_classes)
@@ -80,7 +81,14 @@ def _grow_one(spec, tree, codes, y, weights, counts):
         spec.n_classes,
         tree_seed(spec.seed, tree),
         candidates,
+        workspace,
     )
+
+
+def _workspace(spec, n_rows):
+    """Growth buffers for trees on up to ``n_rows`` rows (``n_classes`` is 1 for regression,
+    as is the number of values a regression node holds)."""
+    return Workspace.for_rows(n_rows, spec.n_classes, spec.params)
 
 
 def _shipped(trees):
@@ -100,10 +108,11 @@ def grow_batch(spec, trees, *blocks):
     y = _stack([b.y for b in blocks])
     w = _stack([b.w for b in blocks])
     counts = np.empty(len(y))
+    workspace = _workspace(spec, len(y))
     grown = []
     for t in trees:
         tree_counts(spec.seed, t, blocks[0].first_row, spec.lam, counts)
-        grown.append(_grow_one(spec, t, codes, y, w * counts, counts))
+        grown.append(_grow_one(spec, t, codes, y, w * counts, counts, workspace))
     return _shipped(grown)
 
 
@@ -128,11 +137,13 @@ def grow_sampled(spec, trees, *extracts):
     """Sampled mode: grow each tree on the rows its blocks extracted, stacked in row order
     (the same rows, order and weights as replicated mode, so the same tree); returns them
     pickled (see ``_shipped``)."""
+    most_rows = max(sum(len(extract[k][1]) for extract in extracts) for k in range(len(trees)))
+    workspace = _workspace(spec, most_rows)
     grown = []
     for k, t in enumerate(trees):
         parts = [extract[k] for extract in extracts]
         codes, y, weights, counts = (_stack([p[i] for p in parts]) for i in range(4))
-        grown.append(_grow_one(spec, t, codes, y, weights, counts))
+        grown.append(_grow_one(spec, t, codes, y, weights, counts, workspace))
     return _shipped(grown)
 
 

@@ -19,6 +19,7 @@ nodes, and a Python step per node would cost more than all the histograms.
 """
 
 import heapq
+from typing import NamedTuple
 
 import numpy as np
 from numba import njit
@@ -306,9 +307,8 @@ def _node_capacity(n_rows, max_depth, min_samples_leaf, max_leaf_nodes):
     """Most nodes a tree on ``n_rows`` rows can have under the stopping rules.
 
     Every leaf holds at least ``min_samples_leaf`` rows and a binary tree has one node fewer than
-    twice its leaves. The growth arrays are allocated once at this size, uninitialised: the pages
-    a smaller tree never touches cost nothing, where doubling would allocate and copy (and Dask
-    workers, which return freed memory to the system at once, would fault every page in again).
+    twice its leaves. The growth arrays are allocated at this size (``Workspace``), uninitialised:
+    the pages a smaller tree never touches cost nothing, where doubling would allocate and copy.
     """
     leaves = max(1, n_rows // max(1, min_samples_leaf))
     if max_leaf_nodes > 0:
@@ -316,6 +316,48 @@ def _node_capacity(n_rows, max_depth, min_samples_leaf, max_leaf_nodes):
     if max_depth < 62:
         leaves = min(leaves, np.int64(1) << max_depth)
     return 2 * leaves - 1
+
+
+class Workspace(NamedTuple):
+    """The large arrays a tree's growth fills, allocated once for all the trees of a task.
+
+    Dask's worker processes return freed memory to the system at once (its nannies set
+    ``MALLOC_TRIM_THRESHOLD_``), so arrays allocated afresh for every tree faulted their pages in
+    again, tens of megabytes a tree on the flights benchmark. ``grow`` takes the prefix it needs.
+    """
+
+    nodes: np.ndarray  # NODE_DTYPE (capacity,): the node records
+    values: np.ndarray  # float64 (capacity, n_values)
+    buffer: np.ndarray  # int64 (n_rows,): the partition's scratch for row indices
+    node_y: np.ndarray  # float64 (n_rows,): targets in sample_indices order
+    node_w: np.ndarray  # float64 (n_rows,): weights in sample_indices order
+    y_buffer: np.ndarray  # float64 (n_rows,): the partition's scratch for targets
+    w_buffer: np.ndarray  # float64 (n_rows,): the partition's scratch for weights
+
+    @classmethod
+    def for_rows(cls, n_rows, n_values, params):
+        """Room for any tree on up to ``n_rows`` rows under ``params`` (``GrowthParams``)."""
+        n_rows = max(1, int(n_rows))
+        capacity = _node_capacity(
+            n_rows, params.max_depth, params.min_samples_leaf, params.max_leaf_nodes
+        )
+        return cls(
+            np.empty(capacity, dtype=NODE_DTYPE),  # every field of a node is set by _open_node
+            np.empty((capacity, n_values)),
+            np.empty(n_rows, dtype=np.int64),
+            *(np.empty(n_rows) for _ in range(4)),
+        )
+
+    def fits(self, n_rows, n_values, params):
+        """Whether a tree on ``n_rows`` rows under ``params`` fits in this workspace."""
+        capacity = _node_capacity(
+            max(1, n_rows), params.max_depth, params.min_samples_leaf, params.max_leaf_nodes
+        )
+        return (
+            self.buffer.shape[0] >= n_rows
+            and self.nodes.shape[0] >= capacity
+            and self.values.shape[1] == n_values
+        )
 
 
 @njit(cache=True)
@@ -350,6 +392,7 @@ def grow(
     min_impurity_decrease,
     seed,
     candidates,
+    workspace,
 ):
     """Grow a tree on the rows ``sample_indices`` (reordered in place: leaves own slices).
 
@@ -378,6 +421,9 @@ def grow(
         Seed of the feature draws and random cuts.
     candidates : ndarray of int64
         Features the tree may split on.
+    workspace : Workspace
+        Room for the node records and the per-row buffers (``Workspace.for_rows``), at least
+        ``_node_capacity`` nodes and ``n_in_bag`` rows.
 
     Returns
     -------
@@ -386,14 +432,16 @@ def grow(
         Class weight fractions (classification) or weighted mean target (regression).
     bitsets : ndarray of uint32, shape (n_bitsets, BITSET_WORDS)
         Left-going codes of the categorical splits.
+
+    ``nodes`` and ``values`` are views into ``workspace``: the next tree grown in it overwrites
+    them.
     """
     classification = criterion != SQUARED_ERROR
     n_channels = n_classes + 1 if classification else 4
-    n_values = n_classes if classification else 1
     n_rows = sample_indices.shape[0]
-    capacity = _node_capacity(n_rows, max_depth, min_samples_leaf, max_leaf_nodes)
-    nodes = np.empty(capacity, dtype=NODE_DTYPE)  # every field is set by _open_node
-    values = np.empty((capacity, n_values))
+    nodes, values, buffer, node_y, node_w, y_buffer, w_buffer = workspace  # see Workspace
+    buffer, y_buffer, w_buffer = buffer[:n_rows], y_buffer[:n_rows], w_buffer[:n_rows]
+    node_y, node_w = node_y[:n_rows], node_w[:n_rows]
     bitsets = np.empty((16, BITSET_WORDS), dtype=BITSET_DTYPE)
     state = new_state(seed)
     features = np.empty(codes.shape[1], dtype=np.int64)
@@ -404,11 +452,9 @@ def grow(
     keys = np.zeros(N_BIN_CODES)
     children = np.zeros((2, n_channels))  # statistics of the two children of a split
     # y and w in sample_indices order; the partition keeps them aligned with their rows.
-    node_y = y[sample_indices]
-    node_w = w[sample_indices]
-    buffer = np.empty(n_rows, dtype=np.int64)
-    y_buffer = np.empty(n_rows)
-    w_buffer = np.empty(n_rows)
+    for i in range(n_rows):
+        node_y[i] = y[sample_indices[i]]
+        node_w[i] = w[sample_indices[i]]
     # The frontier: a stack of node ids (depth-first) or a heap keyed by improvement.
     best_first = max_leaf_nodes > 0
     stack = np.empty(64, dtype=np.int64)
@@ -542,7 +588,9 @@ def grow(
     return nodes[:n_nodes], values[:n_nodes], bitsets[:n_bitsets]
 
 
-def grow_tree(codes, y, weights, bin_arrays, params, n_classes, seed, candidates=None):
+def grow_tree(
+    codes, y, weights, bin_arrays, params, n_classes, seed, candidates=None, workspace=None
+):
     """Grow one tree and return it as a ``Tree``, pruned if ``params.ccp_alpha`` > 0 (here, so
     that a forest's trees are pruned in the tasks that grow them).
 
@@ -561,10 +609,16 @@ def grow_tree(codes, y, weights, bin_arrays, params, n_classes, seed, candidates
         Seed of the feature draws and random cuts.
     candidates : ndarray of int64, optional
         Features the tree may split on; all by default.
+    workspace : Workspace, optional
+        Reused between the trees of a task; a new one (of this tree's size) when None or too
+        small.
     """
     if candidates is None:
         candidates = np.arange(codes.shape[1], dtype=np.int64)
     sample_indices = np.flatnonzero(weights > 0).astype(np.int64, copy=False)
+    # A node holds n_classes values, or 1 for regression (n_classes is then 1).
+    if workspace is None or not workspace.fits(len(sample_indices), n_classes, params):
+        workspace = Workspace.for_rows(len(sample_indices), n_classes, params)
     nodes, values, bitsets = grow(
         codes,
         y,
@@ -586,6 +640,7 @@ def grow_tree(codes, y, weights, bin_arrays, params, n_classes, seed, candidates
         params.min_impurity_decrease,
         seed,
         candidates,
+        tuple(workspace),
     )
     tree = Tree.from_growth(nodes, values, bitsets, bin_arrays.thresholds, codes.shape[1])
     if params.ccp_alpha > 0.0:

@@ -75,7 +75,7 @@ class Tree:
             is_categorical=nodes["is_categorical"].copy(),
             bitset_idx=nodes["bitset_idx"].astype(np.int32),
             categorical_bitsets=np.ascontiguousarray(bitsets),
-            value=np.ascontiguousarray(values),
+            value=np.array(values, order="C"),  # a copy: the grower's workspace is reused
             n_node_samples=nodes["n_samples"].astype(np.int64),
             weighted_n_node_samples=nodes["weighted_n_samples"].copy(),
             impurity=nodes["impurity"].copy(),
