@@ -1,11 +1,14 @@
 """Where a full-depth tree's growth time goes, single thread.
 
-Grows one tree (max_features="sqrt") on make_classification data, then replays the split search
-(``find_split``) and the node statistics on every node of the grown tree, on the same rows: after
-growth each node's rows are still a contiguous slice of ``sample_indices``. Also prints how the
-row visits spread over node sizes.
+Grows one tree (max_features="sqrt"), then replays the split search (``find_split``) on the
+internal nodes of the grown tree by node size, on the same rows: after growth each node's rows
+are still a contiguous slice of ``sample_indices``. Also replays the node statistics.
 
     python benchmarks/profile_growth.py --n-samples 1000000 --n-features 50
+    python benchmarks/profile_growth.py --data flights
+
+``--data flights`` grows on the flights benchmark's training set with Poisson(1) bootstrap
+weights, as a forest task does (see bench_forest.py).
 """
 
 import argparse
@@ -16,7 +19,6 @@ os.environ.setdefault("NUMBA_NUM_THREADS", "1")
 
 import numpy as np  # noqa: E402
 from numba import njit  # noqa: E402
-from sklearn.datasets import make_classification  # noqa: E402
 
 from dasktrees import BinMapper, DecisionTreeClassifier  # noqa: E402
 from dasktrees._dtypes import N_BIN_CODES, TREE_LEAF  # noqa: E402
@@ -26,11 +28,12 @@ from dasktrees.criteria import GINI  # noqa: E402
 from dasktrees.tree.grower import _TOTAL, N_SCRATCH_VECTORS, Workspace, find_split, grow  # noqa: E402
 from dasktrees.tree.histogram import node_statistics  # noqa: E402
 
+BUCKETS = [(2, 4), (4, 8), (8, 32), (32, 256), (256, 1024), (1024, 2**62)]
+
 
 @njit
-def replay_split_search(
-    codes, y, w, rows, nodes, n_bins, is_categorical, bin_values, edges, max_features
-):
+def replay_split_search(codes, y, w, rows, nodes, bins, max_features, low, high):
+    """Run ``find_split`` again on every internal node with ``low <= rows < high``."""
     n_channels = 3  # binary classification
     candidates = np.arange(codes.shape[1], dtype=np.int64)
     features = np.empty(codes.shape[1], np.int64)
@@ -42,16 +45,16 @@ def replay_split_search(
     state = new_state(1)
     total = 0.0
     for k in range(nodes.shape[0]):
-        if nodes[k]["left"] == TREE_LEAF:
-            continue
         start, stop = nodes[k]["start"], nodes[k]["stop"]
+        if nodes[k]["left"] == TREE_LEAF or not low <= stop - start < high:
+            continue
         impurity = node_statistics(y, w, start, stop, GINI, vec[_TOTAL])
         total += find_split(
             (codes, y, w, rows),
             start,
             stop,
             impurity,
-            (n_bins, is_categorical, bin_values, edges),
+            bins,
             (GINI, 2, False, max_features, 0, 0, 1, 0.0, 0.0),
             (state, candidates, features, hist, stats, vec, ibuf, keys),
         )[0]
@@ -76,38 +79,51 @@ def best_of(repeats, fn):
     return min(times), result
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--n-samples", type=int, default=1_000_000)
-    parser.add_argument("--n-features", type=int, default=50)
-    parser.add_argument("--repeats", type=int, default=3)
-    args = parser.parse_args()
+def dataset(args):
+    """(X, y, w): make_classification with unit weights, or flights with bootstrap weights."""
+    if args.data == "flights":
+        from bench_forest import flights_data
+        from sklearn.model_selection import train_test_split
+
+        X, y = flights_data()
+        X, _, y, _ = train_test_split(X, y, test_size=0.2, random_state=0)
+        return X, np.asarray(y), np.random.default_rng(0).poisson(1.0, len(y)).astype(float)
+    from sklearn.datasets import make_classification
+
     X, y = make_classification(
         n_samples=args.n_samples,
         n_features=args.n_features,
         n_informative=args.n_features // 2,
         random_state=0,
     )
-    mapper = BinMapper().fit(X.astype(np.float32))
-    codes = mapper.transform(X.astype(np.float32))
-    bins = mapper.kernel_arrays()
+    return X.astype(np.float32), y, np.ones(len(y))
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", choices=["classification", "flights"], default="classification")
+    parser.add_argument("--n-samples", type=int, default=1_000_000)
+    parser.add_argument("--n-features", type=int, default=50)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    X, y, w = dataset(args)
+    mapper = BinMapper(random_state=0).fit(X)
+    codes = mapper.transform(X)
+    arrays = mapper.kernel_arrays()
+    bins = (arrays.n_bins, arrays.is_categorical, arrays.bin_values, arrays.thresholds)
     params = check_tree_params(
-        DecisionTreeClassifier(max_features="sqrt"), len(y), args.n_features, True
+        DecisionTreeClassifier(max_features="sqrt"), len(y), codes.shape[1], True
     )
     y = y.astype(np.float64)
-    w = np.ones(len(y))
 
     def grow_once():
-        rows = np.arange(len(y), dtype=np.int64)
+        rows = np.flatnonzero(w > 0)
         nodes = grow(
             codes,
             y,
             w,
             rows,
-            bins.n_bins,
-            bins.is_categorical,
-            bins.bin_values,
-            bins.thresholds,
+            *bins,
             GINI,
             2,
             False,
@@ -122,51 +138,32 @@ def main():
             np.arange(codes.shape[1], dtype=np.int64),
             tuple(Workspace.for_rows(len(rows), 2, params)),
         )[0]
-        return nodes, rows
+        return nodes.copy(), rows  # a copy: the workspace is freed
 
     grow_once()  # compile
     growth_s, (nodes, rows) = best_of(args.repeats, grow_once)
     node_y, node_w = y[rows], w[rows]
-    replay = lambda: replay_split_search(  # noqa: E731
-        codes,
-        node_y,
-        node_w,
-        rows,
-        nodes,
-        bins.n_bins,
-        bins.is_categorical,
-        bins.bin_values,
-        bins.thresholds,
-        params.max_features,
-    )
+    replay_args = (codes, node_y, node_w, rows, nodes, bins, params.max_features)
+    replay_split_search(*replay_args, 0, 1)  # compile
     replay_statistics(node_y, node_w, nodes[:2])
-    replay_split_search(
-        codes,
-        node_y,
-        node_w,
-        rows,
-        nodes[:2],
-        bins.n_bins,
-        bins.is_categorical,
-        bins.bin_values,
-        bins.thresholds,
-        params.max_features,
-    )
-    search_s, _ = best_of(args.repeats, replay)
     stats_s, _ = best_of(args.repeats, lambda: replay_statistics(node_y, node_w, nodes))
 
     internal = nodes["left"] != TREE_LEAF
-    sizes = nodes["n_samples"][internal]
-    print(f"growth, best of {args.repeats}: {growth_s:.2f} s for {len(nodes)} nodes")
-    print(f"  split search replayed on the {internal.sum()} internal nodes: {search_s:.2f} s")
-    print(f"  node statistics replayed on all nodes: {stats_s:.2f} s")
+    sizes = (nodes["stop"] - nodes["start"])[internal]
+    print(f"growth, best of {args.repeats}: {growth_s:.3f} s for {len(nodes)} nodes")
+    print(f"  node statistics replayed on all nodes: {stats_s:.3f} s")
     print(f"  row visits by internal nodes: {sizes.sum() / 1e6:.1f} M")
-    for low, high in [(2, 32), (32, 256), (256, 1024), (1024, None)]:
-        inside = (sizes >= low) & ((sizes < high) if high else True)
-        label = f"{low}-{high - 1}" if high else f">= {low}"
+    print(f"  split search replayed on the {internal.sum()} internal nodes, by rows in the node:")
+    for low, high in BUCKETS:
+        search_s, _ = best_of(
+            args.repeats, lambda low=low, high=high: replay_split_search(*replay_args, low, high)
+        )
+        inside = (sizes >= low) & (sizes < high)
+        label = f"{low}-{high - 1}" if high < 2**62 else f">= {low}"
         print(
-            f"    nodes of {label:>9} rows: {inside.sum():6d} nodes, "
-            f"{sizes[inside].sum() / 1e6:5.1f} M row visits"
+            f"    {label:>8} rows: {inside.sum():6d} nodes, {sizes[inside].sum() / 1e6:5.1f} M "
+            f"row visits, {search_s * 1000:7.1f} ms "
+            f"({search_s / max(inside.sum(), 1) * 1e9:6.0f} ns a node)"
         )
 
 
