@@ -11,6 +11,7 @@ on the workers as futures, recomputable from their graph if a worker dies. Local
 blocks embedded in the graph, so it takes the same path.
 """
 
+import warnings
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -54,8 +55,17 @@ def is_dask_collection(X):
     return isinstance(X, (da.Array, dd.DataFrame, dd.Series))
 
 
-def _local_blocks(values, bounds):
-    return [dask.delayed(values[a:b], pure=True) for a, b in zip(bounds[:-1], bounds[1:])]
+def _local_blocks(client, values, bounds):
+    """Row blocks of local ``values`` on the cluster, as futures of tasks that hold them.
+
+    Sent once and shared by the later steps (labels, bin edges, binning), which took the data
+    with each of their graphs before; a lost block is recomputed from its task. Distributed's
+    warning about large graphs is not passed on: sending the data is the point.
+    """
+    blocks = [dask.delayed(values[a:b], pure=True) for a, b in zip(bounds[:-1], bounds[1:])]
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Sending large graph", category=UserWarning)
+        return client.compute(blocks)
 
 
 def input_blocks(client, X, y, sample_weight, n_blocks):
@@ -63,7 +73,8 @@ def input_blocks(client, X, y, sample_weight, n_blocks):
 
     Returns
     -------
-    x_blocks, y_blocks, w_blocks : lists of Delayed (w_blocks entries None without weights)
+    x_blocks, y_blocks, w_blocks : lists of Delayed (dask input) or Future (local input);
+        w_blocks entries None without weights
     lengths : ndarray of int64
     meta : empty pandas frame or numpy array with X's columns and dtypes
     is_dask : bool
@@ -103,10 +114,10 @@ def input_blocks(client, X, y, sample_weight, n_blocks):
     x_values = X if isinstance(X, np.ndarray) else _FrameRows(X)
     w_blocks = [None] * (len(bounds) - 1)
     if sample_weight is not None:
-        w_blocks = _local_blocks(np.asarray(sample_weight, dtype=np.float64), bounds)
+        w_blocks = _local_blocks(client, np.asarray(sample_weight, dtype=np.float64), bounds)
     return (
-        _local_blocks(x_values, bounds),
-        _local_blocks(y, bounds),
+        _local_blocks(client, x_values, bounds),
+        _local_blocks(client, y, bounds),
         w_blocks,
         np.diff(bounds),
         X[:0] if isinstance(X, np.ndarray) else X.iloc[:0],
