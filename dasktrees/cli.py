@@ -5,6 +5,7 @@ each with its dotted key); 1 a failure while running (a one-line cause, then the
 """
 
 import argparse
+import contextlib
 import json
 import sys
 import traceback
@@ -95,6 +96,10 @@ def _predict(args):
             problems.append((key, f"cannot tell the format of {path!r}: expected .csv or .parquet"))
     if not problems and data_format(args.input) != data_format(args.output):
         problems.append(("--output", "must have the input's format (.csv or .parquet)"))
+    if not problems and not _replaceable(Path(args.output)):
+        problems.append(
+            ("--output", f"{args.output} exists and is not a file of predictions; choose another")
+        )
     if problems:
         raise ConfigError(problems)
     if args.config:
@@ -104,13 +109,15 @@ def _predict(args):
     else:
         cluster = ClusterConfig()
     model = load(args.model)
-    with experiment.connect(cluster) as client:
+    is_forest = hasattr(model, "estimators_")
+    # A single tree predicts in this process: no cluster to start.
+    with experiment.connect(cluster) if is_forest else contextlib.nullcontext() as client:
         frame = experiment.read_table(args.input, _NoOptions)
         names = getattr(model, "feature_names_in_", None)
         X = frame[list(names)] if names is not None else frame
-        if hasattr(model, "estimators_"):
+        if is_forest:
             model.client = client
-        else:  # a single tree predicts locally
+        else:
             X = X.compute()
         out = _predictions(model, X)
         if not isinstance(out, dd.DataFrame):
@@ -153,6 +160,14 @@ def _predictions(model, X):
     return pd.DataFrame({"prediction": prediction})
 
 
+def _replaceable(path):
+    """Whether ``--output`` may be written over: nothing there, a file, or a directory of
+    Parquet parts (what this command writes) and nothing else."""
+    if not path.exists() or path.is_file():
+        return True
+    return all(p.is_file() and p.suffix == ".parquet" for p in path.iterdir())
+
+
 def _write(frame, path):
     """Write to ``path`` (one CSV file, or a Parquet dataset directory) through a temporary
     sibling, renamed when complete."""
@@ -165,7 +180,10 @@ def _write(frame, path):
     work = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
     try:
         if data_format(path) == "csv":
-            frame.to_csv(str(work / path.name), single_file=True, index=False)
+            compression = "gzip" if path.name.endswith(".gz") else None
+            frame.to_csv(
+                str(work / path.name), single_file=True, index=False, compression=compression
+            )
             os.replace(work / path.name, path)
             work.rmdir()
         else:

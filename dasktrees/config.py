@@ -22,7 +22,7 @@ from typing import Annotated, Any, Literal, Optional
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PlainValidator, ValidationError, model_validator
 
-from .datasets import BUILTIN
+from .datasets import BUILTIN, builtin_target
 
 CLASSIFICATION_METRICS = (
     "accuracy",
@@ -45,14 +45,17 @@ class ConfigError(Exception):
 # ---- value types with the messages users read ----------------------------------------------------
 
 
-def _integer(minimum=None):
+def _integer(minimum=None, maximum=None):
     def check(value):
         if isinstance(value, bool) or not isinstance(value, numbers.Integral):
             ok = False
         else:
-            ok = minimum is None or value >= minimum
+            ok = (minimum is None or value >= minimum) and (maximum is None or value <= maximum)
         if not ok:
-            bound = f" >= {minimum}" if minimum is not None else ""
+            if maximum is not None:
+                bound = f" in [{minimum}, {maximum}]"
+            else:
+                bound = f" >= {minimum}" if minimum is not None else ""
             raise ValueError(f"expected an integer{bound}, got {value!r}")
         return int(value)
 
@@ -104,7 +107,7 @@ def _train_source(value):
     )
 
 
-Integer = _integer()
+Seed = _integer(0, 2**32 - 1)  # what numpy's RandomState and dask's random_split take
 PositiveInt = _integer(1)
 Fraction = Annotated[float, PlainValidator(_fraction)]
 String = Annotated[str, PlainValidator(_string)]
@@ -114,7 +117,7 @@ TrainSource = Annotated[Any, PlainValidator(_train_source)]
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=False)
+    model_config = ConfigDict(extra="forbid")
 
 
 # ---- the schema ------------------------------------------------------------------------------
@@ -148,10 +151,10 @@ class ClusterConfig(_Section):
         return raw
 
 
-class TestConfig(_Section):
+class TestSplitConfig(_Section):
     path: Optional[String] = None
     fraction: Optional[Fraction] = None
-    seed: Optional[Integer] = None
+    seed: Optional[Seed] = None
 
     @model_validator(mode="before")
     @classmethod
@@ -167,7 +170,7 @@ class DataConfig(_Section):
     features: Optional[Columns] = None
     drop: Optional[Columns] = None
     categorical: Columns = []
-    test: Optional[TestConfig] = None
+    test: Optional[TestSplitConfig] = None
     blocksize: Optional[Bytes] = None
     npartitions: Optional[PositiveInt] = None
 
@@ -203,7 +206,7 @@ class OutputConfig(_Section):
 
 class Config(_Section):
     name: String = "experiment"
-    seed: Integer = 0
+    seed: Seed = 0
     cluster: ClusterConfig = ClusterConfig()
     data: DataConfig
     model: ModelConfig = ModelConfig()
@@ -212,11 +215,11 @@ class Config(_Section):
 
     @property
     def target(self):
-        return self.data.target or _builtin_target(self.data.train)
-
-
-def _builtin_target(train):
-    return BUILTIN[train["builtin"]][1] if isinstance(train, dict) else None
+        """``data.target``, or the builtin dataset's own target column."""
+        train = self.data.train
+        if self.data.target is not None or not isinstance(train, dict):
+            return self.data.target
+        return builtin_target(train["builtin"])
 
 
 # ---- reading and error messages --------------------------------------------------------------
@@ -448,7 +451,7 @@ def check_params(cls, params, is_classifier):
 def data_format(path):
     """ "csv" or "parquet" from a path's extension (a directory is a Parquet dataset)."""
     lowered = str(path).lower()
-    if lowered.endswith((".csv", ".csv.gz", ".tsv")):
+    if lowered.endswith((".csv", ".csv.gz")):
         return "csv"
     if lowered.endswith((".parquet", ".pq")) or os.path.isdir(path):
         return "parquet"
@@ -484,6 +487,7 @@ def check_config(config, read_train=None):
     ``read_train(config)`` returns the training frame (pandas or dask; only its columns and the
     target's dtype are used); defaults to ``experiment.read_train``. Returns the task.
     """
+    from .experiment import read_table, samples_rows
     from .experiment import read_train as default_reader
 
     problems = []
@@ -515,6 +519,14 @@ def check_config(config, read_train=None):
                         )
             if task is None and target in columns:
                 task = infer_task(frame[target])
+            if data.test is not None and data.test.path is not None:
+                test_columns = list(read_table(data.test.path, data).columns)
+                needed = [target, *(data.features or [c for c in columns if c != target])]
+                for column in needed:
+                    if column not in test_columns and column not in (data.drop or ()):
+                        problems.append(
+                            ("data.test.path", f"column {column!r} is not in the test data")
+                        )
     if task is None:  # target unknown: parameter names can still be checked
         names = set()
         for guess in ("classification", "regression"):
@@ -526,6 +538,21 @@ def check_config(config, read_train=None):
     else:
         cls = estimator_class(config.model.kind, task)
         problems += check_params(cls, config.model.params, task == "classification")
+        if config.evaluation.permutation_importance:
+            if config.model.kind == "decision_tree":
+                problems.append(
+                    (
+                        "evaluation.permutation_importance",
+                        "needs a forest (model.kind random_forest or extra_trees)",
+                    )
+                )
+            elif not samples_rows(cls, config.model.params):
+                problems.append(
+                    (
+                        "evaluation.permutation_importance",
+                        "needs out-of-bag rows: bootstrap: true or max_samples in model.params",
+                    )
+                )
         allowed = CLASSIFICATION_METRICS if task == "classification" else REGRESSION_METRICS
         for metric in config.evaluation.metrics or ():
             if metric not in allowed:

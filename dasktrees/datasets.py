@@ -148,5 +148,5 @@ def load_builtin(name):
 
 
 def builtin_target(name):
-    """The target column of builtin dataset ``name``."""
+    """The target column of builtin dataset ``name`` (what ``data.target`` defaults to)."""
     return BUILTIN[name][1]

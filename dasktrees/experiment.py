@@ -145,10 +145,18 @@ def build_estimator(config, task, client):
     is_forest = config.model.kind != "decision_tree"
     if is_forest:
         params["client"] = client
-        samples = params.get("bootstrap", True) or params.get("max_samples") is not None
-        if config.evaluation.oob and samples:
-            params.setdefault("oob_score", True)
+        if config.evaluation.oob and "oob_score" not in params and samples_rows(cls, params):
+            params["oob_score"] = True
     return cls(**params)
+
+
+def samples_rows(cls, params):
+    """Whether forest class ``cls`` with ``params`` samples rows per tree (so that it has
+    out-of-bag rows): bootstrap, whose default differs between random forests and
+    extra-trees, or max_samples."""
+    defaults = cls().get_params(deep=False)
+    bootstrap = params.get("bootstrap", defaults["bootstrap"])
+    return bool(bootstrap) or params.get("max_samples") is not None
 
 
 def _metrics(names, task, model, y_true, decision):
@@ -188,10 +196,22 @@ def _metrics(names, task, model, y_true, decision):
     return {k: (float(v) if isinstance(v, (float, np.floating)) else v) for k, v in results.items()}
 
 
-def default_metrics(task, n_classes=2):
+def default_metrics(task):
+    """Every metric of the task (what ``evaluation.metrics`` defaults to)."""
     if task == "regression":
         return ["r2", "rmse", "mae"]
     return ["accuracy", "balanced_accuracy", "log_loss", "roc_auc", "confusion_matrix"]
+
+
+def _finite(value):
+    """``value`` with every non-finite float replaced by None, through dicts and lists."""
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    if isinstance(value, float) and not np.isfinite(value):
+        return None
+    return value
 
 
 def _versions():
@@ -383,16 +403,19 @@ def _run(config, task, work, progress, echo):
                 X_test = test[features]
                 if config.model.kind == "decision_tree":
                     X_test = X_test.compute()
+                y_true = np.asarray(test[target].compute())
+                n_test = len(y_true)
+            if n_test == 0 and test is not None:
+                logger.warning("the test set is empty: no test metrics")
+            elif test is not None:
                 decision = (
                     model.predict_proba(X_test)
                     if task == "classification"
                     else model.predict(X_test)
                 )
-                y_true = np.asarray(test[target].compute())
                 decision = np.asarray(
                     decision.compute() if hasattr(decision, "compute") else decision
                 )
-                n_test = len(y_true)
                 names = config.evaluation.metrics or default_metrics(task)
                 test_metrics = _metrics(names, task, model, y_true, decision)
                 confusion = test_metrics.get("confusion_matrix")
@@ -438,5 +461,6 @@ def _run(config, task, work, progress, echo):
         "test": test_metrics,
         "versions": _versions(),
     }
-    (work / "metrics.json").write_text(json.dumps(metrics, indent=2))
+    # NaN (an undefined score) is not JSON: written as null.
+    (work / "metrics.json").write_text(json.dumps(_finite(metrics), indent=2, allow_nan=False))
     return metrics

@@ -313,7 +313,7 @@ def _sync(f):
 def _is_model_directory(path):
     try:
         manifest = json.loads((path / MANIFEST).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return False
     return isinstance(manifest, dict) and manifest.get("format") == FORMAT
 
@@ -445,7 +445,7 @@ def read_manifest(path):
         raise ValueError(f"{directory} is not a dasktrees model: it has no {MANIFEST}") from None
     try:
         manifest = json.loads(text.decode("utf-8"), parse_constant=_reject_constant)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:  # RecursionError: absurdly nested JSON
         raise ValueError(
             f"{file} is not valid JSON, the file is truncated or corrupt: {exc}"
         ) from None
@@ -494,7 +494,7 @@ def describe(path):
         "classes": classes["values"] if classes is not None else None,
         "trees": manifest["trees"]["n_trees"],
         "nodes": sum(manifest["trees"]["node_counts"]),
-        "size_bytes": sum(f.stat().st_size for f in (directory / MANIFEST, directory / ARRAYS)),
+        "size_bytes": sum(f.stat().st_size for f in directory.iterdir() if f.is_file()),
         "oob_score": oob_score,
     }
 

@@ -388,6 +388,39 @@ INVALID = [
         "data.features",
         "'zz' is not in",
     ),
+    (
+        "test file lacks a column",
+        _with({"data.train": "{tmp}/data.csv", "data.test": {"path": "{tmp}/test.csv"}}),
+        "data.test.path",
+        "'a' is not in the test data",
+    ),
+    ("tab-separated", _with({"data.train": "{tmp}/data.tsv"}), "data.train", "format"),
+    ("negative seed", _with({"seed": -1}), "seed", "[0, 4294967295]"),
+    (
+        "split seed too large",
+        _with({"data.test": {"fraction": 0.5, "seed": 2**40}}),
+        "data.test.seed",
+        "[0, 4294967295]",
+    ),
+    # evaluation the model cannot give
+    (
+        "permutation importance of a tree",
+        _with(
+            {
+                "model.kind": "decision_tree",
+                "model.params": {},
+                "evaluation": {"permutation_importance": True},
+            }
+        ),
+        "evaluation.permutation_importance",
+        "needs a forest",
+    ),
+    (
+        "permutation importance without out-of-bag rows",
+        _with({"model.params.bootstrap": False, "evaluation": {"permutation_importance": True}}),
+        "evaluation.permutation_importance",
+        "out-of-bag rows",
+    ),
     # cluster
     (
         "two clusters",
@@ -415,6 +448,7 @@ def test_invalid_configs(capsys, tmp_path, text, key, message):
     pd.DataFrame({"a": [1.0, 2.0, 3.0, 4.0], "target": [0, 1, 0, 1]}).to_csv(
         tmp_path / "data.csv", index=False
     )
+    pd.DataFrame({"target": [0, 1]}).to_csv(tmp_path / "test.csv", index=False)
     path = tmp_path / "config.yaml"
     path.write_text(text.replace("{tmp}", str(tmp_path)))
     for command in ("validate", "run"):
@@ -576,3 +610,56 @@ def test_inspect(capsys, saved_model):
     assert code == 0 and "DecisionTreeClassifier" in out
     code, out, err = run_cli(capsys, "inspect", path.parent / "nothing-here")
     assert code == 1 and err.startswith("error: ")
+
+
+def test_extra_trees_with_their_defaults_and_an_empty_test_split(capsys, tmp_path, client):
+    """Extra-trees do not bootstrap by default: no out-of-bag score is asked of them. A test
+    fraction that leaves no row gives a run without test metrics, not a failure."""
+    config = {
+        "name": "et",
+        "cluster": {"address": client.scheduler.address},
+        "data": {"train": {"builtin": "golf"}, "drop": ["Day"], "test": {"fraction": 0.01}},
+        "model": {"kind": "extra_trees", "params": {"n_estimators": 5}},
+    }
+    path = tmp_path / "et.yaml"
+    path.write_text(yaml.safe_dump(config))
+    code, out, err = run_cli(capsys, "run", path, "--output", tmp_path / "run")
+    assert code == 0, err
+    metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert metrics["oob_score"] is None and metrics["estimator"] == "ExtraTreesClassifier"
+    if metrics["rows"]["test"] == 0:
+        assert metrics["test"] is None
+
+
+def test_predict_never_writes_over_a_directory_it_did_not_write(capsys, tmp_path, saved_model):
+    path, model, X = saved_model
+    X.to_parquet(tmp_path / "in.parquet")
+    precious = tmp_path / "victim"
+    precious.mkdir()
+    (precious / "precious.txt").write_text("keep me")
+    code, out, err = run_cli(capsys, "predict", path, tmp_path / "in.parquet", "--output", precious)
+    assert code == 2 and "--output" in err
+    assert (precious / "precious.txt").read_text() == "keep me"
+
+
+def test_predict_compresses_a_gz_output(capsys, tmp_path, saved_model):
+    path, model, X = saved_model
+    X.to_csv(tmp_path / "in.csv", index=False)
+    code, out, err = run_cli(
+        capsys, "predict", path, tmp_path / "in.csv", "--output", tmp_path / "out.csv.gz"
+    )
+    assert code == 0, err
+    with open(tmp_path / "out.csv.gz", "rb") as f:
+        assert f.read(2) == b"\x1f\x8b"  # gzip's magic number
+    result = pd.read_csv(tmp_path / "out.csv.gz")
+    np.testing.assert_array_equal(result["prediction"], model.predict(X))
+
+
+def test_metrics_json_writes_undefined_scores_as_null():
+    from dasktrees.experiment import _finite
+
+    cleaned = _finite({"oob_score": float("nan"), "test": {"roc_auc": float("inf"), "r2": 0.5}})
+    assert json.loads(json.dumps(cleaned, allow_nan=False)) == {
+        "oob_score": None,
+        "test": {"roc_auc": None, "r2": 0.5},
+    }

@@ -421,9 +421,9 @@ def grow(
         Seed of the feature draws and random cuts.
     candidates : ndarray of int64
         Features the tree may split on.
-    workspace : Workspace
-        Room for the node records and the per-row buffers (``Workspace.for_rows``), at least
-        ``_node_capacity`` nodes and ``n_in_bag`` rows.
+    workspace : tuple
+        ``tuple(Workspace)``: room for the node records and the per-row buffers
+        (``Workspace.for_rows``), at least ``_node_capacity`` nodes and ``n_in_bag`` rows.
 
     Returns
     -------
