@@ -405,10 +405,6 @@ def _check_estimator(est, is_classifier):
     if hasattr(est, "_check_forest_params"):
         est._check_forest_params()
         check_tree_params(est._tree_template(), big, big, is_classifier)
-        if getattr(est, "voting", "soft") not in ("soft", "hard"):
-            raise ValueError(f'voting must be "soft" or "hard", got {est.voting!r}')
-        if getattr(est, "aggregation", "mean") not in ("mean", "median"):
-            raise ValueError(f'aggregation must be "mean" or "median", got {est.aggregation!r}')
     else:
         check_tree_params(est, big, big, is_classifier)
 

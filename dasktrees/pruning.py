@@ -16,7 +16,6 @@ import copy
 import functools
 from numbers import Integral
 
-import distributed
 import numpy as np
 from numba import njit
 from sklearn.base import clone, is_classifier
@@ -27,6 +26,7 @@ from sklearn.utils.validation import check_is_fitted, column_or_1d
 
 from ._dtypes import BITSET_DTYPE, BITSET_WORDS, TREE_LEAF
 from ._validation import check_2d
+from .distributed.client import find_client
 from .tree.tree import _LEAF_CONSTANTS, TREE_ARRAYS, Tree
 
 # ---- subtrees ----------------------------------------------------------------------------------
@@ -460,11 +460,7 @@ def select_ccp_alpha(
 def _map_folds(client, fold_errors, X, y, folds):
     """``fold_errors(X, y, train, test)`` for every fold: as Dask tasks on ``client`` or the
     default client (X and y are scattered once), else here, one fold after the other."""
-    if client is None:
-        try:
-            client = distributed.default_client()
-        except ValueError:
-            client = None
+    client = find_client(client)
     if client is None:
         return [fold_errors(X, y, train, test) for train, test in folds]
     X_future, y_future = client.scatter([X, y])

@@ -13,6 +13,16 @@ import distributed
 logger = logging.getLogger("dasktrees")
 
 
+def find_client(client=None):
+    """The given client, else the current default client, else None."""
+    if client is not None:
+        return client
+    try:
+        return distributed.default_client()
+    except ValueError:
+        return None
+
+
 @contextlib.contextmanager
 def client_for(client=None):
     """The given client, else the current default client, else a LocalCluster for this call.
@@ -20,11 +30,7 @@ def client_for(client=None):
     The LocalCluster (one single-threaded worker process per core) is closed when the block
     ends; its dashboard link is logged at INFO level.
     """
-    if client is None:
-        try:
-            client = distributed.default_client()
-        except ValueError:
-            client = None
+    client = find_client(client)
     if client is not None:
         yield client
         return
