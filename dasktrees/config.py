@@ -356,7 +356,24 @@ def parse_config(raw):
 
 
 def load_config(path, overrides=()):
-    """Read, override and schema-check a config file."""
+    """Read, override and schema-check a config file (the first stage of ``validate``).
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        A YAML experiment file.
+    overrides : sequence of str
+        ``key.path=value`` items (``--set``), values parsed as YAML.
+
+    Returns
+    -------
+    Config
+
+    Raises
+    ------
+    ConfigError
+        With every problem found, each under its dotted key.
+    """
     return parse_config(apply_overrides(read_yaml(path), overrides))
 
 
@@ -480,8 +497,24 @@ def infer_task(target):
 def check_config(config, read_train=None):
     """Second stage: every problem with what ``config`` points at, as ``ConfigError``.
 
-    ``read_train(config)`` returns the training frame (pandas or dask; only its columns and the
-    target's dtype are used); defaults to ``experiment.read_train``. Returns the task.
+    Parameters
+    ----------
+    config : Config
+        Passed the schema stage (``load_config``).
+    read_train : callable, optional
+        ``read_train(config)`` -> the training frame (pandas or dask; only its columns and the
+        target's dtype are used); default ``experiment.read_train``.
+
+    Returns
+    -------
+    {"classification", "regression"} or None
+        The task: ``model.task``, else inferred from the target.
+
+    Raises
+    ------
+    ConfigError
+        Model parameters the estimator refuses, missing files or columns, metrics of the other
+        task, evaluations the model cannot give.
     """
     from .experiment import read_table, samples_rows
     from .experiment import read_train as default_reader

@@ -83,7 +83,15 @@ def connect(cluster):
 
 
 def read_table(path, data):
-    """A dask dataframe from a CSV or Parquet path or glob (format from the extension)."""
+    """A dask dataframe from a CSV or Parquet path or glob (format from the extension).
+
+    Parameters
+    ----------
+    path : str
+        A file, a glob, or a Parquet dataset directory.
+    data : DataConfig or any object with ``blocksize`` and ``npartitions``
+        How to cut the table into partitions (None: dask's defaults).
+    """
     import dask.dataframe as dd
 
     if data_format(path) == "csv":
@@ -135,8 +143,17 @@ def feature_columns(config, columns):
 
 
 def build_estimator(config, task, client):
-    """The estimator of ``model``: its params, ``seed`` as random_state unless given, out-of-bag
-    scoring when ``evaluation.oob`` and the forest samples, categorical columns."""
+    """The estimator of the ``model`` section.
+
+    Its params, with ``seed`` as random_state unless given, ``data.categorical`` as
+    categorical_features, out-of-bag scoring when ``evaluation.oob`` and the forest samples
+    rows, and ``client`` for forests (a single tree is fitted in this process).
+
+    Returns
+    -------
+    estimator
+        Unfitted.
+    """
     cls = estimator_class(config.model.kind, task)
     params = dict(config.model.params)
     params.setdefault("random_state", config.seed)
