@@ -287,6 +287,8 @@ def _write_directory(path, manifest, arrays):
             json.dump(manifest, f, indent=1, allow_nan=False)
             _sync(f)
         replacing = path.exists() or path.is_symlink()
+        if replacing and not _is_model_directory(path):  # appeared while we wrote: leave it
+            raise FileExistsError(f"{path} exists and is not a dasktrees model; not overwriting it")
         if replacing:
             os.replace(path, old)
         try:
@@ -298,10 +300,26 @@ def _write_directory(path, manifest, arrays):
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    _sync_directory(path.parent)  # the rename itself must reach the disk
     if old.is_symlink():
         old.unlink()
     elif replacing:
         shutil.rmtree(old)
+
+
+def _sync_directory(directory):
+    """fsync a directory, so that a rename in it survives a crash (where the OS allows it)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass  # some file systems refuse fsync on directories; the rename is then as durable as
+        # they make it
+    finally:
+        os.close(fd)
 
 
 def _sync(f):
