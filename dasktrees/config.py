@@ -516,7 +516,7 @@ def check_config(config, read_train=None):
         Model parameters the estimator refuses, missing files or columns, metrics of the other
         task, evaluations the model cannot give.
     """
-    from .experiment import read_table, samples_rows
+    from .experiment import read_table
     from .experiment import read_train as default_reader
 
     problems = []
@@ -566,7 +566,8 @@ def check_config(config, read_train=None):
                 problems.append((f"model.params.{name}", f"unknown parameter{hint}"))
     else:
         cls = estimator_class(config.model.kind, task)
-        problems += check_params(cls, config.model.params, task == "classification")
+        param_problems = check_params(cls, config.model.params, task == "classification")
+        problems += param_problems
         if config.evaluation.permutation_importance:
             if config.model.kind == "decision_tree":
                 problems.append(
@@ -575,7 +576,7 @@ def check_config(config, read_train=None):
                         "needs a forest (model.kind random_forest or extra_trees)",
                     )
                 )
-            elif not samples_rows(cls, config.model.params):
+            elif not param_problems and not cls(**config.model.params).samples_rows():
                 problems.append(
                     (
                         "evaluation.permutation_importance",

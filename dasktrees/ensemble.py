@@ -48,6 +48,11 @@ class BaseForest(BaseEstimator):
     _tree_class = None
     _splitter = "best"
 
+    def samples_rows(self):
+        """Whether each tree draws its rows (bootstrap or max_samples), so that rows are out of
+        bag: what out-of-bag estimates and permutation importance need."""
+        return bool(self.bootstrap) or self.max_samples is not None
+
     def _check_forest_params(self):
         if getattr(self, "voting", "soft") not in ("soft", "hard"):
             raise ValueError(f'voting must be "soft" or "hard", got {self.voting!r}')
@@ -57,7 +62,7 @@ class BaseForest(BaseEstimator):
             raise ValueError(f"n_estimators must be an int >= 1, got {self.n_estimators!r}")
         if not isinstance(self.bootstrap, (bool, np.bool_)):
             raise ValueError(f"bootstrap must be True or False, got {self.bootstrap!r}")
-        if self.oob_score and not (self.bootstrap or self.max_samples is not None):
+        if self.oob_score and not self.samples_rows():
             raise ValueError("oob_score needs bootstrap=True or max_samples: every row is in bag")
         if not (isinstance(self.oob_score, bool) or callable(self.oob_score)):
             raise ValueError(f"oob_score must be a bool or a callable, got {self.oob_score!r}")
@@ -231,7 +236,7 @@ class BaseForest(BaseEstimator):
         ``importances`` (n_features, n_estimators * n_repeats).
         """
         check_is_fitted(self, "estimators_")
-        if not (self.bootstrap or self.max_samples is not None):
+        if not self.samples_rows():
             raise ValueError("oob_permutation_importance needs bootstrap=True or max_samples")
         if not isinstance(n_repeats, numbers.Integral) or n_repeats < 1:
             raise ValueError(f"n_repeats must be an int >= 1, got {n_repeats!r}")

@@ -162,18 +162,10 @@ def build_estimator(config, task, client):
     is_forest = config.model.kind != "decision_tree"
     if is_forest:
         params["client"] = client
-        if config.evaluation.oob and "oob_score" not in params and samples_rows(cls, params):
+        # (bootstrap's default differs between random forests and extra-trees)
+        if config.evaluation.oob and "oob_score" not in params and cls(**params).samples_rows():
             params["oob_score"] = True
     return cls(**params)
-
-
-def samples_rows(cls, params):
-    """Whether forest class ``cls`` with ``params`` samples rows per tree (so that it has
-    out-of-bag rows): bootstrap, whose default differs between random forests and
-    extra-trees, or max_samples."""
-    defaults = cls().get_params(deep=False)
-    bootstrap = params.get("bootstrap", defaults["bootstrap"])
-    return bool(bootstrap) or params.get("max_samples") is not None
 
 
 def _metrics(names, task, model, y_true, decision):

@@ -7,10 +7,21 @@ call and passed down explicitly.
 import contextlib
 import logging
 import os
+import warnings
 
 import distributed
 
 logger = logging.getLogger("dasktrees")
+
+
+@contextlib.contextmanager
+def sending_large_data():
+    """Within the block, distributed's warning about graphs over 10 MB is not passed on: for
+    the calls that send data to the cluster once on purpose (local input blocks, the forest of
+    the out-of-bag reductions)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Sending large graph", category=UserWarning)
+        yield
 
 
 def find_client(client=None):

@@ -11,7 +11,6 @@ on the workers as futures, recomputable from their graph if a worker dies. Local
 blocks embedded in the graph, so it takes the same path.
 """
 
-import warnings
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -24,6 +23,7 @@ import pandas as pd
 from .._validation import check_2d
 from ..binning import BinMapper, sample_mask
 from ..estimators import check_sample_weight, check_target
+from .client import sending_large_data
 
 
 class BinnedPartition(NamedTuple):
@@ -63,8 +63,7 @@ def _local_blocks(client, values, bounds):
     warning about large graphs is not passed on: sending the data is the point.
     """
     blocks = [dask.delayed(values[a:b], pure=True) for a, b in zip(bounds[:-1], bounds[1:])]
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="Sending large graph", category=UserWarning)
+    with sending_large_data():
         return client.compute(blocks)
 
 

@@ -6,13 +6,13 @@ the trees that did not sample a row, and returns small sums. Loss sums are exact
 """
 
 import operator
-import warnings
 
 import dask.array as da
 import numpy as np
 
 from ..forest import add_oob_votes, exact_sum, from_exact, misclassified, tree_loss
 from ..sampling import tree_counts
+from .client import sending_large_data
 
 
 def oob_block(forest, block, seed, lam, voting, classification):
@@ -67,8 +67,7 @@ def _forest_task(client, forest):
     Distributed warns about any graph over 10 MB; this one is large on purpose (the forest is
     sent once, not with each block task), so the warning is not passed on to users.
     """
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="Sending large graph", category=UserWarning)
+    with sending_large_data():
         return client.submit(_identity, forest, pure=False)
 
 

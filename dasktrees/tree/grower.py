@@ -334,13 +334,17 @@ class Workspace(NamedTuple):
     y_buffer: np.ndarray  # float64 (n_rows,): the partition's scratch for targets
     w_buffer: np.ndarray  # float64 (n_rows,): the partition's scratch for weights
 
+    @staticmethod
+    def _capacity(n_rows, params):
+        return _node_capacity(
+            max(1, n_rows), params.max_depth, params.min_samples_leaf, params.max_leaf_nodes
+        )
+
     @classmethod
     def for_rows(cls, n_rows, n_values, params):
         """Room for any tree on up to ``n_rows`` rows under ``params`` (``GrowthParams``)."""
         n_rows = max(1, int(n_rows))
-        capacity = _node_capacity(
-            n_rows, params.max_depth, params.min_samples_leaf, params.max_leaf_nodes
-        )
+        capacity = cls._capacity(n_rows, params)
         return cls(
             np.empty(capacity, dtype=NODE_DTYPE),  # every field of a node is set by _open_node
             np.empty((capacity, n_values)),
@@ -350,12 +354,9 @@ class Workspace(NamedTuple):
 
     def fits(self, n_rows, n_values, params):
         """Whether a tree on ``n_rows`` rows under ``params`` fits in this workspace."""
-        capacity = _node_capacity(
-            max(1, n_rows), params.max_depth, params.min_samples_leaf, params.max_leaf_nodes
-        )
         return (
             self.buffer.shape[0] >= n_rows
-            and self.nodes.shape[0] >= capacity
+            and self.nodes.shape[0] >= self._capacity(n_rows, params)
             and self.values.shape[1] == n_values
         )
 
