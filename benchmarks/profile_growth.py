@@ -25,7 +25,14 @@ from dasktrees._dtypes import N_BIN_CODES, TREE_LEAF  # noqa: E402
 from dasktrees._params import check_tree_params  # noqa: E402
 from dasktrees._random import new_state  # noqa: E402
 from dasktrees.criteria import GINI  # noqa: E402
-from dasktrees.tree.grower import _TOTAL, N_SCRATCH_VECTORS, Workspace, find_split, grow  # noqa: E402
+from dasktrees.tree.grower import (  # noqa: E402
+    _TOTAL,
+    N_INT_SCRATCH,
+    N_SCRATCH_VECTORS,
+    Workspace,
+    find_split,
+    grow,
+)
 from dasktrees.tree.histogram import node_statistics  # noqa: E402
 
 BUCKETS = [(2, 4), (4, 8), (8, 32), (32, 256), (256, 1024), (1024, 2**62)]
@@ -40,7 +47,7 @@ def replay_split_search(codes, y, w, rows, nodes, bins, max_features, low, high)
     hist = np.zeros((N_BIN_CODES, n_channels))
     stats = np.zeros((N_BIN_CODES, n_channels))
     vec = np.zeros((N_SCRATCH_VECTORS, n_channels))
-    ibuf = np.zeros((4, N_BIN_CODES), np.int64)
+    ibuf = np.zeros((N_INT_SCRATCH, N_BIN_CODES), np.int64)
     keys = np.zeros(N_BIN_CODES)
     state = new_state(1)
     total = 0.0

@@ -8,7 +8,14 @@ from hypothesis import strategies as st
 from dasktrees._dtypes import MISSING_BIN, N_BIN_CODES
 from dasktrees.criteria import ENTROPY, GAIN_RATIO, GINI, MISCLASSIFICATION, SQUARED_ERROR, impurity
 from dasktrees.tree.histogram import build_histogram, compact, node_statistics
-from dasktrees.tree.splitting import NO_SPLIT, cut_score, partition, scan_cuts, split_score
+from dasktrees.tree.splitting import (
+    NO_SPLIT,
+    category_order,
+    cut_score,
+    partition,
+    scan_cuts,
+    split_score,
+)
 
 CLASSIFICATION = [GINI, ENTROPY, GAIN_RATIO, MISCLASSIFICATION]
 ALL_CRITERIA = CLASSIFICATION + [SQUARED_ERROR]
@@ -89,6 +96,42 @@ def test_node_statistics_and_impurity(criterion):
         }[criterion]
         assert value == pytest.approx(reference)
         assert impurity(expected, criterion) == pytest.approx(reference)
+
+
+@pytest.mark.parametrize("n_classes", [2, 3])
+def test_node_statistics_sums_in_row_order(n_classes):
+    """The two-class path sums in registers; both paths must give exactly the in-place sums."""
+    _, y, w, rows = random_node(2, 700, 10, GINI, n_classes=n_classes)
+    stats = np.zeros(n_classes + 1)
+    node_statistics(y[rows], w[rows], 0, len(rows), GINI, stats)
+    expected = np.zeros(n_classes + 1)
+    for yi, wi in zip(y[rows], w[rows]):
+        expected[0] += 1.0
+        expected[1 + int(yi)] += wi
+    np.testing.assert_array_equal(stats, expected)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    n_bins=st.integers(1, N_BIN_CODES - 1), n_values=st.integers(1, 6), seed=st.integers(0, 2**31)
+)
+@example(n_bins=104, n_values=3, seed=0)  # flights' dest: runs of 32 and merges
+def test_category_order_is_a_stable_argsort(n_bins, n_values, seed):
+    """Categories in order of their statistic, ties in code order: np.argsort(kind="stable"),
+    below and above the insertion-sort size (few distinct values: many ties)."""
+    rng = np.random.default_rng(seed)
+    stats = np.zeros((N_BIN_CODES, 3))
+    stats[:n_bins, 1] = rng.integers(0, n_values, n_bins)
+    stats[:n_bins, 2] = rng.integers(1, n_values + 1, n_bins)
+    stats[:n_bins, 0] = stats[:n_bins, 1] + stats[:n_bins, 2]
+    keys, order, scratch = (
+        np.zeros(N_BIN_CODES),
+        np.zeros(N_BIN_CODES, np.int64),
+        np.zeros(N_BIN_CODES, np.int64),
+    )
+    category_order(stats, n_bins, GINI, 1, keys, order, scratch)
+    share = stats[:n_bins, 2] / stats[:n_bins, 1:].sum(axis=1)
+    np.testing.assert_array_equal(order[:n_bins], np.argsort(share, kind="stable"))
 
 
 def brute_force_best(stats, order, n_bins, missing, total, criterion, parent_impurity, msl):
@@ -201,7 +244,6 @@ def test_partition_is_stable_and_complete(seed, categorical, missing_left):
     for c in left_codes:
         bitset[c >> 5] |= np.uint32(1 << (c & 31))
     n = len(rows)
-    children = np.zeros((2, 4))
     boundary = partition(
         codes[:, None],
         0,
@@ -217,8 +259,6 @@ def test_partition_is_stable_and_complete(seed, categorical, missing_left):
         np.empty(n, np.int64),
         np.empty(n),
         np.empty(n),
-        GINI,
-        children,
     )
     segment = before[start:stop]
     seg_codes = codes[segment]
@@ -233,8 +273,3 @@ def test_partition_is_stable_and_complete(seed, categorical, missing_left):
     np.testing.assert_array_equal(rows[stop:], before[stop:])
     np.testing.assert_array_equal(node_y, y[rows])
     np.testing.assert_array_equal(node_w, w[rows])
-    # The children's statistics are summed in the order a pass over each child would sum them.
-    for side, (lo, hi) in enumerate([(start, boundary), (boundary, stop)]):
-        expected = np.zeros(4)
-        node_statistics(node_y, node_w, lo, hi, GINI, expected)
-        np.testing.assert_array_equal(children[side], expected)

@@ -11,8 +11,8 @@ says which node to split next:
 * best-first (``max_leaf_nodes``): a heap keyed by ``(-improvement, node_id)``, as scikit-learn
   does.
 
-Splitting a node partitions its rows and, in the same pass, sums its children's statistics, so a
-new classification node needs no pass of its own.
+Splitting a node partitions its rows, then sums each child's statistics over its now contiguous
+rows. The kernels that run once per node are compiled without numba's runtime (``_jit``).
 
 The whole loop runs in numba: a full-depth tree on a million rows has some hundred thousand
 nodes, and a Python step per node would cost more than all the histograms.
@@ -28,6 +28,7 @@ from .._dtypes import BITSET_DTYPE, BITSET_WORDS, N_BIN_CODES, NODE_DTYPE, TREE_
 from .._random import new_state, next_below
 from ..criteria import SQUARED_ERROR, impurity, stats_weight
 from ..pruning import prune_cost_complexity
+from ._jit import inlined_node_kernel, node_kernel
 from .histogram import build_histogram, compact, node_statistics
 from .splitting import (
     NO_SPLIT,
@@ -46,7 +47,8 @@ EPSILON = np.finfo(np.float64).eps
 _RIGHT, _PREFIX, _MISSING, _BEST_LEFT, _TOTAL = 0, 1, 2, 3, 4
 N_SCRATCH_VECTORS = 5
 # Rows of the integer scratch matrix ``ibuf`` (N_BIN_CODES wide each).
-_TOUCHED, _BINS, _ORDER, _BEST_BINS = 0, 1, 2, 3
+_TOUCHED, _BINS, _ORDER, _BEST_BINS, _MERGE = 0, 1, 2, 3, 4
+N_INT_SCRATCH = 5
 
 
 # Small nodes are often constant in a drawn feature: checking their few codes first spares the
@@ -64,7 +66,7 @@ def _is_constant(codes, f, sample_indices, start, stop):
     return True
 
 
-@njit(cache=True)
+@inlined_node_kernel
 def find_split(rows, start, stop, node_impurity, bins, rules, scratch):
     """Best split of one node over up to ``max_features`` features drawn from ``candidates``.
 
@@ -92,7 +94,7 @@ def find_split(rows, start, stop, node_impurity, bins, rules, scratch):
     vec : ndarray of float64, shape (N_SCRATCH_VECTORS, n_channels)
         Scratch; on entry ``vec[_TOTAL]`` holds the node statistics; on return
         ``vec[_BEST_LEFT]`` holds the left child's statistics of the best split.
-    ibuf : ndarray of int64, shape (4, N_BIN_CODES)
+    ibuf : ndarray of int64, shape (N_INT_SCRATCH, N_BIN_CODES)
         Scratch; on return ``ibuf[_BEST_BINS]`` holds the codes sent left by a categorical split.
 
     Returns
@@ -117,9 +119,10 @@ def find_split(rows, start, stop, node_impurity, bins, rules, scratch):
         min_weight_leaf,
         _,
     ) = rules
-    state, candidates, features, hist, stats, vec, ibuf, keys = scratch
+    state, candidates, features, hist, stats, vec, ibuf, keys = scratch[:8]
     n_features = candidates.shape[0]
-    features[:n_features] = candidates
+    for k in range(n_features):
+        features[k] = candidates[k]
     order = ibuf[_ORDER]
     bins = ibuf[_BINS]
     best = (NO_SPLIT, -1, 0, False, False, 0)
@@ -155,7 +158,7 @@ def find_split(rows, start, stop, node_impurity, bins, rules, scratch):
                 target_class = (
                     t if n_orders > 1 else (next_below(state, n_classes) if n_classes > 2 else 1)
                 )
-                category_order(stats, n_touched, criterion, target_class, keys, order)
+                category_order(stats, n_touched, criterion, target_class, keys, order, ibuf[_MERGE])
             else:
                 for j in range(n_touched):
                     order[j] = j
@@ -180,11 +183,11 @@ def find_split(rows, start, stop, node_impurity, bins, rules, scratch):
             )
             if score > best[0]:
                 best_left = vec[_BEST_LEFT]
-                best_left[:] = 0.0
-                if missing_left:
-                    best_left += vec[_MISSING]
+                for c in range(best_left.shape[0]):
+                    best_left[c] = vec[_MISSING, c] if missing_left else 0.0
                 for j in range(position + 1):
-                    best_left += stats[order[j]]
+                    for c in range(best_left.shape[0]):
+                        best_left[c] += stats[order[j], c]
                     ibuf[_BEST_BINS, j] = bins[order[j]]
                 if vec[_MISSING, 0] == 0.0:
                     # No missing value reached this node: at predict time missing values
@@ -203,7 +206,7 @@ def find_split(rows, start, stop, node_impurity, bins, rules, scratch):
     return best
 
 
-@njit(cache=True)
+@inlined_node_kernel
 def _open_node(
     node_id,
     parent,
@@ -362,13 +365,104 @@ class Workspace(NamedTuple):
 
 
 @njit(cache=True)
-def _ensure_bitsets(bitsets, n_needed):
-    """Double the bitset table while it has fewer than ``n_needed`` rows."""
-    while bitsets.shape[0] < n_needed:
-        grown = np.empty((2 * bitsets.shape[0], BITSET_WORDS), dtype=BITSET_DTYPE)
-        grown[: bitsets.shape[0]] = bitsets
-        bitsets = grown
-    return bitsets
+def _grown_bitsets(bitsets):
+    """The bitset table with twice the rows, the first ones copied."""
+    grown = np.empty((2 * bitsets.shape[0], BITSET_WORDS), dtype=BITSET_DTYPE)
+    grown[: bitsets.shape[0]] = bitsets
+    return grown
+
+
+@inlined_node_kernel
+def _split_node(
+    node_id, n_nodes, n_bitsets, w_root, nodes, values, bitsets, rows, bins, rules, scratch
+):
+    """Split node ``node_id`` by its recorded split and open its children.
+
+    The node's rows are partitioned (``rows[3]``, ``sample_indices``, with targets and weights),
+    then each child's statistics are summed over its now contiguous rows and the child is opened
+    (``_open_node``) as node ``n_nodes`` (left) or ``n_nodes + 1`` (right). The right child is
+    opened first: the random stream's draws follow that order. ``bitsets`` must have room for
+    two more rows.
+
+    Returns
+    -------
+    n_bitsets : int
+    left_splittable, right_splittable : bool
+    """
+    codes, node_y, node_w, sample_indices = rows
+    vec, buffers = scratch[5], scratch[8]
+    criterion = rules[0]
+    record = nodes[node_id]
+    start = record["start"]
+    stop = record["stop"]
+    boundary = partition(
+        codes,
+        record["feature"],
+        sample_indices,
+        node_y,
+        node_w,
+        start,
+        stop,
+        record["bin_threshold"],
+        record["missing_go_to_left"] == 1,
+        record["is_categorical"] == 1,
+        bitsets[max(record["bitset_idx"], 0)],
+        buffers[0],
+        buffers[1],
+        buffers[2],
+    )
+    record["left"] = n_nodes
+    record["right"] = n_nodes + 1
+    depth = record["depth"] + 1
+    total = vec[_TOTAL]
+    splittable = False
+    for side in (1, 0):
+        lo, hi = (start, boundary) if side == 0 else (boundary, stop)
+        child_impurity = node_statistics(node_y, node_w, lo, hi, criterion, total)
+        right_splittable = splittable
+        n_bitsets, splittable = _open_node(
+            n_nodes + side,
+            node_id,
+            depth,
+            lo,
+            hi,
+            total,
+            child_impurity,
+            w_root,
+            nodes,
+            values,
+            bitsets,
+            n_bitsets,
+            rows,
+            bins,
+            rules,
+            scratch,
+        )
+    return n_bitsets, splittable, right_splittable
+
+
+@node_kernel
+def _grow_depth_first(
+    n_nodes, n_bitsets, stack, n_stack, w_root, nodes, values, bitsets, rows, bins, rules, scratch
+):
+    """Split the nodes on ``stack`` (depth-first, left subtree first) until it is empty, or until
+    ``bitsets`` or ``stack`` lacks room for one more split: the caller then grows them and calls
+    again. Returns ``n_nodes, n_bitsets, n_stack``."""
+    while n_stack > 0 and bitsets.shape[0] >= n_bitsets + 2 and stack.shape[0] >= n_stack + 2:
+        n_stack -= 1
+        node_id = stack[n_stack]
+        n_bitsets, left_splittable, right_splittable = _split_node(
+            node_id, n_nodes, n_bitsets, w_root, nodes, values, bitsets, rows, bins, rules, scratch
+        )
+        # Right child first on the stack, so the left subtree is grown first.
+        if right_splittable:
+            stack[n_stack] = n_nodes + 1
+            n_stack += 1
+        if left_splittable:
+            stack[n_stack] = n_nodes
+            n_stack += 1
+        n_nodes += 2
+    return n_nodes, n_bitsets, n_stack
 
 
 @njit(cache=True, nogil=True)
@@ -449,9 +543,8 @@ def grow(
     hist = np.zeros((N_BIN_CODES, n_channels))
     stats = np.zeros((N_BIN_CODES, n_channels))
     vec = np.zeros((N_SCRATCH_VECTORS, n_channels))
-    ibuf = np.zeros((4, N_BIN_CODES), dtype=np.int64)
+    ibuf = np.zeros((N_INT_SCRATCH, N_BIN_CODES), dtype=np.int64)
     keys = np.zeros(N_BIN_CODES)
-    children = np.zeros((2, n_channels))  # statistics of the two children of a split
     # y and w in sample_indices order; the partition keeps them aligned with their rows.
     for i in range(n_rows):
         node_y[i] = y[sample_indices[i]]
@@ -477,7 +570,17 @@ def grow(
         min_weight_leaf,
         min_impurity_decrease,
     )
-    scratch = (state, candidates, features, hist, stats, vec, ibuf, keys)
+    scratch = (
+        state,
+        candidates,
+        features,
+        hist,
+        stats,
+        vec,
+        ibuf,
+        keys,
+        (buffer, y_buffer, w_buffer),
+    )
     total = vec[_TOTAL]
     root_impurity = node_statistics(node_y, node_w, 0, n_rows, criterion, total)
     w_root = stats_weight(total, criterion)
@@ -506,78 +609,39 @@ def grow(
         else:
             stack[0] = 0
             n_stack = 1
-    n_split = 0
-    while n_stack > 0 or len(heap) > 0:
-        if best_first and n_split + 1 >= max_leaf_nodes:
-            break
-        if best_first:
-            node_id = heapq.heappop(heap)[1]
-        else:
-            n_stack -= 1
-            node_id = stack[n_stack]
-        record = nodes[node_id]
-        start = record["start"]
-        stop = record["stop"]
-        boundary = partition(
-            codes,
-            record["feature"],
-            sample_indices,
-            node_y,
-            node_w,
-            start,
-            stop,
-            record["bin_threshold"],
-            record["missing_go_to_left"] == 1,
-            record["is_categorical"] == 1,
-            bitsets[max(record["bitset_idx"], 0)],
-            buffer,
-            y_buffer,
-            w_buffer,
-            criterion,
-            children,
-        )
-        record["left"] = n_nodes
-        record["right"] = n_nodes + 1
-        depth = record["depth"] + 1
-        n_split += 1
-        bitsets = _ensure_bitsets(bitsets, n_bitsets + 2)  # room for both children's splits
+    while n_stack > 0:  # depth-first
+        if bitsets.shape[0] < n_bitsets + 2:
+            bitsets = _grown_bitsets(bitsets)
         if stack.shape[0] < n_stack + 2:
             grown = np.empty(2 * stack.shape[0], dtype=np.int64)
             grown[:n_stack] = stack[:n_stack]
             stack = grown
-        # Right child first on the stack, so the left subtree is grown first.
-        for side in (1, 0):
-            child = n_nodes + side
-            lo, hi = (start, boundary) if side == 0 else (boundary, stop)
-            total[:] = children[side]
-            if classification:
-                child_impurity = impurity(total, criterion)
-            else:  # squared error: exact two-pass impurity
-                child_impurity = node_statistics(node_y, node_w, lo, hi, criterion, total)
-            n_bitsets, splittable = _open_node(
-                child,
-                node_id,
-                depth,
-                lo,
-                hi,
-                total,
-                child_impurity,
-                w_root,
-                nodes,
-                values,
-                bitsets,
-                n_bitsets,
-                rows,
-                bins,
-                rules,
-                scratch,
-            )
+        n_nodes, n_bitsets, n_stack = _grow_depth_first(
+            n_nodes,
+            n_bitsets,
+            stack,
+            n_stack,
+            w_root,
+            nodes,
+            values,
+            bitsets,
+            rows,
+            bins,
+            rules,
+            scratch,
+        )
+    n_split = 0
+    while len(heap) > 0 and n_split + 1 < max_leaf_nodes:  # best-first
+        node_id = heapq.heappop(heap)[1]
+        if bitsets.shape[0] < n_bitsets + 2:
+            bitsets = _grown_bitsets(bitsets)
+        n_bitsets, left_splittable, right_splittable = _split_node(
+            node_id, n_nodes, n_bitsets, w_root, nodes, values, bitsets, rows, bins, rules, scratch
+        )
+        n_split += 1
+        for child, splittable in ((n_nodes + 1, right_splittable), (n_nodes, left_splittable)):
             if splittable:
-                if best_first:
-                    heapq.heappush(heap, (-nodes[child]["improvement"], np.int64(child)))
-                else:
-                    stack[n_stack] = child
-                    n_stack += 1
+                heapq.heappush(heap, (-nodes[child]["improvement"], np.int64(child)))
         n_nodes += 2
 
     # Nodes left on the frontier (best-first growth stopped) become leaves.

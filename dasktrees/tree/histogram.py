@@ -12,10 +12,10 @@ zeroes them again. A node with few rows therefore never pays for the 256 bins it
 """
 
 import numpy as np
-from numba import njit
 
 from .._dtypes import MISSING_BIN
 from ..criteria import SQUARED_ERROR, impurity
+from ._jit import node_kernel
 
 # Below this many touched bins, sorting them beats walking every bin of the feature.
 _SORT_TOUCHED_BELOW = 32
@@ -23,7 +23,7 @@ _SORT_TOUCHED_BELOW = 32
 _TRACK_TOUCHED_BELOW = 1024
 
 
-@njit(cache=True)
+@node_kernel
 def build_histogram(codes, f, sample_indices, start, stop, y, w, criterion, hist, touched):
     """Add the rows ``sample_indices[start:stop]`` to ``hist`` by their code of feature ``f``.
 
@@ -78,7 +78,7 @@ def build_histogram(codes, f, sample_indices, start, stop, y, w, criterion, hist
     return n_touched if track else -1
 
 
-@njit(cache=True)
+@node_kernel
 def _insertion_sort(a, n):
     for i in range(1, n):
         key = a[i]
@@ -89,7 +89,7 @@ def _insertion_sort(a, n):
         a[j + 1] = key
 
 
-@njit(cache=True)
+@node_kernel
 def compact(hist, touched, n_touched, n_bins_f, bins_out, stats_out, missing_out):
     """Move the filled rows of ``hist`` out in increasing bin order and zero ``hist`` again.
 
@@ -134,7 +134,7 @@ def compact(hist, touched, n_touched, n_bins_f, bins_out, stats_out, missing_out
     return n_touched
 
 
-@njit(cache=True)
+@node_kernel
 def node_statistics(node_y, node_w, start, stop, criterion, stats_out):
     """Statistics vector of the node's rows (layout in ``criteria``).
 
@@ -151,21 +151,44 @@ def node_statistics(node_y, node_w, start, stop, criterion, stats_out):
         The node impurity; for squared error computed in two passes (mean, then squared
         deviations), which stays exact where ``E[y^2] - E[y]^2`` would cancel.
     """
-    stats_out[:] = 0.0
+    # Sums are kept in registers and written once: summed in place, each addition waited for
+    # the store of the previous one. The same additions in the same order as summing in place.
+    n_rows = 0.0
     if criterion == SQUARED_ERROR:
+        w_sum = 0.0
+        wy_sum = 0.0
+        wy2_sum = 0.0
         for i in range(start, stop):
-            stats_out[0] += 1.0
-            stats_out[1] += node_w[i]
-            stats_out[2] += node_w[i] * node_y[i]
-            stats_out[3] += node_w[i] * node_y[i] * node_y[i]
-        if stats_out[1] <= 0.0:
+            n_rows += 1.0
+            w_sum += node_w[i]
+            wy_sum += node_w[i] * node_y[i]
+            wy2_sum += node_w[i] * node_y[i] * node_y[i]
+        stats_out[0] = n_rows
+        stats_out[1] = w_sum
+        stats_out[2] = wy_sum
+        stats_out[3] = wy2_sum
+        if w_sum <= 0.0:
             return 0.0
-        mean = stats_out[2] / stats_out[1]
+        mean = wy_sum / w_sum
         deviation = 0.0
         for i in range(start, stop):
             deviation += node_w[i] * (node_y[i] - mean) ** 2
-        return deviation / stats_out[1]
-    for i in range(start, stop):
-        stats_out[0] += 1.0
-        stats_out[1 + np.int64(node_y[i])] += node_w[i]
+        return deviation / w_sum
+    stats_out[:] = 0.0
+    if stats_out.shape[0] == 3:
+        # Two classes, y in {0, 1}: w * y and w * (1 - y) are w or 0.0 exactly, and adding 0.0
+        # leaves a sum of weights as it is; no branch on the class, which is a coin flip.
+        w_0 = 0.0
+        w_1 = 0.0
+        for i in range(start, stop):
+            n_rows += 1.0
+            w_0 += node_w[i] * (1.0 - node_y[i])
+            w_1 += node_w[i] * node_y[i]
+        stats_out[1] = w_0
+        stats_out[2] = w_1
+    else:
+        for i in range(start, stop):
+            n_rows += 1.0
+            stats_out[1 + np.int64(node_y[i])] += node_w[i]
+    stats_out[0] = n_rows
     return impurity(stats_out, criterion)

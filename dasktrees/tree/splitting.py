@@ -26,11 +26,12 @@ from ..criteria import (
     impurity,
     stats_weight,
 )
+from ._jit import node_kernel
 
 _LN2 = np.log(2.0)
 
 NO_SPLIT = -np.inf
-_INSERTION_SORT_BELOW = 32  # categories; beyond, ``np.argsort``
+_INSERTION_SORT_BELOW = 32  # categories; beyond, a merge sort of sorted runs
 
 
 @njit(cache=True, inline="always")
@@ -129,7 +130,7 @@ def cut_score(prefix, missing, total, missing_left, criterion, parent_impurity, 
     return (parent_impurity + entropy_proxy / _LN2 / (w_left + w_right)) / info
 
 
-@njit(cache=True)
+@node_kernel
 def scan_cuts(
     stats,
     order,
@@ -203,15 +204,16 @@ def scan_cuts(
     return best_score, best_position, best_missing_left
 
 
-@njit(cache=True)
-def category_order(stats, n_bins, criterion, target_class, keys, order):
+@node_kernel
+def category_order(stats, n_bins, criterion, target_class, keys, order, merge_buffer):
     """Order categories by a target statistic, so that prefixes of the order are the candidates.
 
     Regression: mean target; classification: proportion of ``target_class``. For a binary class
     or a regression target with squared error, the best subset split is a prefix of this order
     (Breiman et al. 1984, seed 004), so scanning prefixes is exact.
 
-    Writes ``order[:n_bins]`` (a stable argsort of ``keys[:n_bins]``).
+    Writes ``order[:n_bins]``: a stable argsort of ``keys[:n_bins]`` (``merge_buffer``, of the
+    same length as ``order``, is scratch).
     """
     for k in range(n_bins):
         w = stats_weight(stats[k], criterion)
@@ -219,22 +221,57 @@ def category_order(stats, n_bins, criterion, target_class, keys, order):
             keys[k] = stats[k, 2] / w if w > 0.0 else 0.0
         else:
             keys[k] = stats[k, 1 + target_class] / w if w > 0.0 else 0.0
-    if n_bins > _INSERTION_SORT_BELOW:
-        order[:n_bins] = np.argsort(keys[:n_bins], kind="mergesort")
-        return
-    # Few categories (most nodes): a stable insertion sort, without allocating.
     for k in range(n_bins):
         order[k] = k
-    for k in range(1, n_bins):
+    if n_bins < _INSERTION_SORT_BELOW:
+        _insertion_argsort(keys, order, 0, n_bins)
+    else:
+        _merge_argsort(keys, order, n_bins, merge_buffer)
+
+
+@njit(cache=True, inline="always")
+def _insertion_argsort(keys, order, lo, hi):
+    """Stable insertion sort of ``order[lo:hi]`` by ``keys``."""
+    for k in range(lo + 1, hi):
         item = order[k]
         j = k - 1
-        while j >= 0 and keys[order[j]] > keys[item]:
+        while j >= lo and keys[order[j]] > keys[item]:
             order[j + 1] = order[j]
             j -= 1
         order[j + 1] = item
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
+def _merge_argsort(keys, order, n, buffer):
+    """Stable sort of ``order[:n]`` by ``keys``: sorted runs of _INSERTION_SORT_BELOW, then
+    bottom-up merges between ``order`` and ``buffer``; a tie keeps the left run's item first,
+    as ``np.argsort(kind="stable")`` does."""
+    for lo in range(0, n, _INSERTION_SORT_BELOW):
+        _insertion_argsort(keys, order, lo, min(lo + _INSERTION_SORT_BELOW, n))
+    src, dst = order, buffer
+    in_order = True
+    width = _INSERTION_SORT_BELOW
+    while width < n:
+        for lo in range(0, n, 2 * width):
+            mid = min(lo + width, n)
+            hi = min(lo + 2 * width, n)
+            i, j = lo, mid
+            for k in range(lo, hi):
+                if j >= hi or (i < mid and keys[src[i]] <= keys[src[j]]):
+                    dst[k] = src[i]
+                    i += 1
+                else:
+                    dst[k] = src[j]
+                    j += 1
+        src, dst = dst, src
+        in_order = not in_order
+        width *= 2
+    if not in_order:
+        for k in range(n):
+            order[k] = buffer[k]
+
+
+@node_kernel
 def random_cut(bins, n_bins, bin_values_f, state):
     """Cut position of a threshold drawn uniformly between the node's smallest and largest value.
 
@@ -272,7 +309,7 @@ def middle_edge(low_bin, high_bin, bin_values_f, edges_f):
     return cut
 
 
-@njit(cache=True)
+@node_kernel
 def random_category_cut(n_bins, state):
     """Cut position drawn uniformly among the ``n_bins - 1`` cuts of a category order."""
     return next_below(state, n_bins - 1)
@@ -288,7 +325,7 @@ def goes_left(code, bin_threshold, missing_go_to_left, is_categorical, bitset):
     return code <= bin_threshold
 
 
-@njit(cache=True)
+@node_kernel
 def partition(
     codes,
     f,
@@ -304,10 +341,8 @@ def partition(
     buffer,
     y_buffer,
     w_buffer,
-    criterion,
-    children,
 ):
-    """Stable in-place partition of a node's rows by a split, summing the children's statistics.
+    """Stable in-place partition of a node's rows by a split.
 
         before  [a b c d e f]        (rows of the node, in row order)
         after   [b e | a c d f]      left rows, then right rows, each still in row order
@@ -315,51 +350,36 @@ def partition(
     ``codes`` is the binned training set (rows x features) and ``f`` the split feature.
     ``node_y`` and ``node_w`` (targets and weights in ``sample_indices`` order) are moved with
     their rows, so the children find theirs contiguous. Keeping row order keeps the code
-    gathers of the children cache friendly, and sums each child's statistics in the order a
-    pass over the child would.
-
-    Parameters
-    ----------
-    children : ndarray of float64, shape (2, n_channels)
-        Written: the statistics of the left and right child (layout in ``criteria``).
+    gathers of the children cache friendly. ``buffer``, ``y_buffer`` and ``w_buffer`` are
+    scratch for the right rows.
 
     Returns
     -------
     int
         The boundary: left rows are ``[start:boundary]``, right rows ``[boundary:stop]``.
     """
-    children[:] = 0.0
-    regression = criterion == SQUARED_ERROR
     n_left = start
     n_right = 0
     for i in range(start, stop):
         row = sample_indices[i]
         yi = node_y[i]
         wi = node_w[i]
-        side = (
-            0
-            if goes_left(codes[row, f], bin_threshold, missing_go_to_left, is_categorical, bitset)
-            else 1
+        left = np.int64(
+            goes_left(codes[row, f], bin_threshold, missing_go_to_left, is_categorical, bitset)
         )
-        child = children[side]
-        child[0] += 1.0
-        if regression:
-            child[1] += wi
-            child[2] += wi * yi
-            child[3] += wi * yi * yi
-        else:
-            child[1 + np.int64(yi)] += wi
-        if side == 0:
-            sample_indices[n_left] = row
-            node_y[n_left] = yi
-            node_w[n_left] = wi
-            n_left += 1
-        else:
-            buffer[n_right] = row
-            y_buffer[n_right] = yi
-            w_buffer[n_right] = wi
-            n_right += 1
-    sample_indices[n_left:stop] = buffer[:n_right]
-    node_y[n_left:stop] = y_buffer[:n_right]
-    node_w[n_left:stop] = w_buffer[:n_right]
+        # Each row is written to both sides and only its own side moves on: the side of a row
+        # is a coin flip at many nodes, and a branch on it was mispredicted half the time.
+        # Slot n_left <= i has already been read.
+        sample_indices[n_left] = row
+        node_y[n_left] = yi
+        node_w[n_left] = wi
+        buffer[n_right] = row
+        y_buffer[n_right] = yi
+        w_buffer[n_right] = wi
+        n_left += left
+        n_right += 1 - left
+    for k in range(n_right):
+        sample_indices[n_left + k] = buffer[k]
+        node_y[n_left + k] = y_buffer[k]
+        node_w[n_left + k] = w_buffer[k]
     return n_left
