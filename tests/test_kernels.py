@@ -233,9 +233,15 @@ def test_cut_score_orders_like_split_score(criterion):
 
 
 @settings(max_examples=40, deadline=None)
-@given(seed=st.integers(0, 2**31), categorical=st.booleans(), missing_left=st.booleans())
-def test_partition_is_stable_and_complete(seed, categorical, missing_left):
-    codes, y, w, rows = random_node(seed, 400, 20, GINI)
+@given(
+    seed=st.integers(0, 2**31),
+    categorical=st.booleans(),
+    missing_left=st.booleans(),
+    two_classes=st.booleans(),
+)
+def test_partition_is_stable_and_complete(seed, categorical, missing_left, two_classes):
+    codes, y, w, rows = random_node(seed, 400, 20, GINI, n_classes=2 if two_classes else 3)
+    children = np.full((2, 3), -1.0)
     start, stop = 10, len(rows) - 5
     before = rows.copy()
     node_y, node_w = y[rows], w[rows]
@@ -259,6 +265,8 @@ def test_partition_is_stable_and_complete(seed, categorical, missing_left):
         np.empty(n, np.int64),
         np.empty(n),
         np.empty(n),
+        two_classes,
+        children,
     )
     segment = before[start:stop]
     seg_codes = codes[segment]
@@ -273,3 +281,11 @@ def test_partition_is_stable_and_complete(seed, categorical, missing_left):
     np.testing.assert_array_equal(rows[stop:], before[stop:])
     np.testing.assert_array_equal(node_y, y[rows])
     np.testing.assert_array_equal(node_w, w[rows])
+    if not two_classes:
+        assert (children == -1.0).all()
+        return
+    # The children's statistics: exactly the sums of a pass over each child's rows.
+    for side, (lo, hi) in enumerate([(start, boundary), (boundary, stop)]):
+        expected = np.zeros(3)
+        node_statistics(node_y, node_w, lo, hi, GINI, expected)
+        np.testing.assert_array_equal(children[side], expected)

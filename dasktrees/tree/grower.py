@@ -11,11 +11,13 @@ says which node to split next:
 * best-first (``max_leaf_nodes``): a heap keyed by ``(-improvement, node_id)``, as scikit-learn
   does.
 
-Splitting a node partitions its rows, then sums each child's statistics over its now contiguous
-rows. The kernels that run once per node are compiled without numba's runtime (``_jit``).
+Splitting a node partitions its rows and sums each child's statistics (in the same pass for two
+classes, else over the child's now contiguous rows).
 
 The whole loop runs in numba: a full-depth tree on a million rows has some hundred thousand
-nodes, and a Python step per node would cost more than all the histograms.
+nodes, and a Python step per node would cost more than all the histograms. The kernels that run
+once per node are compiled without numba's runtime, and the split search is inlined into the
+depth-first loop (``_jit`` says why).
 """
 
 import heapq
@@ -44,8 +46,8 @@ from .tree import Tree
 EPSILON = np.finfo(np.float64).eps
 
 # Rows of the float scratch matrix ``vec`` (n_channels wide each).
-_RIGHT, _PREFIX, _MISSING, _BEST_LEFT, _TOTAL = 0, 1, 2, 3, 4
-N_SCRATCH_VECTORS = 5
+_RIGHT, _PREFIX, _MISSING, _BEST_LEFT, _TOTAL, _LEFT_CHILD, _RIGHT_CHILD = range(7)
+N_SCRATCH_VECTORS = 7
 # Rows of the integer scratch matrix ``ibuf`` (N_BIN_CODES wide each).
 _TOUCHED, _BINS, _ORDER, _BEST_BINS, _MERGE = 0, 1, 2, 3, 4
 N_INT_SCRATCH = 5
@@ -379,7 +381,8 @@ def _split_node(
     """Split node ``node_id`` by its recorded split and open its children.
 
     The node's rows are partitioned (``rows[3]``, ``sample_indices``, with targets and weights),
-    then each child's statistics are summed over its now contiguous rows and the child is opened
+    then each child's statistics are summed (by the partition itself for two classes, else over
+    the child's now contiguous rows) and the child is opened
     (``_open_node``) as node ``n_nodes`` (left) or ``n_nodes + 1`` (right). The right child is
     opened first: the random stream's draws follow that order. ``bitsets`` must have room for
     two more rows.
@@ -391,7 +394,8 @@ def _split_node(
     """
     codes, node_y, node_w, sample_indices = rows
     vec, buffers = scratch[5], scratch[8]
-    criterion = rules[0]
+    criterion, n_classes = rules[0], rules[1]
+    two_classes = criterion != SQUARED_ERROR and n_classes == 2
     record = nodes[node_id]
     start = record["start"]
     stop = record["stop"]
@@ -410,6 +414,8 @@ def _split_node(
         buffers[0],
         buffers[1],
         buffers[2],
+        two_classes,
+        vec[_LEFT_CHILD : _RIGHT_CHILD + 1],
     )
     record["left"] = n_nodes
     record["right"] = n_nodes + 1
@@ -418,7 +424,12 @@ def _split_node(
     splittable = False
     for side in (1, 0):
         lo, hi = (start, boundary) if side == 0 else (boundary, stop)
-        child_impurity = node_statistics(node_y, node_w, lo, hi, criterion, total)
+        if two_classes:  # summed by the partition
+            for c in range(3):
+                total[c] = vec[_LEFT_CHILD + side, c]
+            child_impurity = impurity(total, criterion)
+        else:
+            child_impurity = node_statistics(node_y, node_w, lo, hi, criterion, total)
         right_splittable = splittable
         n_bitsets, splittable = _open_node(
             n_nodes + side,

@@ -341,6 +341,8 @@ def partition(
     buffer,
     y_buffer,
     w_buffer,
+    two_classes,
+    children,
 ):
     """Stable in-place partition of a node's rows by a split.
 
@@ -353,6 +355,11 @@ def partition(
     gathers of the children cache friendly. ``buffer``, ``y_buffer`` and ``w_buffer`` are
     scratch for the right rows.
 
+    With ``two_classes`` (classification, y in {0, 1}) the same pass sums the children's
+    statistics: ``children[0]`` and ``children[1]`` (float64, three channels) are written
+    ``[n_rows, w_0, w_1]`` of the left and right child, the same sums in the same order as
+    ``histogram.node_statistics`` over each child's rows. Otherwise ``children`` is not touched.
+
     Returns
     -------
     int
@@ -360,6 +367,9 @@ def partition(
     """
     n_left = start
     n_right = 0
+    # Each row adds w or exactly 0.0 to each sum (w * y, w * (1 - y) and the side as 0.0 / 1.0),
+    # and adding 0.0 leaves a sum of weights as it is: per child, the sums of its rows in order.
+    left_0 = left_1 = right_0 = right_1 = 0.0
     for i in range(start, stop):
         row = sample_indices[i]
         yi = node_y[i]
@@ -367,6 +377,14 @@ def partition(
         left = np.int64(
             goes_left(codes[row, f], bin_threshold, missing_go_to_left, is_categorical, bitset)
         )
+        if two_classes:
+            on_left = np.float64(left)
+            w_1 = wi * yi
+            w_0 = wi * (1.0 - yi)
+            left_0 += w_0 * on_left
+            left_1 += w_1 * on_left
+            right_0 += w_0 * (1.0 - on_left)
+            right_1 += w_1 * (1.0 - on_left)
         # Each row is written to both sides and only its own side moves on: the side of a row
         # is a coin flip at many nodes, and a branch on it was mispredicted half the time.
         # Slot n_left <= i has already been read.
@@ -382,4 +400,11 @@ def partition(
         sample_indices[n_left + k] = buffer[k]
         node_y[n_left + k] = y_buffer[k]
         node_w[n_left + k] = w_buffer[k]
+    if two_classes:
+        children[0, 0] = np.float64(n_left - start)
+        children[0, 1] = left_0
+        children[0, 2] = left_1
+        children[1, 0] = np.float64(n_right)
+        children[1, 1] = right_0
+        children[1, 2] = right_1
     return n_left
