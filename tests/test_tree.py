@@ -202,3 +202,33 @@ def test_stopping_rules(params):
         ) / w[0]
         assert decrease.min() >= 0.01 - 1e-12
     assert_tree_invariants(tree)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_arrays_from_records_and_pickle_round_trip(seed):
+    """The arrays the one-pass kernels write: each field as the grower recorded it, raw
+    thresholds from the bin table for numeric splits only; and pickling (split fields kept for
+    split nodes only) gives back every array, dtype included."""
+    import pickle
+
+    from dasktrees._dtypes import TREE_UNDEFINED
+    from dasktrees.tree.tree import TREE_ARRAYS
+
+    X, y = random_table(seed)
+    model = DecisionTreeRegressor(max_features=0.75, random_state=seed).fit(X, y)
+    t = model.tree_
+    split = t.children_left != TREE_LEAF
+    numeric = split & (t.is_categorical == 0)
+    assert numeric.any() and (split & (t.is_categorical == 1)).any()
+    table = model.bin_mapper_.threshold_table()
+    np.testing.assert_array_equal(
+        t.threshold[numeric], table[t.feature[numeric], t.bin_threshold[numeric]]
+    )
+    assert (t.threshold[~numeric] == TREE_UNDEFINED).all()
+    assert (t.feature[~split] == TREE_UNDEFINED).all() and (t.bitset_idx[~split] == -1).all()
+    assert (t.bitset_idx[split & (t.is_categorical == 1)] >= 0).all()
+    again = pickle.loads(pickle.dumps(t))
+    for name in TREE_ARRAYS:
+        original, loaded = getattr(t, name), getattr(again, name)
+        assert loaded.dtype == original.dtype, name
+        np.testing.assert_array_equal(loaded, original, err_msg=name)
