@@ -232,3 +232,33 @@ def test_arrays_from_records_and_pickle_round_trip(seed):
         original, loaded = getattr(t, name), getattr(again, name)
         assert loaded.dtype == original.dtype, name
         np.testing.assert_array_equal(loaded, original, err_msg=name)
+
+
+@pytest.mark.parametrize("regression", [False, True])
+def test_state_from_growth_is_the_trees_pickle_state(regression):
+    """What a forest task ships, written from the growth records, equals the state of the tree
+    ``grow_tree`` builds from the same records, array for array."""
+    from dasktrees._params import check_tree_params
+    from dasktrees.tree.grower import _grow_records
+    from dasktrees.tree.tree import Tree
+
+    X, y = random_table(3)
+    model = DecisionTreeRegressor() if regression else DecisionTreeClassifier()
+    model.fit(X, y if regression else y > 1.0)
+    codes = model.bin_mapper_.transform(X)
+    target = y if regression else (y > 1.0).astype(float)
+    weights = np.random.default_rng(0).poisson(1.0, len(y)).astype(float)
+    params = check_tree_params(model, len(y), codes.shape[1], not regression)
+    arrays = model.bin_mapper_.kernel_arrays()
+    n_values = 1 if regression else 2
+    args = (codes, target, weights, arrays, params, n_values, 7, None, None)
+    records = _grow_records(*args)
+    state = Tree.state_from_growth(*records, arrays.thresholds, codes.shape[1])
+    expected = Tree.from_growth(*records, arrays.thresholds, codes.shape[1]).__getstate__()
+    assert state.keys() == expected.keys()
+    for name, array in expected.items():
+        if name == "n_features":
+            assert state[name] == array
+            continue
+        assert state[name].dtype == array.dtype, name
+        np.testing.assert_array_equal(state[name], array, err_msg=name)

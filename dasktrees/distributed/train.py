@@ -28,7 +28,8 @@ import numpy as np
 from .._params import GrowthParams
 from ..binning import BinArrays
 from ..sampling import tree_counts, tree_seed, tree_subspace
-from ..tree.grower import Workspace, grow_tree
+from ..tree.grower import Workspace, grow_tree_state
+from ..tree.tree import Tree
 
 
 @dataclass(frozen=True)
@@ -65,14 +66,15 @@ def _stack(arrays):
 
 def _grow_one(spec, tree, codes, y, weights, counts, workspace):
     """Grow tree ``tree`` on rows weighted ``weights`` (base weight x count), in the task's
-    ``workspace`` (``grower.Workspace``: one for all the trees of a task)."""
+    ``workspace`` (``grower.Workspace``: one for all the trees of a task); returns its compact
+    state (``grower.grow_tree_state``)."""
     if spec.balanced_subsample:
         classes = y.astype(np.int64)
         in_bag = np.bincount(classes, weights=counts, minlength=spec.n_classes)
         balance = counts.sum() / (spec.n_classes * np.maximum(in_bag, 1.0))
         weights = weights * balance[classes]
     candidates = tree_subspace(spec.seed, tree, codes.shape[1], spec.n_features_tree)
-    return grow_tree(
+    return grow_tree_state(
         codes,
         y,
         weights,
@@ -91,14 +93,15 @@ def _workspace(spec, n_rows):
     return Workspace.for_rows(n_rows, spec.n_classes, spec.params)
 
 
-def _shipped(trees):
-    """A task's trees as one pickle, which ``grow_forest`` loads on the client.
+def _shipped(states):
+    """A task's trees (their compact states) as one pickle, which ``grow_forest`` loads on the
+    client.
 
     Distributed serialises a list of objects by walking it, with a header and a frame for every
     array (a tree has fourteen); one blob per task moves at copy speed instead. Measured on the
     flights benchmark's trees (7 MB each): 7-12 ms per tree as a blob, 40-65 ms as a list.
     """
-    return pickle.dumps(trees, protocol=pickle.HIGHEST_PROTOCOL)
+    return pickle.dumps(states, protocol=pickle.HIGHEST_PROTOCOL)
 
 
 def grow_batch(spec, trees, *blocks):
@@ -220,7 +223,7 @@ def grow_forest(client, data, spec, tree_ids, trees_per_task=None, mode="auto", 
     grown = {}
     n_done = 0
     for future in finished:
-        grown[future.key] = pickle.loads(future.result())
+        grown[future.key] = [Tree.from_state(state) for state in pickle.loads(future.result())]
         n_done += len(grown[future.key])
         if progress is not None:
             progress(n_done, len(tree_ids))

@@ -664,6 +664,39 @@ def grow(
     return nodes[:n_nodes], values[:n_nodes], bitsets[:n_bitsets]
 
 
+def _grow_records(codes, y, weights, bin_arrays, params, n_classes, seed, candidates, workspace):
+    """``grow``'s records (nodes, values, bitsets) for ``grow_tree``'s arguments."""
+    if candidates is None:
+        candidates = np.arange(codes.shape[1], dtype=np.int64)
+    sample_indices = np.flatnonzero(weights > 0).astype(np.int64, copy=False)
+    # A node holds n_classes values, or 1 for regression (n_classes is then 1).
+    if workspace is None or not workspace.fits(len(sample_indices), n_classes, params):
+        workspace = Workspace.for_rows(len(sample_indices), n_classes, params)
+    return grow(
+        codes,
+        y,
+        weights,
+        sample_indices,
+        bin_arrays.n_bins,
+        bin_arrays.is_categorical,
+        bin_arrays.bin_values,
+        bin_arrays.thresholds,
+        params.criterion,
+        n_classes,
+        params.random_splitter,
+        params.max_features,
+        params.max_depth,
+        params.min_samples_split,
+        params.min_samples_leaf,
+        params.min_weight_fraction_leaf * weights.sum(),
+        params.max_leaf_nodes,
+        params.min_impurity_decrease,
+        seed,
+        candidates,
+        tuple(workspace),
+    )
+
+
 def grow_tree(
     codes, y, weights, bin_arrays, params, n_classes, seed, candidates=None, workspace=None
 ):
@@ -689,36 +722,22 @@ def grow_tree(
         Reused between the trees of a task; a new one (of this tree's size) when None or too
         small.
     """
-    if candidates is None:
-        candidates = np.arange(codes.shape[1], dtype=np.int64)
-    sample_indices = np.flatnonzero(weights > 0).astype(np.int64, copy=False)
-    # A node holds n_classes values, or 1 for regression (n_classes is then 1).
-    if workspace is None or not workspace.fits(len(sample_indices), n_classes, params):
-        workspace = Workspace.for_rows(len(sample_indices), n_classes, params)
-    nodes, values, bitsets = grow(
-        codes,
-        y,
-        weights,
-        sample_indices,
-        bin_arrays.n_bins,
-        bin_arrays.is_categorical,
-        bin_arrays.bin_values,
-        bin_arrays.thresholds,
-        params.criterion,
-        n_classes,
-        params.random_splitter,
-        params.max_features,
-        params.max_depth,
-        params.min_samples_split,
-        params.min_samples_leaf,
-        params.min_weight_fraction_leaf * weights.sum(),
-        params.max_leaf_nodes,
-        params.min_impurity_decrease,
-        seed,
-        candidates,
-        tuple(workspace),
+    records = _grow_records(
+        codes, y, weights, bin_arrays, params, n_classes, seed, candidates, workspace
     )
-    tree = Tree.from_growth(nodes, values, bitsets, bin_arrays.thresholds, codes.shape[1])
+    tree = Tree.from_growth(*records, bin_arrays.thresholds, codes.shape[1])
     if params.ccp_alpha > 0.0:
         tree = prune_cost_complexity(tree, params.ccp_alpha)
     return tree
+
+
+def grow_tree_state(
+    codes, y, weights, bin_arrays, params, n_classes, seed, candidates=None, workspace=None
+):
+    """``grow_tree(...).__getstate__()``: the compact state a forest task ships
+    (``Tree.from_state`` on the client). Without pruning it is written straight from the
+    growth records, and the tree's full arrays are never built on the worker."""
+    args = (codes, y, weights, bin_arrays, params, n_classes, seed, candidates, workspace)
+    if params.ccp_alpha > 0.0:
+        return grow_tree(*args).__getstate__()
+    return Tree.state_from_growth(*_grow_records(*args), bin_arrays.thresholds, codes.shape[1])

@@ -75,6 +75,38 @@ class Tree:
             **arrays,
         )
 
+    @staticmethod
+    def state_from_growth(nodes, values, bitsets, thresholds, n_features):
+        """``from_growth(...).__getstate__()``, written straight from the grower's records: what
+        a forest task ships, without building the full arrays on the worker."""
+        is_split = nodes["left"] != TREE_LEAF
+        n_split = int(np.count_nonzero(is_split))
+        compact = {
+            name: np.empty(n_split, dtype=_NODE_ARRAY_DTYPES[name]) for name in _LEAF_CONSTANTS
+        }
+        per_node = {
+            name: np.empty(len(nodes), dtype=_NODE_ARRAY_DTYPES[name])
+            for name in ("n_node_samples", "weighted_n_node_samples", "impurity")
+        }
+        _state_from_records(nodes, thresholds, *compact.values(), *per_node.values())
+        if len(bitsets) == 0:
+            bitsets = np.zeros((1, BITSET_WORDS), dtype=BITSET_DTYPE)
+        return {
+            "n_features": n_features,
+            "is_split": np.packbits(is_split),
+            **compact,
+            "categorical_bitsets": np.ascontiguousarray(bitsets),
+            "value": np.array(values, order="C"),
+            **per_node,
+        }
+
+    @classmethod
+    def from_state(cls, state):
+        """The tree of a ``__getstate__`` / ``state_from_growth`` state."""
+        tree = cls.__new__(cls)
+        tree.__setstate__(state)
+        return tree
+
     @property
     def node_count(self):
         return len(self.children_left)
@@ -363,6 +395,46 @@ def _arrays_from_records(
             threshold[i] = thresholds[record["feature"], record["bin_threshold"]]
         else:
             threshold[i] = TREE_UNDEFINED
+
+
+@njit(cache=True, nogil=True)
+def _state_from_records(
+    nodes,
+    thresholds,
+    children_left,
+    children_right,
+    feature,
+    threshold,
+    bin_threshold,
+    missing_go_to_left,
+    is_categorical,
+    bitset_idx,
+    n_node_samples,
+    weighted_n_node_samples,
+    impurity,
+):
+    """The compact state's arrays from the grower's records: the split fields (in
+    ``_LEAF_CONSTANTS`` order) of split nodes only, the other three of every node."""
+    j = 0
+    for i in range(nodes.shape[0]):
+        record = nodes[i]
+        n_node_samples[i] = record["n_samples"]
+        weighted_n_node_samples[i] = record["weighted_n_samples"]
+        impurity[i] = record["impurity"]
+        if record["left"] == TREE_LEAF:
+            continue
+        children_left[j] = record["left"]
+        children_right[j] = record["right"]
+        feature[j] = record["feature"]
+        bin_threshold[j] = record["bin_threshold"]
+        missing_go_to_left[j] = record["missing_go_to_left"]
+        is_categorical[j] = record["is_categorical"]
+        bitset_idx[j] = record["bitset_idx"]
+        if record["is_categorical"] == 0:
+            threshold[j] = thresholds[record["feature"], record["bin_threshold"]]
+        else:
+            threshold[j] = TREE_UNDEFINED
+        j += 1
 
 
 @njit(cache=True)
