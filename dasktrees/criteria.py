@@ -86,6 +86,32 @@ def impurity(stats, criterion):
     return result
 
 
+@njit(cache=True)
+def class_impurity(value, w, criterion):
+    """``impurity`` of a classification node from its class fractions ``value`` and weight
+    ``w``: the same operations on the same numbers, since ``value[k]`` is the ``stats[1 + k] /
+    w`` that ``impurity`` computes (how a tree's impurities are rebuilt rather than shipped)."""
+    if w <= 0.0:
+        return 0.0
+    result = 0.0
+    if criterion == GINI:
+        result = 1.0
+        for k in range(value.shape[0]):
+            p = value[k]
+            result -= p * p
+    elif criterion == MISCLASSIFICATION:
+        p_max = 0.0
+        for k in range(value.shape[0]):
+            p_max = max(p_max, value[k])
+        result = 1.0 - p_max
+    else:  # ENTROPY, GAIN_RATIO
+        for k in range(value.shape[0]):
+            if value[k] > 0.0:
+                p = value[k]
+                result -= p * np.log(p) / _LOG2
+    return result
+
+
 @njit(cache=True, inline="always")
 def binary_entropy(w_left, w_right):
     """Split information of a binary split, in bits (C4.5's denominator)."""

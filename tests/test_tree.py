@@ -234,31 +234,37 @@ def test_arrays_from_records_and_pickle_round_trip(seed):
         np.testing.assert_array_equal(loaded, original, err_msg=name)
 
 
-@pytest.mark.parametrize("regression", [False, True])
-def test_state_from_growth_is_the_trees_pickle_state(regression):
-    """What a forest task ships, written from the growth records, equals the state of the tree
-    ``grow_tree`` builds from the same records, array for array."""
+@pytest.mark.parametrize(
+    "criterion", ["gini", "entropy", "gain_ratio", "misclassification", "squared_error"]
+)
+@pytest.mark.parametrize("fractional_weights", [False, True])
+def test_state_from_growth_gives_back_the_tree(criterion, fractional_weights):
+    """What a forest task ships of a tree, written from the growth records without the fields
+    the client derives (raw thresholds, is_categorical, classification impurities), gives back
+    exactly the tree ``grow_tree`` builds from the same records, array for array."""
     from dasktrees._params import check_tree_params
     from dasktrees.tree.grower import _grow_records
-    from dasktrees.tree.tree import Tree
+    from dasktrees.tree.tree import TREE_ARRAYS, Tree
 
+    regression = criterion == "squared_error"
     X, y = random_table(3)
-    model = DecisionTreeRegressor() if regression else DecisionTreeClassifier()
-    model.fit(X, y if regression else y > 1.0)
+    target = y if regression else np.digitize(y, [0.5, 1.5]).astype(float)  # three classes
+    model = (DecisionTreeRegressor if regression else DecisionTreeClassifier)(criterion=criterion)
+    model.fit(X, target)
     codes = model.bin_mapper_.transform(X)
-    target = y if regression else (y > 1.0).astype(float)
-    weights = np.random.default_rng(0).poisson(1.0, len(y)).astype(float)
+    rng = np.random.default_rng(0)
+    weights = rng.poisson(1.0, len(y)).astype(float)
+    if fractional_weights:
+        weights *= rng.uniform(0.1, 3.0, len(y))
     params = check_tree_params(model, len(y), codes.shape[1], not regression)
     arrays = model.bin_mapper_.kernel_arrays()
-    n_values = 1 if regression else 2
-    args = (codes, target, weights, arrays, params, n_values, 7, None, None)
-    records = _grow_records(*args)
-    state = Tree.state_from_growth(*records, arrays.thresholds, codes.shape[1])
-    expected = Tree.from_growth(*records, arrays.thresholds, codes.shape[1]).__getstate__()
-    assert state.keys() == expected.keys()
-    for name, array in expected.items():
-        if name == "n_features":
-            assert state[name] == array
-            continue
-        assert state[name].dtype == array.dtype, name
-        np.testing.assert_array_equal(state[name], array, err_msg=name)
+    n_values = 1 if regression else 3
+    records = _grow_records(codes, target, weights, arrays, params, n_values, 7, None, None)
+    state = Tree.state_from_growth(*records, arrays.thresholds, codes.shape[1], params.criterion)
+    assert ("impurity" in state) == regression
+    expected = Tree.from_growth(*records, arrays.thresholds, codes.shape[1])
+    tree = Tree.from_state(state, arrays.thresholds)
+    assert (expected.is_categorical == 1).any() and (expected.impurity > 0).any()
+    for name in TREE_ARRAYS:
+        assert getattr(tree, name).dtype == getattr(expected, name).dtype, name
+        np.testing.assert_array_equal(getattr(tree, name), getattr(expected, name), err_msg=name)

@@ -223,7 +223,8 @@ def grow_forest(client, data, spec, tree_ids, trees_per_task=None, mode="auto", 
     grown = {}
     n_done = 0
     for future in finished:
-        grown[future.key] = [Tree.from_state(state) for state in pickle.loads(future.result())]
+        states = pickle.loads(future.result())
+        grown[future.key] = [Tree.from_state(state, spec.bins.thresholds) for state in states]
         n_done += len(grown[future.key])
         if progress is not None:
             progress(n_done, len(tree_ids))

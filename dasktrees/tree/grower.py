@@ -734,10 +734,13 @@ def grow_tree(
 def grow_tree_state(
     codes, y, weights, bin_arrays, params, n_classes, seed, candidates=None, workspace=None
 ):
-    """``grow_tree(...).__getstate__()``: the compact state a forest task ships
-    (``Tree.from_state`` on the client). Without pruning it is written straight from the
-    growth records, and the tree's full arrays are never built on the worker."""
+    """The state a forest task ships of a tree (``Tree.from_state(state, thresholds)`` on the
+    client): without pruning, ``Tree.state_from_growth`` straight from the growth records (the
+    tree's full arrays are never built on the worker), else the pruned tree's
+    ``__getstate__``."""
     args = (codes, y, weights, bin_arrays, params, n_classes, seed, candidates, workspace)
     if params.ccp_alpha > 0.0:
         return grow_tree(*args).__getstate__()
-    return Tree.state_from_growth(*_grow_records(*args), bin_arrays.thresholds, codes.shape[1])
+    return Tree.state_from_growth(
+        *_grow_records(*args), bin_arrays.thresholds, codes.shape[1], params.criterion
+    )
