@@ -110,12 +110,13 @@ def grow_batch(spec, trees, *blocks):
     codes = _stack([b.codes for b in blocks])
     y = _stack([b.y for b in blocks])
     w = _stack([b.w for b in blocks])
-    counts = np.empty(len(y))
+    counts, weights = np.empty(len(y)), np.empty(len(y))  # reused, as the workspace is
     workspace = _workspace(spec, len(y))
     grown = []
     for t in trees:
         tree_counts(spec.seed, t, blocks[0].first_row, spec.lam, counts)
-        grown.append(_grow_one(spec, t, codes, y, w * counts, counts, workspace))
+        np.multiply(w, counts, out=weights)
+        grown.append(_grow_one(spec, t, codes, y, weights, counts, workspace))
     return _shipped(grown)
 
 

@@ -338,6 +338,7 @@ class Workspace(NamedTuple):
     node_w: np.ndarray  # float64 (n_rows,): weights in sample_indices order
     y_buffer: np.ndarray  # float64 (n_rows,): the partition's scratch for targets
     w_buffer: np.ndarray  # float64 (n_rows,): the partition's scratch for weights
+    rows: np.ndarray  # int64 (n_rows,): the tree's sample_indices (``_grow_records``)
 
     @staticmethod
     def _capacity(n_rows, params):
@@ -355,6 +356,7 @@ class Workspace(NamedTuple):
             np.empty((capacity, n_values)),
             np.empty(n_rows, dtype=np.int64),
             *(np.empty(n_rows) for _ in range(4)),
+            np.empty(n_rows, dtype=np.int64),
         )
 
     def fits(self, n_rows, n_values, params):
@@ -545,7 +547,7 @@ def grow(
     classification = criterion != SQUARED_ERROR
     n_channels = n_classes + 1 if classification else 4
     n_rows = sample_indices.shape[0]
-    nodes, values, buffer, node_y, node_w, y_buffer, w_buffer = workspace  # see Workspace
+    nodes, values, buffer, node_y, node_w, y_buffer, w_buffer, _ = workspace  # see Workspace
     buffer, y_buffer, w_buffer = buffer[:n_rows], y_buffer[:n_rows], w_buffer[:n_rows]
     node_y, node_w = node_y[:n_rows], node_w[:n_rows]
     bitsets = np.empty((16, BITSET_WORDS), dtype=BITSET_DTYPE)
@@ -664,11 +666,26 @@ def grow(
     return nodes[:n_nodes], values[:n_nodes], bitsets[:n_bitsets]
 
 
+@njit(cache=True, nogil=True)
+def _positive_rows(weights, out):
+    """Write the rows of positive weight into ``out`` (``np.flatnonzero(weights > 0)`` without
+    allocating); returns how many."""
+    n = 0
+    for i in range(weights.shape[0]):
+        if weights[i] > 0.0:
+            out[n] = i
+            n += 1
+    return n
+
+
 def _grow_records(codes, y, weights, bin_arrays, params, n_classes, seed, candidates, workspace):
     """``grow``'s records (nodes, values, bitsets) for ``grow_tree``'s arguments."""
     if candidates is None:
         candidates = np.arange(codes.shape[1], dtype=np.int64)
-    sample_indices = np.flatnonzero(weights > 0).astype(np.int64, copy=False)
+    if workspace is not None and workspace.rows.shape[0] >= len(weights):
+        sample_indices = workspace.rows[: _positive_rows(weights, workspace.rows)]
+    else:
+        sample_indices = np.flatnonzero(weights > 0).astype(np.int64, copy=False)
     # A node holds n_classes values, or 1 for regression (n_classes is then 1).
     if workspace is None or not workspace.fits(len(sample_indices), n_classes, params):
         workspace = Workspace.for_rows(len(sample_indices), n_classes, params)
