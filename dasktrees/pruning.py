@@ -27,7 +27,7 @@ from sklearn.utils.validation import check_is_fitted, column_or_1d
 from ._dtypes import BITSET_DTYPE, BITSET_WORDS, TREE_LEAF
 from ._validation import check_2d
 from .distributed.client import find_client
-from .tree.tree import _LEAF_CONSTANTS, TREE_ARRAYS, Tree
+from .tree.tree import LEAF_CONSTANTS, TREE_ARRAYS, Tree
 
 # ---- subtrees ----------------------------------------------------------------------------------
 
@@ -56,7 +56,7 @@ def subtree(tree, collapse):
         name: getattr(tree, name)[kept] for name in TREE_ARRAYS if name != "categorical_bitsets"
     }
     is_leaf = (collapse | (tree.children_left == TREE_LEAF))[kept]
-    for name, leaf_value in _LEAF_CONSTANTS.items():
+    for name, leaf_value in LEAF_CONSTANTS.items():
         arrays[name][is_leaf] = leaf_value
     split = ~is_leaf
     for side in ("children_left", "children_right"):

@@ -238,11 +238,12 @@ def test_arrays_from_records_and_pickle_round_trip(seed):
     "criterion", ["gini", "entropy", "gain_ratio", "misclassification", "squared_error"]
 )
 @pytest.mark.parametrize("fractional_weights", [False, True])
-def test_state_from_growth_gives_back_the_tree(criterion, fractional_weights):
+def test_wire_state_gives_back_the_tree(criterion, fractional_weights):
     """What a forest task ships of a tree, written from the growth records without the fields
     the client derives (raw thresholds, is_categorical, classification impurities), gives back
     exactly the tree ``grow_tree`` builds from the same records, array for array."""
     from dasktrees._params import check_tree_params
+    from dasktrees.tree import wire
     from dasktrees.tree.grower import _grow_records
     from dasktrees.tree.tree import TREE_ARRAYS, Tree
 
@@ -260,11 +261,38 @@ def test_state_from_growth_gives_back_the_tree(criterion, fractional_weights):
     arrays = model.bin_mapper_.kernel_arrays()
     n_values = 1 if regression else 3
     records = _grow_records(codes, target, weights, arrays, params, n_values, 7, None, None)
-    state = Tree.state_from_growth(*records, arrays.thresholds, codes.shape[1], params.criterion)
+    state = wire.encode(*records, arrays.thresholds, codes.shape[1], params.criterion)
     assert ("impurity" in state) == regression
+    assert "threshold" not in state and state["feature"].dtype == np.uint8
     expected = Tree.from_growth(*records, arrays.thresholds, codes.shape[1])
-    tree = Tree.from_state(state, arrays.thresholds)
+    tree = wire.decode(state, arrays.thresholds)
     assert (expected.is_categorical == 1).any() and (expected.impurity > 0).any()
     for name in TREE_ARRAYS:
         assert getattr(tree, name).dtype == getattr(expected, name).dtype, name
+        np.testing.assert_array_equal(getattr(tree, name), getattr(expected, name), err_msg=name)
+
+
+@pytest.mark.parametrize("max_leaf_nodes, min_samples_split", [(12, 2), (None, 10_000)])
+def test_wire_state_of_best_first_trees_and_single_leaves(max_leaf_nodes, min_samples_split):
+    """A best-first tree (its frontier leaves hold a leaf's split fields, as after pickling) and
+    a tree of one leaf come back exactly."""
+    from dasktrees._params import check_tree_params
+    from dasktrees.tree import wire
+    from dasktrees.tree.grower import _grow_records
+    from dasktrees.tree.tree import TREE_ARRAYS, Tree
+
+    X, y = random_table(4)
+    labels = (y > 1.0).astype(float)
+    model = DecisionTreeClassifier(
+        max_leaf_nodes=max_leaf_nodes, min_samples_split=min_samples_split
+    ).fit(X, labels)
+    codes = model.bin_mapper_.transform(X)
+    params = check_tree_params(model, len(y), codes.shape[1], True)
+    arrays = model.bin_mapper_.kernel_arrays()
+    records = _grow_records(codes, labels, np.ones(len(y)), arrays, params, 2, 0, None, None)
+    state = wire.encode(*records, arrays.thresholds, codes.shape[1], params.criterion)
+    expected = Tree.from_growth(*records, arrays.thresholds, codes.shape[1])
+    assert expected.node_count == (1 if max_leaf_nodes is None else 2 * max_leaf_nodes - 1)
+    tree = wire.decode(state, arrays.thresholds)
+    for name in TREE_ARRAYS:
         np.testing.assert_array_equal(getattr(tree, name), getattr(expected, name), err_msg=name)

@@ -28,8 +28,8 @@ import numpy as np
 from .._params import GrowthParams
 from ..binning import BinArrays
 from ..sampling import tree_counts, tree_seed, tree_subspace
+from ..tree import wire
 from ..tree.grower import Workspace, grow_tree_state
-from ..tree.tree import Tree
 
 
 @dataclass(frozen=True)
@@ -225,7 +225,7 @@ def grow_forest(client, data, spec, tree_ids, trees_per_task=None, mode="auto", 
     n_done = 0
     for future in finished:
         states = pickle.loads(future.result())
-        grown[future.key] = [Tree.from_state(state, spec.bins.thresholds) for state in states]
+        grown[future.key] = [wire.decode(state, spec.bins.thresholds) for state in states]
         n_done += len(grown[future.key])
         if progress is not None:
             progress(n_done, len(tree_ids))

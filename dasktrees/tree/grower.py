@@ -30,6 +30,7 @@ from .._dtypes import BITSET_DTYPE, BITSET_WORDS, N_BIN_CODES, NODE_DTYPE, TREE_
 from .._random import new_state, next_below
 from ..criteria import SQUARED_ERROR, impurity, stats_weight
 from ..pruning import prune_cost_complexity
+from . import wire
 from ._jit import inlined_node_kernel, node_kernel
 from .histogram import build_histogram, compact, node_statistics
 from .splitting import (
@@ -657,10 +658,14 @@ def grow(
                 heapq.heappush(heap, (-nodes[child]["improvement"], np.int64(child)))
         n_nodes += 2
 
-    # Nodes left on the frontier (best-first growth stopped) become leaves.
+    # Nodes left on the frontier (best-first growth stopped) become leaves, with a leaf's split
+    # fields (``tree.LEAF_CONSTANTS``, what a pickled tree gives back).
     for k in range(n_nodes):
         if nodes[k]["left"] == TREE_LEAF:
             nodes[k]["feature"] = TREE_UNDEFINED
+            nodes[k]["bin_threshold"] = 0
+            nodes[k]["missing_go_to_left"] = 0
+            nodes[k]["is_categorical"] = 0
             nodes[k]["bitset_idx"] = -1
             nodes[k]["improvement"] = 0.0
     return nodes[:n_nodes], values[:n_nodes], bitsets[:n_bitsets]
@@ -751,13 +756,13 @@ def grow_tree(
 def grow_tree_state(
     codes, y, weights, bin_arrays, params, n_classes, seed, candidates=None, workspace=None
 ):
-    """The state a forest task ships of a tree (``Tree.from_state(state, thresholds)`` on the
-    client): without pruning, ``Tree.state_from_growth`` straight from the growth records (the
-    tree's full arrays are never built on the worker), else the pruned tree's
-    ``__getstate__``."""
+    """What a forest task ships of a tree (``grow_tree``'s arguments): without pruning,
+    ``wire.encode`` straight from the growth records, so the tree's full arrays are never built
+    on the worker; else the pruned tree's ``__getstate__``. ``wire.decode`` on the client
+    takes either."""
     args = (codes, y, weights, bin_arrays, params, n_classes, seed, candidates, workspace)
     if params.ccp_alpha > 0.0:
         return grow_tree(*args).__getstate__()
-    return Tree.state_from_growth(
+    return wire.encode(
         *_grow_records(*args), bin_arrays.thresholds, codes.shape[1], params.criterion
     )

@@ -12,7 +12,6 @@ from .._dtypes import (
     TREE_LEAF,
     TREE_UNDEFINED,
 )
-from ..criteria import SQUARED_ERROR, class_impurity
 
 # The arrays that define a tree, in the order the kernels take them. Everything a Tree can do
 # (predict, export, save) reads only these.
@@ -63,7 +62,7 @@ class Tree:
             bitsets = np.zeros((1, BITSET_WORDS), dtype=BITSET_DTYPE)
         arrays = {
             name: np.empty(len(nodes), dtype=dtype)
-            for name, dtype in _NODE_ARRAY_DTYPES.items()
+            for name, dtype in NODE_ARRAY_DTYPES.items()
             if name != "value"
         }
         # One pass over the records (a forest task turns 100,000-node trees into arrays: numpy's
@@ -75,65 +74,6 @@ class Tree:
             value=np.array(values, order="C"),  # a copy: the grower's workspace is reused
             **arrays,
         )
-
-    @staticmethod
-    def state_from_growth(nodes, values, bitsets, thresholds, n_features, criterion):
-        """What a forest task ships of a tree, written straight from the grower's records:
-        ``from_growth(...).__getstate__()`` without what the client derives again
-        (``from_state``). A numeric split's raw threshold is in the bin table, ``is_categorical``
-        is ``bitset_idx >= 0``, node counts travel as int32, and a classification node's
-        impurity is recomputed from its class fractions and weight (``criteria.class_impurity``,
-        exactly): 16 of the 56 bytes a node took on a flights tree."""
-        is_split = nodes["left"] != TREE_LEAF
-        n_split = int(np.count_nonzero(is_split))
-        compact = {
-            name: np.empty(n_split, dtype=_NODE_ARRAY_DTYPES[name]) for name in _LEAF_CONSTANTS
-        }
-        count_dtype = np.int32 if len(nodes) and nodes[0]["n_samples"] < 2**31 else np.int64
-        per_node = {
-            "n_node_samples": np.empty(len(nodes), dtype=count_dtype),
-            "weighted_n_node_samples": np.empty(len(nodes)),
-            "impurity": np.empty(len(nodes)),
-        }
-        _state_from_records(nodes, thresholds, *compact.values(), *per_node.values())
-        if len(bitsets) == 0:
-            bitsets = np.zeros((1, BITSET_WORDS), dtype=BITSET_DTYPE)
-        state = {
-            "n_features": n_features,
-            "is_split": np.packbits(is_split),
-            **compact,
-            "categorical_bitsets": np.ascontiguousarray(bitsets),
-            "value": np.array(values, order="C"),
-            **per_node,
-        }
-        del state["threshold"], state["is_categorical"]
-        if criterion != SQUARED_ERROR:
-            del state["impurity"]
-            state["criterion"] = criterion
-        return state
-
-    @classmethod
-    def from_state(cls, state, thresholds=None):
-        """The tree of a ``__getstate__`` state, or of a ``state_from_growth`` state given the
-        same bin ``thresholds`` table."""
-        state = dict(state)
-        if "threshold" not in state:
-            criterion = state.pop("criterion", None)
-            bitset_idx = state["bitset_idx"]
-            state["is_categorical"] = (bitset_idx >= 0).astype(np.uint8)
-            state["threshold"] = np.empty(len(bitset_idx))
-            _split_thresholds(
-                thresholds, state["feature"], state["bin_threshold"], bitset_idx, state["threshold"]
-            )
-            state["n_node_samples"] = state["n_node_samples"].astype(np.int64, copy=False)
-            if criterion is not None:
-                state["impurity"] = np.empty(len(state["n_node_samples"]))
-                _class_impurities(
-                    state["value"], state["weighted_n_node_samples"], criterion, state["impurity"]
-                )
-        tree = cls.__new__(cls)
-        tree.__setstate__(state)
-        return tree
 
     @property
     def node_count(self):
@@ -254,12 +194,12 @@ class Tree:
         is_split = self.children_left != TREE_LEAF
         state = {"n_features": self.n_features, "is_split": np.packbits(is_split)}
         n_split = int(np.count_nonzero(is_split))
-        split_fields = [getattr(self, name) for name in _LEAF_CONSTANTS]
+        split_fields = [getattr(self, name) for name in LEAF_CONSTANTS]
         compact = [np.empty(n_split, dtype=field.dtype) for field in split_fields]
         _compact_split_fields(self.children_left, *split_fields, *compact)  # numpy's masks: 5 ms
-        state.update(zip(_LEAF_CONSTANTS, compact))
+        state.update(zip(LEAF_CONSTANTS, compact))
         for name in TREE_ARRAYS:
-            if name not in _LEAF_CONSTANTS and name != "node_depth":
+            if name not in LEAF_CONSTANTS and name != "node_depth":
                 state[name] = getattr(self, name)
         return state
 
@@ -267,17 +207,17 @@ class Tree:
         state = dict(state)
         n_nodes = len(state["n_node_samples"])
         is_split = np.unpackbits(state.pop("is_split"), count=n_nodes)
-        compact = [state[name] for name in _LEAF_CONSTANTS]
+        compact = [state[name] for name in LEAF_CONSTANTS]
         full = [np.empty(n_nodes, dtype=field.dtype) for field in compact]
-        _expand_split_fields(is_split, tuple(_LEAF_CONSTANTS.values()), *compact, *full)
-        state.update(zip(_LEAF_CONSTANTS, full))
+        _expand_split_fields(is_split, tuple(LEAF_CONSTANTS.values()), *compact, *full)
+        state.update(zip(LEAF_CONSTANTS, full))
         state["node_depth"] = np.zeros(n_nodes, dtype=np.int32)
         _fill_depths(state["children_left"], state["children_right"], state["node_depth"])
         self.__init__(state.pop("n_features"), **state)
 
 
 # What a leaf holds in the split arrays (see Tree.__getstate__).
-_LEAF_CONSTANTS = {
+LEAF_CONSTANTS = {
     "children_left": TREE_LEAF,
     "children_right": TREE_LEAF,
     "feature": TREE_UNDEFINED,
@@ -294,7 +234,7 @@ def _compact_split_fields(
     children_left, a0, a1, a2, a3, a4, a5, a6, a7, out0, out1, out2, out3, out4, out5, out6, out7
 ):
     """``out_k = a_k[children_left != TREE_LEAF]`` for the eight split fields (in
-    ``_LEAF_CONSTANTS`` order), in one pass."""
+    ``LEAF_CONSTANTS`` order), in one pass."""
     j = 0
     for i in range(children_left.shape[0]):
         if children_left[i] != TREE_LEAF:
@@ -314,7 +254,7 @@ def _expand_split_fields(
     is_split, leaf, a0, a1, a2, a3, a4, a5, a6, a7, out0, out1, out2, out3, out4, out5, out6, out7
 ):
     """The inverse of ``_compact_split_fields``: split nodes take the next compact value, leaves
-    the constants ``leaf`` (``_LEAF_CONSTANTS``' values)."""
+    the constants ``leaf`` (``LEAF_CONSTANTS``' values)."""
     j = 0
     for i in range(is_split.shape[0]):
         if is_split[i]:
@@ -368,7 +308,7 @@ def _write_routing(
 
 
 # The per-node arrays and their dtypes; ``_arrays_from_records`` fills those of _RECORD_ARRAYS.
-_NODE_ARRAY_DTYPES = {
+NODE_ARRAY_DTYPES = {
     "children_left": np.int32,
     "children_right": np.int32,
     "feature": np.int32,
@@ -383,7 +323,7 @@ _NODE_ARRAY_DTYPES = {
     "impurity": np.float64,
     "node_depth": np.int32,
 }
-_RECORD_ARRAYS = [name for name in _NODE_ARRAY_DTYPES if name != "value"]
+_RECORD_ARRAYS = [name for name in NODE_ARRAY_DTYPES if name != "value"]
 
 
 @njit(cache=True, nogil=True)
@@ -423,63 +363,6 @@ def _arrays_from_records(
             threshold[i] = thresholds[record["feature"], record["bin_threshold"]]
         else:
             threshold[i] = TREE_UNDEFINED
-
-
-@njit(cache=True, nogil=True)
-def _state_from_records(
-    nodes,
-    thresholds,
-    children_left,
-    children_right,
-    feature,
-    threshold,
-    bin_threshold,
-    missing_go_to_left,
-    is_categorical,
-    bitset_idx,
-    n_node_samples,
-    weighted_n_node_samples,
-    impurity,
-):
-    """The compact state's arrays from the grower's records: the split fields (in
-    ``_LEAF_CONSTANTS`` order) of split nodes only, the other three of every node."""
-    j = 0
-    for i in range(nodes.shape[0]):
-        record = nodes[i]
-        n_node_samples[i] = record["n_samples"]
-        weighted_n_node_samples[i] = record["weighted_n_samples"]
-        impurity[i] = record["impurity"]
-        if record["left"] == TREE_LEAF:
-            continue
-        children_left[j] = record["left"]
-        children_right[j] = record["right"]
-        feature[j] = record["feature"]
-        bin_threshold[j] = record["bin_threshold"]
-        missing_go_to_left[j] = record["missing_go_to_left"]
-        is_categorical[j] = record["is_categorical"]
-        bitset_idx[j] = record["bitset_idx"]
-        if record["is_categorical"] == 0:
-            threshold[j] = thresholds[record["feature"], record["bin_threshold"]]
-        else:
-            threshold[j] = TREE_UNDEFINED
-        j += 1
-
-
-@njit(cache=True, nogil=True)
-def _split_thresholds(thresholds, feature, bin_threshold, bitset_idx, out):
-    """Raw thresholds of split nodes: ``thresholds[feature, bin_threshold]`` for numeric
-    splits, TREE_UNDEFINED for categorical ones (``bitset_idx >= 0``), as ``from_growth``."""
-    for j in range(feature.shape[0]):
-        if bitset_idx[j] >= 0:
-            out[j] = TREE_UNDEFINED
-        else:
-            out[j] = thresholds[feature[j], bin_threshold[j]]
-
-
-@njit(cache=True, nogil=True)
-def _class_impurities(value, weighted_n_node_samples, criterion, out):
-    for i in range(value.shape[0]):
-        out[i] = class_impurity(value[i], weighted_n_node_samples[i], criterion)
 
 
 @njit(cache=True)
