@@ -41,8 +41,14 @@ class Forest:
         self.roots = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
         bitset_starts = np.concatenate([[0], np.cumsum(bitset_sizes)[:-1]])
         self.nodes = np.empty(sizes.sum(), dtype=ROUTING_NODE_DTYPE)
-        for tree, root, bitset_start in zip(trees, self.roots, bitset_starts):
-            tree.write_routing(self.nodes, root, bitset_start)
+        # In threads (the kernel releases the GIL): most of the time is spent faulting in the new
+        # table's pages, 400 MB for the flights forest, which two cores do nearly twice as fast.
+        with ThreadPoolExecutor(numba.get_num_threads()) as pool:
+            list(
+                pool.map(
+                    _write_tree_routing, trees, self.roots, bitset_starts, [self.nodes] * len(trees)
+                )
+            )
         self.values = np.concatenate([t.value for t in trees])
         self.bitsets = np.concatenate([t.categorical_bitsets for t in trees])
 
@@ -67,6 +73,11 @@ class Forest:
         forest = (self.nodes, self.bitsets, self.roots, self.values)
         _by_row_chunks(_leaf_values_rows, X, parallel, *forest, out)
         return out
+
+
+def _write_tree_routing(tree, root, bitset_start, nodes):
+    """Write ``tree``'s routing records into the packed table ``nodes`` (``Forest``)."""
+    tree.write_routing(nodes, root, bitset_start)
 
 
 @njit(cache=True, inline="always")
