@@ -170,3 +170,23 @@ def test_trees_per_task_does_not_change_the_forest(client, cancer, mode):
         for k in (1, 8)
     ]
     assert_same_forest(*forests, X)
+
+
+@pytest.mark.parametrize("n_trees, n_workers", [(100, 2), (30, 2), (7, 3), (1, 1), (500, 4)])
+def test_default_tree_batches_shrink_towards_the_end(n_trees, n_workers):
+    """Every tree once, in order; batches never grow, the first ones of the default size, the
+    last ones no smaller than a quarter of it; a given size is kept."""
+    from dasktrees.distributed.train import default_trees_per_task, tree_batches
+
+    ids = list(range(n_trees))
+    batches = tree_batches(ids, None, n_workers)
+    assert [t for batch in batches for t in batch] == ids
+    sizes = [len(batch) for batch in batches]
+    largest = default_trees_per_task(n_trees, n_workers)
+    assert sizes[0] == min(largest, n_trees)
+    assert all(a >= b for a, b in zip(sizes, sizes[1:]))
+    assert all(
+        size >= min(-(-largest // 4), remaining)
+        for size, remaining in zip(sizes, np.cumsum(sizes[::-1])[::-1])
+    )
+    assert [len(b) for b in tree_batches(ids, 3, n_workers)][:-1] == [3] * ((n_trees - 1) // 3)

@@ -159,6 +159,28 @@ def default_trees_per_task(n_trees, n_workers):
     return max(1, int(np.ceil(n_trees / (4 * max(1, n_workers)))))
 
 
+def tree_batches(tree_ids, trees_per_task, n_workers):
+    """The trees of each task, in the order to run them.
+
+    ``trees_per_task`` given: batches of that size. Otherwise batches of
+    ``default_trees_per_task`` while many trees remain, then smaller ones, down to a quarter of
+    that (each about the remaining trees over twice the workers): workers that take tasks as
+    they finish then also finish at about the same time, where equal batches left one worker
+    idle for up to a batch at the end.
+    """
+    if trees_per_task is not None:
+        return [tree_ids[i : i + trees_per_task] for i in range(0, len(tree_ids), trees_per_task)]
+    largest = default_trees_per_task(len(tree_ids), n_workers)
+    smallest = max(1, -(-largest // 4))
+    batches, start = [], 0
+    while start < len(tree_ids):
+        remaining = len(tree_ids) - start
+        size = min(largest, max(smallest, -(-remaining // (2 * max(1, n_workers)))))
+        batches.append(tree_ids[start : start + size])
+        start += size
+    return batches
+
+
 def choose_mode(mode, data, lam, worker_memory):
     """ "replicated" or "sampled" for this fit (see the module docstring).
 
@@ -187,17 +209,23 @@ def grow_forest(client, data, spec, tree_ids, trees_per_task=None, mode="auto", 
     workers = client.scheduler_info()["workers"]
     memory = min((w.get("memory_limit") or 0) for w in workers.values()) if workers else 0
     mode = choose_mode(mode, data, spec.lam, memory)
-    if trees_per_task is None:
-        trees_per_task = default_trees_per_task(len(tree_ids), len(workers))
-    batches = [tree_ids[i : i + trees_per_task] for i in range(0, len(tree_ids), trees_per_task)]
+    batches = tree_batches(tree_ids, trees_per_task, len(workers))
     token = uuid.uuid4().hex[:8]
     futures = []
-    for batch in batches:
+    for k, batch in enumerate(batches):
         key = f"dasktrees-trees-{batch[0]}-{token}"
+        priority = len(batches) - k  # in order: the large batches first, the small ones last
         if mode == "replicated":
             futures.append(
                 client.submit(
-                    grow_batch, spec, batch, *data.parts, key=key, retries=retries, pure=False
+                    grow_batch,
+                    spec,
+                    batch,
+                    *data.parts,
+                    key=key,
+                    retries=retries,
+                    pure=False,
+                    priority=priority,
                 )
             )
         else:
@@ -215,7 +243,14 @@ def grow_forest(client, data, spec, tree_ids, trees_per_task=None, mode="auto", 
             ]
             futures.append(
                 client.submit(
-                    grow_sampled, spec, batch, *extracts, key=key, retries=retries, pure=False
+                    grow_sampled,
+                    spec,
+                    batch,
+                    *extracts,
+                    key=key,
+                    retries=retries,
+                    pure=False,
+                    priority=priority,
                 )
             )
     # Fetch each batch as soon as its task ends, while the others still grow: trees are large
