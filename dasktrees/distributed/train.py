@@ -216,20 +216,10 @@ def grow_forest(client, data, spec, tree_ids, trees_per_task=None, mode="auto", 
         key = f"dasktrees-trees-{batch[0]}-{token}"
         priority = len(batches) - k  # in order: the large batches first, the small ones last
         if mode == "replicated":
-            futures.append(
-                client.submit(
-                    grow_batch,
-                    spec,
-                    batch,
-                    *data.parts,
-                    key=key,
-                    retries=retries,
-                    pure=False,
-                    priority=priority,
-                )
-            )
+            task, inputs = grow_batch, data.parts
         else:
-            extracts = [
+            task = grow_sampled
+            inputs = [
                 client.submit(
                     extract_in_bag,
                     spec,
@@ -241,18 +231,11 @@ def grow_forest(client, data, spec, tree_ids, trees_per_task=None, mode="auto", 
                 )
                 for i, part in enumerate(data.parts)
             ]
-            futures.append(
-                client.submit(
-                    grow_sampled,
-                    spec,
-                    batch,
-                    *extracts,
-                    key=key,
-                    retries=retries,
-                    pure=False,
-                    priority=priority,
-                )
+        futures.append(
+            client.submit(
+                task, spec, batch, *inputs, key=key, retries=retries, pure=False, priority=priority
             )
+        )
     # Fetch each batch as soon as its task ends, while the others still grow: trees are large
     # (tens of bytes per node) and moving them to the client overlaps with the growth.
     # (With this client's loop and ``future.result()``: no default client is needed.)

@@ -67,7 +67,7 @@ class Tree:
         }
         # One pass over the records (a forest task turns 100,000-node trees into arrays: numpy's
         # field by field copies took 7 to 9 ms a tree).
-        _arrays_from_records(nodes, thresholds, *(arrays[name] for name in _RECORD_ARRAYS))
+        fields_from_records(nodes, thresholds, False, *(arrays[name] for name in _RECORD_ARRAYS))
         return cls(
             n_features,
             categorical_bitsets=np.ascontiguousarray(bitsets),
@@ -307,7 +307,7 @@ def _write_routing(
         record["is_categorical"] = is_categorical[i]
 
 
-# The per-node arrays and their dtypes; ``_arrays_from_records`` fills those of _RECORD_ARRAYS.
+# The per-node arrays and their dtypes; ``fields_from_records`` fills those of _RECORD_ARRAYS.
 NODE_ARRAY_DTYPES = {
     "children_left": np.int32,
     "children_right": np.int32,
@@ -327,9 +327,10 @@ _RECORD_ARRAYS = [name for name in NODE_ARRAY_DTYPES if name != "value"]
 
 
 @njit(cache=True, nogil=True)
-def _arrays_from_records(
+def fields_from_records(
     nodes,
     thresholds,
+    split_only,
     children_left,
     children_right,
     feature,
@@ -343,26 +344,37 @@ def _arrays_from_records(
     impurity,
     node_depth,
 ):
-    """Fill a Tree's per-node arrays from the grower's records (``NODE_DTYPE``); a numeric
-    split's raw threshold is ``thresholds[feature, bin_threshold]``, a leaf's and a categorical
-    split's TREE_UNDEFINED."""
+    """Fill a tree's arrays from the grower's records (``NODE_DTYPE``), in one pass.
+
+    The eight split fields (``LEAF_CONSTANTS``) are written for every node, or with
+    ``split_only`` for split nodes only, in node order (a pickle state's compact arrays). A
+    numeric split's raw threshold is ``thresholds[feature, bin_threshold]``, a leaf's and a
+    categorical split's TREE_UNDEFINED. ``node_depth`` is written if it has room for every node.
+    """
+    j = 0
     for i in range(nodes.shape[0]):
         record = nodes[i]
-        children_left[i] = record["left"]
-        children_right[i] = record["right"]
-        feature[i] = record["feature"]
-        bin_threshold[i] = record["bin_threshold"]
-        missing_go_to_left[i] = record["missing_go_to_left"]
-        is_categorical[i] = record["is_categorical"]
-        bitset_idx[i] = record["bitset_idx"]
         n_node_samples[i] = record["n_samples"]
         weighted_n_node_samples[i] = record["weighted_n_samples"]
         impurity[i] = record["impurity"]
-        node_depth[i] = record["depth"]
-        if record["left"] != TREE_LEAF and record["is_categorical"] == 0:
-            threshold[i] = thresholds[record["feature"], record["bin_threshold"]]
+        if node_depth.shape[0] == nodes.shape[0]:
+            node_depth[i] = record["depth"]
+        is_split = record["left"] != TREE_LEAF
+        if split_only and not is_split:
+            continue
+        k = j if split_only else i
+        children_left[k] = record["left"]
+        children_right[k] = record["right"]
+        feature[k] = record["feature"]
+        bin_threshold[k] = record["bin_threshold"]
+        missing_go_to_left[k] = record["missing_go_to_left"]
+        is_categorical[k] = record["is_categorical"]
+        bitset_idx[k] = record["bitset_idx"]
+        if is_split and record["is_categorical"] == 0:
+            threshold[k] = thresholds[record["feature"], record["bin_threshold"]]
         else:
-            threshold[i] = TREE_UNDEFINED
+            threshold[k] = TREE_UNDEFINED
+        j += 1
 
 
 @njit(cache=True)

@@ -23,7 +23,7 @@ from numba import njit
 
 from .._dtypes import BITSET_DTYPE, BITSET_WORDS, TREE_LEAF, TREE_UNDEFINED
 from ..criteria import SQUARED_ERROR, class_impurity
-from .tree import LEAF_CONSTANTS, NODE_ARRAY_DTYPES, Tree
+from .tree import LEAF_CONSTANTS, NODE_ARRAY_DTYPES, Tree, fields_from_records
 
 
 def encode(nodes, values, bitsets, thresholds, n_features, criterion):
@@ -37,7 +37,8 @@ def encode(nodes, values, bitsets, thresholds, n_features, criterion):
         "weighted_n_node_samples": np.empty(len(nodes)),
         "impurity": np.empty(len(nodes)),
     }
-    _state_from_records(nodes, thresholds, *compact.values(), *per_node.values())
+    no_depths = np.empty(0, dtype=np.int32)
+    fields_from_records(nodes, thresholds, True, *compact.values(), *per_node.values(), no_depths)
     if len(bitsets) == 0:
         bitsets = np.zeros((1, BITSET_WORDS), dtype=BITSET_DTYPE)
     state = {
@@ -92,46 +93,6 @@ def _index_dtype(n):
         if n <= np.iinfo(dtype).max + 1:
             return dtype
     return np.int64
-
-
-@njit(cache=True, nogil=True)
-def _state_from_records(
-    nodes,
-    thresholds,
-    children_left,
-    children_right,
-    feature,
-    threshold,
-    bin_threshold,
-    missing_go_to_left,
-    is_categorical,
-    bitset_idx,
-    n_node_samples,
-    weighted_n_node_samples,
-    impurity,
-):
-    """The compact state's arrays from the grower's records: the split fields (in
-    ``LEAF_CONSTANTS`` order) of split nodes only, the other three of every node."""
-    j = 0
-    for i in range(nodes.shape[0]):
-        record = nodes[i]
-        n_node_samples[i] = record["n_samples"]
-        weighted_n_node_samples[i] = record["weighted_n_samples"]
-        impurity[i] = record["impurity"]
-        if record["left"] == TREE_LEAF:
-            continue
-        children_left[j] = record["left"]
-        children_right[j] = record["right"]
-        feature[j] = record["feature"]
-        bin_threshold[j] = record["bin_threshold"]
-        missing_go_to_left[j] = record["missing_go_to_left"]
-        is_categorical[j] = record["is_categorical"]
-        bitset_idx[j] = record["bitset_idx"]
-        if record["is_categorical"] == 0:
-            threshold[j] = thresholds[record["feature"], record["bin_threshold"]]
-        else:
-            threshold[j] = TREE_UNDEFINED
-        j += 1
 
 
 @njit(cache=True, nogil=True)
