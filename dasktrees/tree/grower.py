@@ -91,9 +91,10 @@ def find_split(rows, start, stop, node_impurity, bins, rules, scratch):
     rules : tuple
         ``(criterion, n_classes, random_splitter, max_features, max_depth, min_samples_split,
         min_samples_leaf, min_weight_leaf, min_impurity_decrease)``.
-    scratch : tuple (state, candidates, features, hist, stats, vec, ibuf, keys)
+    scratch : tuple (state, candidates, features, hist, stats, vec, ibuf, keys[, buffers])
         The tree's random stream; the features it may split on (all of them, or a random
-        subspace); and work space: ``features`` for the draw, and:
+        subspace); and work space: ``features`` for the draw, and (``buffers``, the partition's
+        scratch, is read by ``_split_node`` only):
     vec : ndarray of float64, shape (N_SCRATCH_VECTORS, n_channels)
         Scratch; on entry ``vec[_TOTAL]`` holds the node statistics; on return
         ``vec[_BEST_LEFT]`` holds the left child's statistics of the best split.
