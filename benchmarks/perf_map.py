@@ -1,0 +1,90 @@
+"""Profile tree growth with Linux ``perf``, numba's functions named.
+
+numba compiles in memory, so ``perf report`` shows its code as bare addresses. This script grows
+trees for a while (``profile_growth.py``'s data), writes ``/tmp/perf-<pid>.map`` (the file perf
+reads for JIT code: start, size and name of every function numba has compiled in the process),
+and records itself with perf meanwhile:
+
+    python benchmarks/perf_map.py --data flights --seconds 8
+    perf report -i perf.data --no-children --sort sym
+
+A function's size is taken as the distance to the next one, so names are right, sizes
+approximate. Numba's own cache must be off (``NUMBA_DISABLE_CACHING=1``, set here): code loaded
+from the cache is not in the execution engine's symbol table.
+"""
+
+import argparse
+import os
+import shutil
+import subprocess
+import time
+
+os.environ["NUMBA_DISABLE_CACHING"] = "1"
+os.environ.setdefault("NUMBA_NUM_THREADS", "1")
+
+import numpy as np  # noqa: E402
+from numba.core.registry import cpu_target  # noqa: E402
+from profile_growth import dataset  # noqa: E402
+
+from dasktrees import BinMapper, DecisionTreeClassifier  # noqa: E402
+from dasktrees._params import check_tree_params  # noqa: E402
+from dasktrees.tree.grower import Workspace, grow_tree  # noqa: E402
+
+
+def write_perf_map():
+    """Write /tmp/perf-<pid>.map for every function in numba's execution engine."""
+    engine = cpu_target.target_context.codegen()._engine
+    addresses = {}
+    for name in engine._defined_symbols:
+        try:
+            address = engine.get_function_address(name)
+        except Exception:  # noqa: BLE001 - data symbols
+            continue
+        if address:
+            addresses[address] = name
+    starts = sorted(addresses)
+    path = f"/tmp/perf-{os.getpid()}.map"
+    with open(path, "w") as out:
+        for start, end in zip(starts, starts[1:] + [starts[-1] + 4096]):
+            out.write(f"{start:x} {min(end - start, 1 << 20):x} {addresses[start]}\n")
+    return path
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", choices=["classification", "flights"], default="flights")
+    parser.add_argument("--n-samples", type=int, default=1_000_000)
+    parser.add_argument("--n-features", type=int, default=50)
+    parser.add_argument("--seconds", type=float, default=8.0, help="how long perf records")
+    parser.add_argument("--output", default="perf.data")
+    args = parser.parse_args()
+    X, y, w = dataset(args)
+    mapper = BinMapper(random_state=0).fit(X)
+    codes = mapper.transform(X)
+    arrays = mapper.kernel_arrays()
+    params = check_tree_params(
+        DecisionTreeClassifier(max_features="sqrt"), len(y), codes.shape[1], True
+    )
+    y = np.asarray(y, dtype=np.float64)
+    workspace = Workspace.for_rows(len(y), 2, params)
+    grow_tree(codes, y, w, arrays, params, 2, 0, workspace=workspace)  # compile
+    print("perf map:", write_perf_map())
+    perf = shutil.which("perf")
+    recorder = None
+    if perf:
+        command = [perf, "record", "-F", "2000", "-p", str(os.getpid()), "-o", args.output]
+        recorder = subprocess.Popen([*command, "--", "sleep", str(args.seconds)])
+        time.sleep(0.5)
+    stop, seed = time.perf_counter() + args.seconds, 1
+    while time.perf_counter() < stop:
+        grow_tree(codes, y, w, arrays, params, 2, seed, workspace=workspace)
+        seed += 1
+    if recorder is not None:
+        recorder.wait()
+        print(f"perf report -i {args.output} --no-children --sort sym")
+    else:
+        print("perf not found: the map is written; record this process's pid yourself")
+
+
+if __name__ == "__main__":
+    main()
