@@ -90,7 +90,11 @@ def impurity(stats, criterion):
 def class_impurity(value, w, criterion):
     """``impurity`` of a classification node from its class fractions ``value`` and weight
     ``w``: the same operations on the same numbers, since ``value[k]`` is the ``stats[1 + k] /
-    w`` that ``impurity`` computes (how a tree's impurities are rebuilt rather than shipped)."""
+    w`` that ``impurity`` computes (how a tree's impurities are rebuilt rather than shipped).
+
+    One difference: a class weight below about 5e-324 times ``w`` has a fraction of 0.0, which
+    the entropy here skips where ``impurity`` (testing the weight) gives NaN.
+    """
     if w <= 0.0:
         return 0.0
     result = 0.0

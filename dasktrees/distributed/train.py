@@ -228,6 +228,7 @@ def grow_forest(client, data, spec, tree_ids, trees_per_task=None, mode="auto", 
                     retries=retries,
                     pure=False,
                     key=f"dasktrees-extract-{batch[0]}-{i}-{token}",
+                    priority=priority,
                 )
                 for i, part in enumerate(data.parts)
             ]
