@@ -100,7 +100,7 @@ def test_node_statistics_and_impurity(criterion):
 
 @pytest.mark.parametrize("n_classes", [2, 3])
 def test_node_statistics_sums_in_row_order(n_classes):
-    """The two-class path sums in registers; both paths must give exactly the in-place sums."""
+    """Class weights summed row by row in row order: exactly the in-place sums."""
     _, y, w, rows = random_node(2, 700, 10, GINI, n_classes=n_classes)
     stats = np.zeros(n_classes + 1)
     node_statistics(y[rows], w[rows], 0, len(rows), GINI, stats)

@@ -151,8 +151,8 @@ def node_statistics(node_y, node_w, start, stop, criterion, stats_out):
         The node impurity; for squared error computed in two passes (mean, then squared
         deviations), which stays exact where ``E[y^2] - E[y]^2`` would cancel.
     """
-    # Sums are kept in registers and written once: summed in place, each addition waited for
-    # the store of the previous one. The same additions in the same order as summing in place.
+    # Regression sums are kept in registers and written once: summed in place, each addition
+    # waited for the store of the previous one. The same additions in the same order.
     n_rows = 0.0
     if criterion == SQUARED_ERROR:
         w_sum = 0.0
@@ -175,20 +175,9 @@ def node_statistics(node_y, node_w, start, stop, criterion, stats_out):
             deviation += node_w[i] * (node_y[i] - mean) ** 2
         return deviation / w_sum
     stats_out[:] = 0.0
-    if stats_out.shape[0] == 3:
-        # Two classes, y in {0, 1}: w * y and w * (1 - y) are w or 0.0 exactly, and adding 0.0
-        # leaves a sum of weights as it is; no branch on the class, which is a coin flip.
-        w_0 = 0.0
-        w_1 = 0.0
-        for i in range(start, stop):
-            n_rows += 1.0
-            w_0 += node_w[i] * (1.0 - node_y[i])
-            w_1 += node_w[i] * node_y[i]
-        stats_out[1] = w_0
-        stats_out[2] = w_1
-    else:
-        for i in range(start, stop):
-            n_rows += 1.0
-            stats_out[1 + np.int64(node_y[i])] += node_w[i]
+    # (Two-class children are summed by the partition; here that case is only a tree's root.)
+    for i in range(start, stop):
+        n_rows += 1.0
+        stats_out[1 + np.int64(node_y[i])] += node_w[i]
     stats_out[0] = n_rows
     return impurity(stats_out, criterion)
