@@ -235,8 +235,8 @@ def overhead(args):
         data = prepare(client, X, y, None, mapper=model.bin_mapper_, is_classifier=True, n_blocks=1)
         block = client.gather(data.parts[0])
         spec = _spec_of(model, data)
-        grow_batch(spec, [0], block)
-        _, serial = timed(grow_batch, spec, list(range(args.n_trees)), block)
+        grow_batch(spec, True, [0], block)
+        _, serial = timed(grow_batch, spec, True, list(range(args.n_trees)), block)
     # Overhead per tree: wall time beyond the growth itself spread over the two workers.
     per_tree = (wall - serial / 2) / args.n_trees
     per_task = (wall_one_per_task - serial / 2) / args.n_trees

@@ -414,7 +414,8 @@ _FOREST_DOC = """
     warm_start : bool, default=False
         Keep the fitted trees and grow only the missing ones (same data expected).
     client : distributed.Client, default=None
-        The cluster to use; None: the default client, else a LocalCluster for the call.
+        The cluster to use; None: the default client if there is one, else threads of this
+        process (no cluster is started).
     trees_per_task : int, default=None
         Trees grown by one task; None: about four tasks per worker.
     n_blocks : int, default=None

@@ -239,31 +239,6 @@ def test_bad_forest_parameters(client, params, match):
         ).fit(X, y)
 
 
-def test_without_a_client_a_local_cluster_is_started_and_closed():
-    import logging
-
-    # Our own handler on our logger: a LocalCluster (silence_logs) sets the level of the root
-    # logger's handlers, pytest's caplog handler among them, to WARNING while it runs.
-    messages = []
-    handler = logging.Handler(logging.INFO)
-    handler.emit = lambda record: messages.append(record.getMessage())
-    logger = logging.getLogger("dasktrees")
-    level = logger.level
-    logger.addHandler(handler)
-    logger.setLevel(logging.INFO)
-    X, y = load_breast_cancer(return_X_y=True)
-    try:
-        model = dt.RandomForestClassifier(n_estimators=4, random_state=0).fit(X, y)
-    finally:
-        logger.removeHandler(handler)
-        logger.setLevel(level)
-    text = "\n".join(messages)
-    assert "started a LocalCluster" in text and "dashboard" in text
-    assert model.score(X, y) > 0.95
-    with pytest.raises(ValueError):
-        distributed.default_client()  # closed with the call
-
-
 def test_oob_permutation_importance_finds_the_informative_features(client):
     X, y = make_classification(
         n_samples=1500, n_features=6, n_informative=2, n_redundant=0, shuffle=False, random_state=0

@@ -1,5 +1,5 @@
-"""DESIGN.md invariant 1: same seed, same forest, whatever the input type, partitioning, number of
-workers, threads or processes. Invariant 2: dask input stays distributed."""
+"""Invariant 1: same seed, same forest, whatever the input type, partitioning, number of
+workers, threads or processes, or no cluster at all. Invariant 2: dask input stays distributed."""
 
 import dask.array as da
 import dask.dataframe as dd
@@ -95,6 +95,51 @@ def test_worker_count_threads_and_processes_give_the_same_forest(
     assert_same_forest(
         extra, ExtraTreesRegressor(n_estimators=6, random_state=1, client=client).fit(X, y * 1.0), X
     )
+
+
+def test_without_a_client_everything_runs_in_this_process(client, cancer):
+    """No default client: fit, out-of-bag estimates, permutation importance and predictions run
+    on threads of this process, start no process, leave no thread, and give exactly the forest
+    of a 2-worker cluster."""
+    import threading
+
+    import distributed
+    import psutil
+
+    X, y = cancer
+    children = lambda: {p.pid for p in psutil.Process().children(recursive=True)}  # noqa: E731
+    # The session's cluster (the ``client`` fixture) runs already and keeps its processes.
+    children_before, threads_before = children(), threading.active_count()
+    local = fit_classifier(None, X, y)
+    local_importance = local.oob_permutation_importance(X, y, random_state=0)
+    assert children() == children_before
+    assert threading.active_count() == threads_before
+    with pytest.raises(ValueError):
+        distributed.default_client()
+
+    remote = fit_classifier(client, X, y)
+    assert_same_forest(local, remote, X)
+    assert local.mode_ == remote.mode_
+    np.testing.assert_array_equal(local.oob_decision_function_, remote.oob_decision_function_)
+    remote_importance = remote.oob_permutation_importance(X, y, random_state=0)
+    np.testing.assert_array_equal(local_importance.importances, remote_importance.importances)
+
+
+@pytest.mark.parametrize("mode", ["replicated", "sampled"])
+def test_without_a_client_dask_input_gives_dask_output_and_the_clusters_forest(client, mode):
+    X, y = make_regression(n_samples=600, n_features=8, noise=5.0, random_state=0)
+    Xd, yd = da.from_array(X, chunks=100), da.from_array(y, chunks=100)
+    params = dict(n_estimators=6, oob_score=True, random_state=1, mode=mode, max_samples=0.4)
+    local = RandomForestRegressor(**params).fit(Xd, yd)
+    remote = RandomForestRegressor(client=client, **params).fit(X, y)
+    assert local.mode_ == remote.mode_ == mode
+    assert_same_forest(local, remote, X)
+    assert isinstance(local.oob_prediction_, da.Array)
+    assert local.oob_prediction_.chunks == Xd.chunks[:1]
+    np.testing.assert_array_equal(local.oob_prediction_.compute(), remote.oob_prediction_)
+    prediction = local.predict(Xd)
+    assert isinstance(prediction, da.Array)
+    np.testing.assert_array_equal(prediction.compute(), remote.predict(X))
 
 
 def test_dask_input_is_never_collected_to_the_client(client, monkeypatch):

@@ -1,17 +1,22 @@
-"""Find the Dask client a computation runs on; start a LocalCluster when there is none.
+"""Find where a computation runs: the given client, the default client, else this process.
 
 A client is never stored on a fitted estimator nor pickled into a task: it is looked up for each
 call and passed down explicitly.
+
+The rule, as scikit-learn users expect of ``n_jobs``: an estimator with ``client=None`` uses the
+default Dask client when there is one (``distributed.Client()`` makes itself the default), and
+otherwise runs in this process on a thread pool (``local.InProcessClient``). No cluster is
+started behind the user's back; the ``dasktrees run`` command starts a ``LocalCluster`` because
+its config asks for one (``cluster.local``, the default).
 """
 
 import contextlib
-import logging
-import os
 import warnings
 
 import distributed
 
-logger = logging.getLogger("dasktrees")
+from .local import InProcessClient
+from .local import as_completed as _in_process_completed
 
 
 @contextlib.contextmanager
@@ -36,25 +41,24 @@ def find_client(client=None):
 
 @contextlib.contextmanager
 def client_for(client=None):
-    """The given client, else the current default client, else a LocalCluster for this call.
-
-    The LocalCluster (one single-threaded worker process per core) is closed when the block
-    ends; its dashboard link is logged at INFO level.
-    """
+    """The given client, else the current default client, else an ``InProcessClient`` whose
+    threads end with the block."""
     client = find_client(client)
     if client is not None:
         yield client
         return
-    n_workers = max(1, os.cpu_count() or 1)
-    with (
-        distributed.LocalCluster(
-            n_workers=n_workers, threads_per_worker=1, processes=True, dashboard_address=":0"
-        ) as cluster,
-        distributed.Client(cluster) as local,
-    ):
-        logger.info(
-            "dasktrees started a LocalCluster (%d workers) for this call; dashboard: %s",
-            n_workers,
-            local.dashboard_link,
-        )
+    with InProcessClient() as local:
         yield local
+
+
+def is_in_process(client):
+    """Whether ``client`` runs tasks in this process (no data crosses a process boundary)."""
+    return isinstance(client, InProcessClient)
+
+
+def as_completed(client, futures):
+    """``futures`` of ``client.submit`` in the order they finish."""
+    if is_in_process(client):
+        return _in_process_completed(futures)
+    # With this client's loop, and ``future.result()``: no default client is needed.
+    return distributed.as_completed(futures, loop=client.loop)

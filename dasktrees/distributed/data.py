@@ -23,7 +23,7 @@ import pandas as pd
 from .._validation import check_2d
 from ..binning import BinMapper, sample_mask
 from ..estimators import check_sample_weight, check_target
-from .client import sending_large_data
+from .client import is_in_process, sending_large_data
 
 
 class BinnedPartition(NamedTuple):
@@ -60,8 +60,11 @@ def _local_blocks(client, values, bounds):
 
     Sent once and shared by the later steps (labels, bin edges, binning), which took the data
     with each of their graphs before; a lost block is recomputed from its task. Distributed's
-    warning about large graphs is not passed on: sending the data is the point.
+    warning about large graphs is not passed on: sending the data is the point. Tasks in this
+    process take the blocks as they are (views of ``values``).
     """
+    if is_in_process(client):
+        return [values[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
     blocks = [dask.delayed(values[a:b], pure=True) for a, b in zip(bounds[:-1], bounds[1:])]
     with sending_large_data():
         return client.compute(blocks)

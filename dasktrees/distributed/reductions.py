@@ -12,7 +12,7 @@ import numpy as np
 
 from ..forest import add_oob_votes, exact_sum, from_exact, misclassified, tree_loss
 from ..sampling import tree_counts
-from .client import sending_large_data
+from .client import is_in_process, sending_large_data
 
 
 def oob_block(forest, block, seed, lam, voting, classification):
@@ -112,15 +112,19 @@ def oob_estimates(client, data, forest, seed, lam, voting, classification):
         score = 1.0 - from_exact(losses[-1]) / total
     decisions = [client.submit(_decision, r) for r in results]
     n_values = forest.values.shape[1]
-    if data.is_dask:
+    if not data.is_dask:
+        decision = np.concatenate(client.gather(decisions))
+    elif is_in_process(client):  # already here: a dask array of the same chunks as the input
+        decision = da.from_array(
+            np.concatenate(client.gather(decisions)), chunks=(data.row_chunks, n_values)
+        )
+    else:
         decision = da.concatenate(
             [
                 da.from_delayed(d, shape=(n, n_values), dtype=np.float64)
                 for d, n in zip(decisions, data.row_chunks)
             ]
         )
-    else:
-        decision = np.concatenate(client.gather(decisions))
     return decision, float(score), curve
 
 

@@ -22,7 +22,6 @@ import pickle
 import uuid
 from dataclasses import dataclass
 
-import distributed
 import numpy as np
 
 from .._params import GrowthParams
@@ -30,6 +29,7 @@ from ..binning import BinArrays
 from ..sampling import tree_counts, tree_seed, tree_subspace
 from ..tree import wire
 from ..tree.grower import Workspace, grow_tree_state
+from .client import as_completed, is_in_process
 
 
 @dataclass(frozen=True)
@@ -93,9 +93,10 @@ def _workspace(spec, n_rows):
     return Workspace.for_rows(n_rows, spec.n_classes, spec.params)
 
 
-def _shipped(states):
-    """A task's trees (``grower.grow_tree_state``) as one pickle, in a uint8 array, which
-    ``grow_forest`` loads on the client.
+def _shipped(states, ship):
+    """A task's trees (``grower.grow_tree_state``) as one pickle in a uint8 array, which
+    ``grow_forest`` loads on the client; with ``ship=False`` (tasks run in the client's own
+    process) the list itself.
 
     Distributed serialises a list of objects by walking it, with a header and a frame for every
     array (a tree has fourteen); one blob per task moves at copy speed instead. Measured on the
@@ -103,10 +104,12 @@ def _shipped(states):
     array, not ``bytes``: the client receives a frame into a buffer of its own, which an array
     then views, where ``bytes`` are copied out of it (tens of megabytes of fresh memory a task).
     """
+    if not ship:
+        return states
     return np.frombuffer(pickle.dumps(states, protocol=pickle.HIGHEST_PROTOCOL), dtype=np.uint8)
 
 
-def grow_batch(spec, trees, *blocks):
+def grow_batch(spec, ship, trees, *blocks):
     """Replicated mode: grow ``trees`` (tree indices) on the stacked blocks; returns them
     pickled (see ``_shipped``)."""
     codes = _stack([b.codes for b in blocks])
@@ -119,7 +122,7 @@ def grow_batch(spec, trees, *blocks):
         tree_counts(spec.seed, t, blocks[0].first_row, spec.lam, counts)
         np.multiply(w, counts, out=weights)
         grown.append(_grow_one(spec, t, codes, y, weights, counts, workspace))
-    return _shipped(grown)
+    return _shipped(grown, ship)
 
 
 def extract_in_bag(spec, trees, block):
@@ -139,7 +142,7 @@ def extract_in_bag(spec, trees, block):
     return drawn
 
 
-def grow_sampled(spec, trees, *extracts):
+def grow_sampled(spec, ship, trees, *extracts):
     """Sampled mode: grow each tree on the rows its blocks extracted, stacked in row order
     (the same rows, order and weights as replicated mode, so the same tree); returns them
     pickled (see ``_shipped``)."""
@@ -150,7 +153,7 @@ def grow_sampled(spec, trees, *extracts):
         parts = [extract[k] for extract in extracts]
         codes, y, weights, counts = (_stack([p[i] for p in parts]) for i in range(4))
         grown.append(_grow_one(spec, t, codes, y, weights, counts, workspace))
-    return _shipped(grown)
+    return _shipped(grown, ship)
 
 
 def default_trees_per_task(n_trees, n_workers):
@@ -211,6 +214,7 @@ def grow_forest(client, data, spec, tree_ids, trees_per_task=None, mode="auto", 
     mode = choose_mode(mode, data, spec.lam, memory)
     batches = tree_batches(tree_ids, trees_per_task, len(workers))
     token = uuid.uuid4().hex[:8]
+    ship = not is_in_process(client)  # pickled only to cross a process boundary
     futures = []
     for k, batch in enumerate(batches):
         key = f"dasktrees-trees-{batch[0]}-{token}"
@@ -234,20 +238,26 @@ def grow_forest(client, data, spec, tree_ids, trees_per_task=None, mode="auto", 
             ]
         futures.append(
             client.submit(
-                task, spec, batch, *inputs, key=key, retries=retries, pure=False, priority=priority
+                task,
+                spec,
+                ship,
+                batch,
+                *inputs,
+                key=key,
+                retries=retries,
+                pure=False,
+                priority=priority,
             )
         )
     # Fetch each batch as soon as its task ends, while the others still grow: trees are large
     # (tens of bytes per node) and moving them to the client overlaps with the growth.
-    # (With this client's loop and ``future.result()``: no default client is needed.)
-    finished = distributed.as_completed(futures, loop=client.loop)
     progress = _progress.get()
     grown = {}
     n_done = 0
-    for future in finished:
-        states = pickle.loads(future.result())
-        grown[future.key] = [wire.decode(state, spec.bins.thresholds) for state in states]
-        n_done += len(grown[future.key])
+    for future in as_completed(client, futures):
+        states = pickle.loads(future.result()) if ship else future.result()
+        grown[future] = [wire.decode(state, spec.bins.thresholds) for state in states]
+        n_done += len(grown[future])
         if progress is not None:
             progress(n_done, len(tree_ids))
-    return [tree for future in futures for tree in grown[future.key]], mode
+    return [tree for future in futures for tree in grown[future]], mode
