@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin, clone
 from sklearn.utils import Bunch, check_random_state
-from sklearn.utils.validation import check_is_fitted
+from sklearn.utils.validation import check_is_fitted, validate_data
 
 from ._params import check_tree_params, resolve_max_features
 from ._validation import check_2d
@@ -83,10 +83,21 @@ class BaseForest(BaseEstimator):
                 f"trees_per_task must be None or an int >= 1, got {self.trees_per_task!r}"
             )
 
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.allow_nan = True
+        tags.input_tags.categorical = True
+        return tags
+
     def _fit(self, X, y, sample_weight, is_classifier):
         self._check_forest_params()
+        if y is None:
+            raise ValueError(
+                f"{type(self).__name__} requires y to be passed, but the target y is None"
+            )
         if not is_dask_collection(X):
             X = check_2d(X)
+            validate_data(self, X, reset=True, skip_check_array=True)
         n_features = X.shape[1]
         warm = self.warm_start and hasattr(self, "estimators_")
         n_existing = len(self.estimators_) if warm else 0
@@ -351,7 +362,9 @@ class BaseForest(BaseEstimator):
             return X.map_blocks(
                 _array_rows, model, dtype=np.float64, chunks=(X.chunks[0], (n_columns,))
             )
-        return rows_fn(self.bin_mapper_.encode(check_2d(X)), True)
+        X = check_2d(X)
+        validate_data(self, X, reset=False, skip_check_array=True)
+        return rows_fn(self.bin_mapper_.encode(X), True)
 
 
 def _scored_rows(client, data, decision):

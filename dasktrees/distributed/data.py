@@ -19,6 +19,8 @@ import dask.array as da
 import dask.dataframe as dd
 import numpy as np
 import pandas as pd
+from sklearn.utils.multiclass import check_classification_targets
+from sklearn.utils.validation import column_or_1d
 
 from .._validation import check_2d
 from ..binning import BinMapper, sample_mask
@@ -111,12 +113,16 @@ def input_blocks(client, X, y, sample_weight, n_blocks):
     X = check_2d(X)
     n = X.shape[0]
     y = y.to_numpy() if isinstance(y, (pd.Series, pd.DataFrame)) else np.asarray(y)
+    if y.ndim == 2 and y.shape[1] == 1:
+        y = column_or_1d(y, warn=True)  # scikit-learn's DataConversionWarning, here, not in a task
+    if sample_weight is not None:
+        sample_weight = np.asarray(sample_weight, dtype=np.float64)
     _check_lengths(n, y, sample_weight)
     bounds = np.linspace(0, n, min(n_blocks, n) + 1).astype(np.int64)
     x_values = X if isinstance(X, np.ndarray) else _FrameRows(X)
     w_blocks = [None] * (len(bounds) - 1)
     if sample_weight is not None:
-        w_blocks = _local_blocks(client, np.asarray(sample_weight, dtype=np.float64), bounds)
+        w_blocks = _local_blocks(client, sample_weight, bounds)
     return (
         _local_blocks(client, x_values, bounds),
         _local_blocks(client, y, bounds),
@@ -183,6 +189,8 @@ def _fit_mapper(mapper, *pieces):
 def _block_labels(y, w, n_rows, is_classifier):
     """Distinct labels (classification) and rows in the fit, of one block; checks y."""
     y = check_target(y, n_rows, is_classifier)
+    if is_classifier:
+        check_classification_targets(y)  # a continuous or infinite y is no class label
     n_in_fit = int(np.count_nonzero(_block_weights(w, n_rows) > 0))
     return (np.unique(y) if is_classifier else None), n_in_fit
 
