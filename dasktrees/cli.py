@@ -1,7 +1,8 @@
 """The ``dasktrees`` command: run, validate, predict, inspect.
 
 Exit codes: 0 success; 2 an invalid config or arguments (every problem listed, one per line,
-each with its dotted key); 1 a failure while running (a one-line cause, then the traceback).
+each with its dotted key); 1 a failure while running: one line naming the cause, and where the
+traceback is (a failed run's ``run.log``; ``--debug`` prints it).
 """
 
 import argparse
@@ -9,6 +10,7 @@ import contextlib
 import json
 import sys
 import traceback
+from functools import partial
 from pathlib import Path
 
 from .config import ConfigError, check_config, data_format, load_config
@@ -25,8 +27,13 @@ class _Parser(argparse.ArgumentParser):
 
 def _parser():
     parser = _Parser(prog="dasktrees", description="Random forests on Dask.")
+    parser.add_argument("--debug", action="store_true", help="print a failure's traceback")
+    # Also after the command; SUPPRESS, or a command's default would undo ``dasktrees --debug``.
+    debug = _Parser(add_help=False)
+    debug.add_argument("--debug", action="store_true", default=argparse.SUPPRESS)
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    run = commands.add_parser("run", help="run one experiment; prints the run directory last")
+    add_command = partial(commands.add_parser, parents=[debug])
+    run = add_command("run", help="run one experiment; prints the run directory last")
     run.add_argument("config", help="YAML experiment file")
     run.add_argument(
         "--set",
@@ -36,17 +43,17 @@ def _parser():
         help="override a config value (YAML syntax), e.g. --set model.params.n_estimators=50",
     )
     run.add_argument("--output", help="the run directory (default: output.dir, or runs/NAME/TIME)")
-    validate = commands.add_parser("validate", help="check a config without running it")
+    validate = add_command("validate", help="check a config without running it")
     validate.add_argument("config")
     validate.add_argument("--set", action="append", default=[], metavar="KEY.PATH=VALUE")
-    predict = commands.add_parser("predict", help="predict a CSV or Parquet file with a model")
+    predict = add_command("predict", help="predict a CSV or Parquet file with a model")
     predict.add_argument("model", help="a saved model directory")
     predict.add_argument("input", help="CSV or Parquet file (or glob) of the features")
     predict.add_argument("--output", required=True, help="file to write, same format as input")
     where = predict.add_mutually_exclusive_group()
     where.add_argument("--config", help="use this experiment file's cluster section")
     where.add_argument("--address", help="a running Dask scheduler, e.g. tcp://10.0.0.5:8786")
-    inspect = commands.add_parser("inspect", help="describe a saved model")
+    inspect = add_command("inspect", help="describe a saved model")
     inspect.add_argument("model")
     inspect.add_argument("--json", action="store_true", help="print the description as JSON")
     return parser
@@ -67,13 +74,18 @@ def _run(args):
     if target is not None and target.exists():
         key = "--output" if args.output else "output.dir"
         raise ConfigError([(key, f"{target} exists already; choose a new run directory")])
-    run_dir = experiment.run(
-        config,
-        task=task,
-        output=output,
-        progress=experiment.TextProgress(),
-        echo=lambda line: print(line, file=sys.stderr),
-    )
+    run_dir = target or experiment.default_run_dir(config)
+    try:
+        experiment.run(
+            config,
+            task=task,
+            output=run_dir,
+            progress=experiment.TextProgress(),
+            echo=lambda line: print(line, file=sys.stderr),
+        )
+    except Exception as error:
+        error.traceback_in = run_dir / "run.log"  # where main() says the traceback is
+        raise
     print(run_dir)
 
 
@@ -214,6 +226,7 @@ def _inspect(args):
 
 def main(argv=None):
     """Entry point of the ``dasktrees`` command; returns the exit code."""
+    args = None
     try:
         args = _parser().parse_args(argv)
         handler = {"run": _run, "validate": _validate, "predict": _predict, "inspect": _inspect}
@@ -225,10 +238,24 @@ def main(argv=None):
         print("interrupted", file=sys.stderr)
         return EXIT_FAILED
     except Exception as error:  # noqa: BLE001 - the command reports any failure the same way
-        print(f"error: {type(error).__name__}: {error}", file=sys.stderr)
-        traceback.print_exc(file=sys.stderr)
+        _print_failure(error, debug=getattr(args, "debug", False))
         return EXIT_FAILED
     return EXIT_OK
+
+
+def _print_failure(error, debug):
+    """One line naming the cause, and where to find the traceback (or the traceback itself)."""
+    cause = " ".join(str(error).split()) or "(no message)"
+    where = getattr(error, "traceback_in", None)
+    if debug:
+        hint = ""
+    elif where is not None:
+        hint = f" (traceback in {where}; --debug prints it)"
+    else:
+        hint = " (--debug prints the traceback)"
+    print(f"error: {type(error).__name__}: {cause}{hint}", file=sys.stderr)
+    if debug:
+        traceback.print_exc(file=sys.stderr)
 
 
 def console():

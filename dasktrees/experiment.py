@@ -315,7 +315,8 @@ def default_run_dir(config):
 
 @contextlib.contextmanager
 def _run_log(path):
-    """Log dasktrees (INFO and up) and distributed into ``path`` for the block.
+    """Log dasktrees (INFO and up) and distributed into ``path`` for the block, and the
+    traceback of an error that ends it.
 
     One handler per logger: a LocalCluster silences the handlers of the "distributed" logger
     to WARNING, which must not silence ours.
@@ -331,6 +332,9 @@ def _run_log(path):
         log.addHandler(handler)
     try:
         yield
+    except BaseException:
+        ours.exception("the run failed")  # the traceback, which the command does not print
+        raise
     finally:
         ours.setLevel(level)
         for log, handler in zip(loggers, handlers):

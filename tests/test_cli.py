@@ -32,12 +32,11 @@ def run_cli(capsys, *argv):
 
 
 def failure_line(stderr):
-    """The one-line cause of a failed command, which must come before its traceback."""
+    """The one-line cause of a failed command: the last line, with no traceback printed."""
     lines = stderr.strip().splitlines()
-    cause = next(i for i, line in enumerate(lines) if line.startswith("error: "))
-    assert not any(line.startswith("Traceback") for line in lines[:cause]), stderr
-    assert any(line.startswith("Traceback") for line in lines[cause:]), stderr
-    return lines[cause]
+    assert lines[-1].startswith("error: "), stderr
+    assert not any(line.startswith("Traceback") for line in lines), stderr
+    return lines[-1]
 
 
 def check_run_dir(run_dir, task, n_trees, has_test=True, permutation=False):
@@ -70,9 +69,10 @@ def check_run_dir(run_dir, task, n_trees, has_test=True, permutation=False):
 # ---- shipped configs, end to end -----------------------------------------------------------------
 
 
-def test_quickstart_config_on_its_own_local_cluster(capsys, tmp_path):
+def test_quickstart_config_on_its_own_local_cluster(capfd, tmp_path):
+    # capfd, not capsys: the worker processes' logging reaches file descriptor 2 directly
     code, out, err = run_cli(
-        capsys, "run", CONFIGS / "quickstart.yaml", "--output", tmp_path / "run"
+        capfd, "run", CONFIGS / "quickstart.yaml", "--output", tmp_path / "run"
     )
     assert code == 0, err
     run_dir = Path(out.strip().splitlines()[-1])  # the run directory is the last line
@@ -89,6 +89,9 @@ def test_quickstart_config_on_its_own_local_cluster(capsys, tmp_path):
     }
     assert "Dask dashboard: http" in err
     assert "trees [" in err and "300/300" in err  # the progress bar
+    # a normal run is quiet: no warning from distributed (or anyone) in the log or the terminal
+    assert " WARNING " not in (run_dir / "run.log").read_text()
+    assert "warn" not in err.lower()
     # the saved model predicts the test rows as the run's metrics say
     model = dasktrees.load(run_dir / "model")
     assert len(model.estimators_) == 300
@@ -277,11 +280,13 @@ def test_wrong_scheduler_address_fails_within_the_timeout(tmp_path):
         timeout=120,
     )
     assert result.returncode == 1
-    assert address in failure_line(result.stderr)
+    cause = failure_line(result.stderr)
+    assert address in cause and f"traceback in {tmp_path / 'run' / 'run.log'}" in cause
     assert time.perf_counter() - start < 3 + 30  # the timeout, plus starting Python
-    # the failed run is marked as such and holds no model
+    # the failed run is marked as such, holds no model, and its log has the traceback
     assert (tmp_path / "run" / "FAILED").exists()
     assert not (tmp_path / "run" / "model").exists()
+    assert "Traceback" in (tmp_path / "run" / "run.log").read_text()
 
 
 # ---- invalid configs: exit code 2, every problem under its dotted key ---------------------------
@@ -529,6 +534,19 @@ def test_failed_run_is_marked_and_keeps_no_model(capsys, tmp_path, client):
     assert "max_features" in (run_dir / "FAILED").read_text()
     assert not (run_dir / "model").exists() and not (run_dir / "metrics.json").exists()
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary left
+
+
+@pytest.mark.parametrize("where", ["before", "after"])
+def test_debug_prints_the_traceback(capsys, tmp_path, where):
+    missing = tmp_path / "no-model"
+    argv = ["inspect", missing]
+    code, _, err = run_cli(
+        capsys, *(["--debug", *argv] if where == "before" else [*argv, "--debug"])
+    )
+    assert code == 1
+    assert "Traceback" in err and str(missing) in err
+    code, _, err = run_cli(capsys, *argv)
+    assert code == 1 and "--debug prints the traceback" in failure_line(err)
 
 
 # ---- predict and inspect -----------------------------------------------------------------------
