@@ -53,6 +53,7 @@ def _parser():
     where = predict.add_mutually_exclusive_group()
     where.add_argument("--config", help="use this experiment file's cluster section")
     where.add_argument("--address", help="a running Dask scheduler, e.g. tcp://10.0.0.5:8786")
+    # Neither: threads of this process, as for a model's predict without a client.
     inspect = add_command("inspect", help="describe a saved model")
     inspect.add_argument("model")
     inspect.add_argument("--json", action="store_true", help="print the description as JSON")
@@ -114,16 +115,16 @@ def _predict(args):
         )
     if problems:
         raise ConfigError(problems)
+    cluster = None  # none asked for: this process, Dask's threads
     if args.config:
         cluster = load_config(args.config).cluster
     elif args.address:
         cluster = ClusterConfig.model_validate({"address": args.address})
-    else:
-        cluster = ClusterConfig()
     model = load(args.model)
     is_forest = hasattr(model, "estimators_")
     # A single tree predicts in this process: no cluster to start.
-    with experiment.connect(cluster) if is_forest else contextlib.nullcontext() as client:
+    on_cluster = is_forest and cluster is not None
+    with experiment.connect(cluster) if on_cluster else contextlib.nullcontext() as client:
         frame = experiment.read_table(args.input, _NoOptions)
         names = getattr(model, "feature_names_in_", None)
         X = frame[list(names)] if names is not None else frame

@@ -681,3 +681,24 @@ def test_metrics_json_writes_undefined_scores_as_null():
         "oob_score": None,
         "test": {"roc_auc": None, "r2": 0.5},
     }
+
+
+def test_predict_with_a_forest_and_no_cluster_runs_in_this_process(capsys, tmp_path, monkeypatch):
+    import distributed
+
+    X, y = load_breast_cancer(return_X_y=True, as_frame=True)
+    model = dasktrees.RandomForestClassifier(n_estimators=5, random_state=0).fit(X, y)
+    model.save(tmp_path / "forest")
+    X.to_csv(tmp_path / "in.csv", index=False)
+
+    def no_cluster(*args, **kwargs):
+        raise AssertionError("a cluster was started")
+
+    monkeypatch.setattr(distributed, "LocalCluster", no_cluster)
+    monkeypatch.setattr(distributed, "Client", no_cluster)
+    code, out, err = run_cli(
+        capsys, "predict", tmp_path / "forest", tmp_path / "in.csv", "--output", tmp_path / "o.csv"
+    )
+    assert code == 0, err
+    result = pd.read_csv(tmp_path / "o.csv")
+    np.testing.assert_array_equal(result["prediction"], model.predict(X))
