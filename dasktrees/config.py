@@ -12,9 +12,7 @@ checks, data files and their columns, metrics against the task.
 """
 
 import difflib
-import glob
 import numbers
-import os
 import re
 from pathlib import Path
 from typing import Annotated, Any, Literal, Optional
@@ -22,7 +20,9 @@ from typing import Annotated, Any, Literal, Optional
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PlainValidator, ValidationError, model_validator
 
+from . import io
 from .datasets import BUILTIN, builtin_target
+from .io import path_problems
 
 CLASSIFICATION_METRICS = (
     "accuracy",
@@ -461,24 +461,6 @@ def check_params(cls, params, is_classifier):
     return problems
 
 
-def data_format(path):
-    """ "csv" or "parquet" from a path's extension (a directory is a Parquet dataset)."""
-    lowered = str(path).lower()
-    if lowered.endswith((".csv", ".csv.gz")):
-        return "csv"
-    if lowered.endswith((".parquet", ".pq")) or os.path.isdir(path):
-        return "parquet"
-    return None
-
-
-def _check_path(key, path):
-    if data_format(path) is None:
-        return [(key, f"cannot tell the format of {path!r}: expected .csv or .parquet")]
-    if not glob.glob(str(path)):
-        return [(key, f"no file matches {path!r}")]
-    return []
-
-
 def infer_task(target):
     """classification for a boolean, categorical, string or integer target with at most 50
     distinct values, else regression (``target`` a pandas or dask Series)."""
@@ -494,16 +476,13 @@ def infer_task(target):
     return "classification"
 
 
-def check_config(config, read_train=None):
+def check_config(config):
     """Second stage: every problem with what ``config`` points at, as ``ConfigError``.
 
     Parameters
     ----------
     config : Config
         Passed the schema stage (``load_config``).
-    read_train : callable, optional
-        ``read_train(config)`` -> the training frame (pandas or dask; only its columns and the
-        target's dtype are used); default ``experiment.read_train``.
 
     Returns
     -------
@@ -516,19 +495,16 @@ def check_config(config, read_train=None):
         Model parameters the estimator refuses, missing files or columns, metrics of the other
         task, evaluations the model cannot give.
     """
-    from .experiment import read_table
-    from .experiment import read_train as default_reader
-
     problems = []
     data = config.data
     if isinstance(data.train, str):
-        problems += _check_path("data.train", data.train)
+        problems += path_problems("data.train", data.train)
     if data.test is not None and data.test.path is not None:
-        problems += _check_path("data.test.path", data.test.path)
+        problems += path_problems("data.test.path", data.test.path)
     task = config.model.task
     if not problems:
         try:
-            frame = (read_train or default_reader)(config)
+            frame = io.read_train(data)
         except ImportError as error:
             problems.append(("data.train", str(error)))
             frame = None
@@ -549,7 +525,7 @@ def check_config(config, read_train=None):
             if task is None and target in columns:
                 task = infer_task(frame[target])
             if data.test is not None and data.test.path is not None:
-                test_columns = list(read_table(data.test.path, data).columns)
+                test_columns = list(io.read_table(data.test.path, data.blocksize).columns)
                 needed = [target, *(data.features or [c for c in columns if c != target])]
                 for column in needed:
                     if column not in test_columns and column not in (data.drop or ()):
