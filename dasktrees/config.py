@@ -13,7 +13,6 @@ checks, data files and their columns, metrics against the task.
 
 import difflib
 import numbers
-import re
 from pathlib import Path
 from typing import Annotated, Any, Literal, Optional
 
@@ -21,6 +20,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, PlainValidator, ValidationError, model_validator
 
 from . import io
+from ._params import check_forest_params, parameter_problem
 from .datasets import BUILTIN, builtin_target
 from .io import path_problems
 
@@ -407,57 +407,35 @@ def estimator_class(kind, task):
     return classes[kind, task]
 
 
-_UNBOUNDED = 2**31 - 1  # rows and features assumed when checking parameters without data
-
-
-def _check_estimator(est, is_classifier):
-    """Run the estimator's own parameter checks without data (sizes large enough that no
-    data-dependent bound fires)."""
-    from sklearn.utils import check_random_state
-
-    from ._params import check_tree_params
-
-    big = _UNBOUNDED
-    check_random_state(est.random_state)
-    if hasattr(est, "_check_forest_params"):
-        est._check_forest_params()
-        check_tree_params(est._tree_template(), big, big, is_classifier)
-    else:
-        check_tree_params(est, big, big, is_classifier)
-
-
-def _parameter_message(message):
-    """'n_estimators must be an int >= 1, got 'ten'' -> 'expected an integer >= 1, got 'ten''."""
-    match = re.match(r"^\w+ must be (.*), got (.*)$", message, flags=re.S)
-    if match:
-        message = f"expected {match.group(1)}, got {match.group(2)}"
-    message = message.replace(str(_UNBOUNDED), "n_features")
-    return re.sub(r"\ban int\b", "an integer", message)
-
-
 def check_params(cls, params, is_classifier):
     """Problems with ``model.params`` for estimator class ``cls``: unknown names (with a hint),
-    and values the estimator's own checks refuse, each under its own key."""
+    values the parameter table refuses (``_params.PARAMETERS``, the estimators' own), each under
+    its own key, then combinations (e.g. oob_score without bootstrap)."""
+    from sklearn.utils import check_random_state
+
     known = cls().get_params(deep=False)
     problems = []
-    for name in params:
+    for name, value in params.items():
+        key = f"model.params.{name}"
         if name == "client":
-            problems.append(("model.params.client", "set the cluster section instead"))
+            problems.append((key, "set the cluster section instead"))
         elif name not in known:
-            hint = _hint(name, known)
-            problems.append((f"model.params.{name}", f"unknown parameter of {cls.__name__}{hint}"))
+            problems.append((key, f"unknown parameter of {cls.__name__}{_hint(name, known)}"))
+        elif (problem := parameter_problem(name, value, is_classifier)) is not None:
+            problems.append((key, problem))
+        elif name == "random_state":
+            try:
+                check_random_state(value)
+            except ValueError as error:
+                problems.append((key, str(error)))
     if problems:
         return problems
-    for name, value in params.items():
-        try:
-            _check_estimator(cls(**{name: value}), is_classifier)
-        except (ValueError, TypeError) as error:
-            problems.append((f"model.params.{name}", _parameter_message(str(error))))
-    if not problems:
-        try:  # combinations, e.g. oob_score without bootstrap
-            _check_estimator(cls(**params), is_classifier)
-        except (ValueError, TypeError) as error:
-            problems.append(("model.params", str(error)))
+    estimator = cls(**params)
+    try:
+        if "n_estimators" in known:  # a forest
+            check_forest_params(estimator)
+    except ValueError as error:
+        problems.append(("model.params", str(error)))
     return problems
 
 
