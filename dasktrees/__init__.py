@@ -1,8 +1,7 @@
 """dasktrees: random forests on Dask, grown by a fast numba CART learner over binned data."""
 
-__version__ = "0.1.0"
-
 from . import criteria, pruning
+from ._version import __version__
 from .binning import BinMapper
 from .ensemble import (
     ExtraTreesClassifier,

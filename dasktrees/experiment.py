@@ -181,7 +181,7 @@ def _versions():
     import numba
     import sklearn
 
-    from . import __version__
+    from ._version import __version__
 
     return {
         "dasktrees": __version__,

@@ -30,9 +30,9 @@ import numpy as np
 from sklearn.base import ClassifierMixin
 from sklearn.utils.validation import check_is_fitted
 
-from . import __version__
 from ._dtypes import BITSET_WORDS, MAX_BINS, TREE_LEAF
 from ._validation import column_label
+from ._version import __version__
 from .binning import BinMapper
 from .ensemble import (
     BaseForest,

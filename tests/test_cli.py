@@ -89,9 +89,16 @@ def test_quickstart_config_on_its_own_local_cluster(capfd, tmp_path):
     }
     assert "Dask dashboard: http" in err
     assert "trees [" in err and "300/300" in err  # the progress bar
-    # a normal run is quiet: no warning from distributed (or anyone) in the log or the terminal
-    assert " WARNING " not in (run_dir / "run.log").read_text()
-    assert "warn" not in err.lower()
+    # A normal run is quiet: no warning from distributed (or anyone) in the log or the terminal.
+    # One exception: on a host loaded beyond its cores (other jobs beside the tests), a worker
+    # process can take over the nanny's 4 s to exit when the cluster closes, after the run's
+    # results are written, and the nanny says so before killing it.
+    slow_exit = "Worker process still alive after"
+    log = (run_dir / "run.log").read_text()
+    assert not [line for line in log.splitlines() if " WARNING " in line and slow_exit not in line]
+    assert not [
+        line for line in err.splitlines() if "warn" in line.lower() and slow_exit not in line
+    ]
     # the saved model predicts the test rows as the run's metrics say
     model = dasktrees.load(run_dir / "model")
     assert len(model.estimators_) == 300
