@@ -576,7 +576,7 @@ class RandomForestClassifier(_ForestClassifierMixin, BaseForest):
     class_weight : dict, "balanced", "balanced_subsample" or None
         "balanced_subsample" re-balances each tree's in-bag counts.
     voting : {"soft", "hard"}, default="soft"
-        Mean class probability over trees, or the seeds' majority vote.
+        Mean class probability over trees, or their majority vote (Breiman 1996).
     """
     )
     _tree_class = DecisionTreeClassifier
@@ -709,7 +709,7 @@ class RandomForestRegressor(_ForestRegressorMixin, BaseForest):
     criterion : {"squared_error"}
     max_features : default=1.0 (all features at every node, as scikit-learn)
     aggregation : {"mean", "median"}, default="mean"
-        Mean of the trees' predictions, or their median (the seeds' "bragging"). The
+        Mean of the trees' predictions, or their median ("bragging", Bühlmann 2003). The
         out-of-bag estimates use the mean of the out-of-bag trees either way.
     """
     )
