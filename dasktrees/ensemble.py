@@ -326,9 +326,8 @@ class BaseForest(BaseEstimator):
 
         On a distributed cluster (the estimator's client, else the default one) it is
         broadcast once, and the blocks take the future: embedded in the graph, it travelled
-        with every block task. Measured on the flights test set in 16 blocks with a 20-tree
-        forest (127 MB): 1.3-3.1 s embedded, 0.6-0.9 s broadcast. Without a cluster, Dask's
-        local schedulers share memory and the object itself is passed.
+        with every block task, which was much slower (measured in docs/benchmarks.md). Without
+        a cluster, Dask's local schedulers share memory and the object itself is passed.
         """
         client = find_client(self.client)
         if client is None:
