@@ -1,12 +1,22 @@
-"""Parameter checks for the tree learners, gathered in one function.
+"""Parameter checks of the estimators, driven by one table of what each parameter accepts.
 
-Every error names the parameter and the value that was wrong. The result, ``GrowthParams``, holds
-the plain numbers the grower kernel takes.
+``PARAMETERS`` says, once, what every tree and forest parameter accepts; the estimators check
+their parameters against it before any work starts (``check_tree_params``,
+``check_forest_params``), and the experiment config reads the same table
+(``parameter_problem``), so an estimator and a YAML file refuse the same values with the same
+words. Bounds that depend on the data (``max_features`` at most the number of features) are
+checked again when the data is known. ``GrowthParams`` holds the plain numbers the grower kernel
+takes.
 """
+
+from __future__ import annotations
 
 import math
 from dataclasses import dataclass
 from numbers import Integral, Real
+from typing import Any, Callable
+
+import numpy as np
 
 from ._dtypes import MAX_BINS
 from .criteria import CLASSIFICATION_CRITERIA, REGRESSION_CRITERIA
@@ -30,19 +40,145 @@ class GrowthParams:
     ccp_alpha: float  # 0: no pruning after growth
 
 
-def _is_int(value):
+def _is_int(value: Any) -> bool:
     return isinstance(value, Integral) and not isinstance(value, bool)
 
 
-def _is_real(value):
+def _is_real(value: Any) -> bool:
     return isinstance(value, Real) and not isinstance(value, bool)
 
 
-def _fail(name, expected, value):
-    raise ValueError(f"{name} must be {expected}, got {value!r}")
+@dataclass(frozen=True)
+class Rule:
+    """What one parameter accepts.
+
+    ``expected`` completes "NAME must be ..." (and the config's "expected ..."); ``accepts``
+    tells whether a value is one of those.
+    """
+
+    expected: str
+    accepts: Callable[[Any], bool]
 
 
-def resolve_max_features(max_features, n_features, name="max_features"):
+def _options(*options: Any) -> Rule:
+    words = [repr(o) if isinstance(o, str) else str(o) for o in options]
+    expected = ", ".join(words[:-1]) + f" or {words[-1]}" if len(words) > 1 else words[0]
+    return Rule(expected, lambda v: any(v is o or (isinstance(v, str) and v == o) for o in options))
+
+
+def _integer(low: int, high: int | None = None, none: bool = False) -> Rule:
+    bound = f"in [{low}, {high}]" if high is not None else f">= {low}"
+    return Rule(
+        ("None or " if none else "") + f"an integer {bound}",
+        lambda v: (none and v is None) or (_is_int(v) and v >= low and (high is None or v <= high)),
+    )
+
+
+def _count_or_fraction(low: int, high_closed: bool) -> Rule:
+    """An integer >= ``low``, or a fraction of the rows in (0, 1] or (0, 1)."""
+    bracket = "]" if high_closed else ")"
+    return Rule(
+        f"an integer >= {low} or a float in (0, 1{bracket}",
+        lambda v: (
+            (_is_int(v) and v >= low)
+            or (
+                _is_real(v)
+                and not _is_int(v)
+                and 0.0 < v
+                and (v <= 1.0 if high_closed else v < 1.0)
+            )
+        ),
+    )
+
+
+def _real(low: float, high: float | None = None, finite: bool = False) -> Rule:
+    expected = f"a float in [{low:g}, {high:g}]" if high is not None else f"a float >= {low:g}"
+    return Rule(
+        expected.replace("a float", "a finite float") if finite else expected,
+        lambda v: (
+            _is_real(v)
+            and low <= v
+            and (v <= high if high is not None else True)
+            and (v < math.inf or not finite)
+        ),
+    )
+
+
+_FEATURES = Rule(
+    '"sqrt", "log2", None, an integer >= 1 or a float in (0, 1]',
+    lambda v: (
+        v is None
+        or (isinstance(v, str) and v in ("sqrt", "log2"))
+        or (_is_int(v) and v >= 1)
+        or (_is_real(v) and not _is_int(v) and 0.0 < v <= 1.0)
+    ),
+)
+
+# What each parameter accepts, whatever the data. ``criterion`` depends on the task
+# (``criterion_rule``); ``categorical_features`` and the keys of a ``class_weight`` dict name
+# columns and classes, so they are checked against the data.
+PARAMETERS: dict[str, Rule] = {
+    # trees (and the trees of a forest)
+    "splitter": _options("best", "random"),
+    "max_depth": _integer(1, none=True),
+    "min_samples_split": _count_or_fraction(2, high_closed=True),
+    "min_samples_leaf": _count_or_fraction(1, high_closed=False),
+    "min_weight_fraction_leaf": _real(0.0, 0.5),
+    "max_features": _FEATURES,
+    "max_leaf_nodes": _integer(2, none=True),
+    "min_impurity_decrease": _real(0.0),
+    # Finite: a model file stores parameters as JSON, which has no infinity.
+    "ccp_alpha": _real(0.0, finite=True),
+    "max_bins": _integer(2, MAX_BINS),
+    # forests
+    "n_estimators": _integer(1),
+    "max_features_tree": _FEATURES,
+    "bootstrap": Rule("True or False", lambda v: isinstance(v, (bool, np.bool_))),
+    "max_samples": Rule(
+        "None, an integer >= 1 or a float in (0, 1]",
+        lambda v: v is None or (_is_int(v) and v >= 1) or (isinstance(v, float) and 0.0 < v <= 1.0),
+    ),
+    "oob_score": Rule("a bool or a callable", lambda v: isinstance(v, bool) or callable(v)),
+    "voting": _options("soft", "hard"),
+    "aggregation": _options("mean", "median"),
+    "mode": _options("auto", "replicated", "sampled"),
+    "trees_per_task": _integer(1, none=True),
+    "n_blocks": _integer(1, none=True),
+    # classifiers ("balanced_subsample": forests only)
+    "class_weight": Rule(
+        'a dict, "balanced", "balanced_subsample" or None',
+        lambda v: v is None or isinstance(v, dict) or v in ("balanced", "balanced_subsample"),
+    ),
+}
+
+
+def criterion_rule(is_classifier: bool) -> Rule:
+    """What ``criterion`` accepts for the task."""
+    criteria = CLASSIFICATION_CRITERIA if is_classifier else REGRESSION_CRITERIA
+    return Rule(f"one of {sorted(criteria)}", lambda v: isinstance(v, str) and v in criteria)
+
+
+def parameter_problem(name: str, value: Any, is_classifier: bool) -> str | None:
+    """What is wrong with ``value`` for parameter ``name`` ("expected ..., got ..."), or None.
+
+    Parameters not in ``PARAMETERS`` (``random_state``, ``categorical_features``, ...) have
+    their own checks and get None here.
+    """
+    rule = criterion_rule(is_classifier) if name == "criterion" else PARAMETERS.get(name)
+    if rule is None or rule.accepts(value):
+        return None
+    return f"expected {rule.expected}, got {value!r}"
+
+
+def _check(est: Any, names, is_classifier: bool = True) -> None:
+    for name in names:
+        value = getattr(est, name)
+        rule = criterion_rule(is_classifier) if name == "criterion" else PARAMETERS[name]
+        if not rule.accepts(value):
+            raise ValueError(f"{name} must be {rule.expected}, got {value!r}")
+
+
+def resolve_max_features(max_features, n_features: int, name: str = "max_features") -> int:
     """Number of features drawn per node: "sqrt", "log2", an int, a fraction or None (all)."""
     if max_features is None:
         return n_features
@@ -56,26 +192,33 @@ def resolve_max_features(max_features, n_features, name="max_features"):
             return int(max_features)
     elif _is_real(max_features) and 0.0 < max_features <= 1.0:
         return max(1, int(max_features * n_features))
-    _fail(
-        name,
-        f'"sqrt", "log2", None, an int in [1, {n_features}] or a float in (0, 1]',
-        max_features,
+    raise ValueError(
+        f'{name} must be "sqrt", "log2", None, an integer in [1, {n_features}] or a float in '
+        f"(0, 1], got {max_features!r}"
     )
 
 
-def _count_or_fraction(name, value, n_samples, minimum_int, fraction_interval):
-    """An int >= minimum_int, or a fraction of n_samples in ``fraction_interval``, as a count."""
-    low, high, high_closed = fraction_interval
-    if _is_int(value):
-        if value >= minimum_int:
-            return int(value)
-    elif _is_real(value) and low < value and (value <= high if high_closed else value < high):
-        return max(minimum_int, math.ceil(value * n_samples))
-    bracket = "]" if high_closed else ")"
-    _fail(name, f"an int >= {minimum_int} or a float in ({low}, {high}{bracket}", value)
+def _as_count(value, n_samples: int, minimum: int) -> int:
+    """A checked min_samples_* value as a number of rows."""
+    return int(value) if _is_int(value) else max(minimum, math.ceil(value * n_samples))
 
 
-def check_tree_params(est, n_samples, n_features, is_classifier):
+_TREE_PARAMETERS = (
+    "criterion",
+    "splitter",
+    "max_depth",
+    "max_leaf_nodes",
+    "min_weight_fraction_leaf",
+    "min_impurity_decrease",
+    "ccp_alpha",
+    "max_bins",
+    "min_samples_leaf",
+    "min_samples_split",
+    "max_features",
+)
+
+
+def check_tree_params(est, n_samples: int, n_features: int, is_classifier: bool) -> GrowthParams:
     """Validate the tree parameters of ``est`` and resolve them for data of this size.
 
     Parameters
@@ -91,45 +234,44 @@ def check_tree_params(est, n_samples, n_features, is_classifier):
     -------
     GrowthParams
     """
+    _check(est, _TREE_PARAMETERS, is_classifier)
+    if hasattr(est, "class_weight"):
+        _check(est, ["class_weight"])
     criteria = CLASSIFICATION_CRITERIA if is_classifier else REGRESSION_CRITERIA
-    if not isinstance(est.criterion, str) or est.criterion not in criteria:
-        _fail("criterion", f"one of {sorted(criteria)}", est.criterion)
-    if est.splitter not in ("best", "random"):
-        _fail("splitter", '"best" or "random"', est.splitter)
-    max_depth = est.max_depth
-    if max_depth is None:
-        max_depth = _NO_LIMIT
-    elif not _is_int(max_depth) or max_depth < 1:
-        _fail("max_depth", "None or an int >= 1", max_depth)
-    max_leaf_nodes = est.max_leaf_nodes
-    if max_leaf_nodes is None:
-        max_leaf_nodes = 0
-    elif not _is_int(max_leaf_nodes) or max_leaf_nodes < 2:
-        _fail("max_leaf_nodes", "None or an int >= 2", max_leaf_nodes)
-    if not _is_real(est.min_weight_fraction_leaf) or not 0.0 <= est.min_weight_fraction_leaf <= 0.5:
-        _fail("min_weight_fraction_leaf", "a float in [0, 0.5]", est.min_weight_fraction_leaf)
-    if not _is_real(est.min_impurity_decrease) or est.min_impurity_decrease < 0.0:
-        _fail("min_impurity_decrease", "a float >= 0", est.min_impurity_decrease)
-    # Finite: a model file stores parameters as JSON, which has no infinity.
-    if not _is_real(est.ccp_alpha) or not 0.0 <= est.ccp_alpha < math.inf:
-        _fail("ccp_alpha", "a finite float >= 0", est.ccp_alpha)
-    if not _is_int(est.max_bins) or not 2 <= est.max_bins <= MAX_BINS:
-        _fail("max_bins", f"an int in [2, {MAX_BINS}]", est.max_bins)
-    min_samples_leaf = _count_or_fraction(
-        "min_samples_leaf", est.min_samples_leaf, n_samples, 1, (0.0, 1.0, False)
-    )
-    min_samples_split = _count_or_fraction(
-        "min_samples_split", est.min_samples_split, n_samples, 2, (0.0, 1.0, True)
-    )
+    min_samples_leaf = _as_count(est.min_samples_leaf, n_samples, 1)
+    min_samples_split = _as_count(est.min_samples_split, n_samples, 2)
     return GrowthParams(
         criterion=criteria[est.criterion],
         random_splitter=est.splitter == "random",
         max_features=resolve_max_features(est.max_features, n_features),
-        max_depth=int(max_depth),
+        max_depth=_NO_LIMIT if est.max_depth is None else int(est.max_depth),
         min_samples_split=max(min_samples_split, 2 * min_samples_leaf),
         min_samples_leaf=min_samples_leaf,
         min_weight_fraction_leaf=float(est.min_weight_fraction_leaf),
-        max_leaf_nodes=int(max_leaf_nodes),
+        max_leaf_nodes=0 if est.max_leaf_nodes is None else int(est.max_leaf_nodes),
         min_impurity_decrease=float(est.min_impurity_decrease),
         ccp_alpha=float(est.ccp_alpha),
     )
+
+
+_FOREST_PARAMETERS = (
+    "n_estimators",
+    "bootstrap",
+    "max_samples",
+    "oob_score",
+    "max_features_tree",
+    "voting",
+    "aggregation",
+    "mode",
+    "trees_per_task",
+    "n_blocks",
+    "class_weight",
+)
+
+
+def check_forest_params(est) -> None:
+    """Validate the forest-level parameters of ``est`` (those it has) and their combinations;
+    the trees' are ``check_tree_params``'. Raises ``ValueError`` naming the parameter."""
+    _check(est, [name for name in _FOREST_PARAMETERS if hasattr(est, name)])
+    if est.oob_score and not (est.bootstrap or est.max_samples is not None):
+        raise ValueError("oob_score needs bootstrap=True or max_samples: every row is in bag")

@@ -1,4 +1,4 @@
-"""Input validation for local (numpy / pandas) data: one place for the checks and their messages.
+"""Input validation: one place for the checks of X, y and sample_weight and their messages.
 
 Tables are handled column by column because a pandas frame mixes numeric and categorical columns:
 ``table_columns`` turns X into a list of 1-d columns plus the information needed to bin them.
@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+from sklearn.utils.validation import column_or_1d
 
 
 @dataclass
@@ -155,3 +156,40 @@ def numeric_values(raw, name, check_inf=True):
     if check_inf and values.dtype.kind == "f" and np.isinf(values).any():
         raise ValueError(f"X {name} contains infinity; replace it with a finite value or NaN")
     return values
+
+
+def check_target(y, n_samples, is_classifier):
+    """y as a 1-d array; NaN (and for regression, inf) is a ValueError."""
+    y = column_or_1d(y, warn=True)
+    if len(y) != n_samples:
+        raise ValueError(f"y has {len(y)} samples but X has {n_samples}")
+    missing = pd.isna(y)
+    if missing.any():
+        rows = np.flatnonzero(missing)[:5].tolist()
+        raise ValueError(f"y contains NaN (first at rows {rows}); drop or impute those rows")
+    if not is_classifier:
+        try:
+            y = y.astype(np.float64)
+        except (TypeError, ValueError):
+            raise ValueError(f"y must be numeric for a regressor, got dtype {y.dtype}") from None
+        if np.isinf(y).any():
+            raise ValueError("y contains infinity")
+    return y
+
+
+def check_sample_weight(sample_weight, n_samples):
+    """sample_weight as float64 of shape (n_samples,): finite, non-negative, not all zero."""
+    if sample_weight is None:
+        return np.ones(n_samples)
+    sample_weight = np.asarray(sample_weight, dtype=np.float64)
+    if sample_weight.ndim == 0:
+        sample_weight = np.full(n_samples, float(sample_weight))
+    if sample_weight.shape != (n_samples,):
+        raise ValueError(f"sample_weight.shape == {sample_weight.shape}, expected ({n_samples},)")
+    if not np.isfinite(sample_weight).all():
+        raise ValueError("sample_weight contains NaN or infinity")
+    if (sample_weight < 0).any():
+        raise ValueError("sample_weight contains negative values")
+    if sample_weight.sum() <= 0:
+        raise ValueError("sample_weight sums to zero: there is nothing to fit")
+    return sample_weight

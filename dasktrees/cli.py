@@ -13,7 +13,8 @@ import traceback
 from functools import partial
 from pathlib import Path
 
-from .config import ConfigError, check_config, data_format, load_config
+from .config import ConfigError, check_config, load_config
+from .io import data_format, is_replaceable, read_table, write_table
 
 EXIT_OK, EXIT_FAILED, EXIT_INVALID = 0, 1, 2
 
@@ -109,7 +110,7 @@ def _predict(args):
             problems.append((key, f"cannot tell the format of {path!r}: expected .csv or .parquet"))
     if not problems and data_format(args.input) != data_format(args.output):
         problems.append(("--output", "must have the input's format (.csv or .parquet)"))
-    if not problems and not _replaceable(Path(args.output)):
+    if not problems and not is_replaceable(Path(args.output)):
         problems.append(
             ("--output", f"{args.output} exists and is not a file of predictions; choose another")
         )
@@ -125,7 +126,7 @@ def _predict(args):
     # A single tree predicts in this process: no cluster to start.
     on_cluster = is_forest and cluster is not None
     with experiment.connect(cluster) if on_cluster else contextlib.nullcontext() as client:
-        frame = experiment.read_table(args.input, _NoOptions)
+        frame = read_table(args.input)
         names = getattr(model, "feature_names_in_", None)
         X = frame[list(names)] if names is not None else frame
         if is_forest:
@@ -135,15 +136,8 @@ def _predict(args):
         out = _predictions(model, X)
         if not isinstance(out, dd.DataFrame):
             out = dd.from_pandas(out, npartitions=1)
-        _write(out, args.output)
+        write_table(out, args.output)
     print(args.output)
-
-
-class _NoOptions:
-    """``read_table`` options for predict inputs: no blocksize or repartitioning."""
-
-    blocksize = None
-    npartitions = None
 
 
 def _predictions(model, X):
@@ -171,42 +165,6 @@ def _predictions(model, X):
     if isinstance(prediction, da.Array):
         return dd.from_dask_array(prediction, columns="prediction").to_frame()
     return pd.DataFrame({"prediction": prediction})
-
-
-def _replaceable(path):
-    """Whether ``--output`` may be written over: nothing there, a file, or a directory of
-    Parquet parts (what this command writes) and nothing else."""
-    if not path.exists() or path.is_file():
-        return True
-    return all(p.is_file() and p.suffix == ".parquet" for p in path.iterdir())
-
-
-def _write(frame, path):
-    """Write to ``path`` (one CSV file, or a Parquet dataset directory) through a temporary
-    sibling, renamed when complete."""
-    import os
-    import shutil
-    import tempfile
-
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
-    try:
-        if data_format(path) == "csv":
-            compression = "gzip" if path.name.endswith(".gz") else None
-            frame.to_csv(
-                str(work / path.name), single_file=True, index=False, compression=compression
-            )
-            os.replace(work / path.name, path)
-            work.rmdir()
-        else:
-            frame.to_parquet(str(work), write_index=False)
-            if path.exists():
-                shutil.rmtree(path) if path.is_dir() else path.unlink()
-            os.replace(work, path)
-    except BaseException:
-        shutil.rmtree(work, ignore_errors=True)
-        raise
 
 
 def _inspect(args):

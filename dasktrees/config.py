@@ -12,17 +12,17 @@ checks, data files and their columns, metrics against the task.
 """
 
 import difflib
-import glob
 import numbers
-import os
-import re
 from pathlib import Path
 from typing import Annotated, Any, Literal, Optional
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PlainValidator, ValidationError, model_validator
 
+from . import io
+from ._params import check_forest_params, parameter_problem
 from .datasets import BUILTIN, builtin_target
+from .io import path_problems
 
 CLASSIFICATION_METRICS = (
     "accuracy",
@@ -407,76 +407,36 @@ def estimator_class(kind, task):
     return classes[kind, task]
 
 
-_UNBOUNDED = 2**31 - 1  # rows and features assumed when checking parameters without data
-
-
-def _check_estimator(est, is_classifier):
-    """Run the estimator's own parameter checks without data (sizes large enough that no
-    data-dependent bound fires)."""
-    from sklearn.utils import check_random_state
-
-    from ._params import check_tree_params
-
-    big = _UNBOUNDED
-    check_random_state(est.random_state)
-    if hasattr(est, "_check_forest_params"):
-        est._check_forest_params()
-        check_tree_params(est._tree_template(), big, big, is_classifier)
-    else:
-        check_tree_params(est, big, big, is_classifier)
-
-
-def _parameter_message(message):
-    """'n_estimators must be an int >= 1, got 'ten'' -> 'expected an integer >= 1, got 'ten''."""
-    match = re.match(r"^\w+ must be (.*), got (.*)$", message, flags=re.S)
-    if match:
-        message = f"expected {match.group(1)}, got {match.group(2)}"
-    message = message.replace(str(_UNBOUNDED), "n_features")
-    return re.sub(r"\ban int\b", "an integer", message)
-
-
 def check_params(cls, params, is_classifier):
     """Problems with ``model.params`` for estimator class ``cls``: unknown names (with a hint),
-    and values the estimator's own checks refuse, each under its own key."""
+    values the parameter table refuses (``_params.PARAMETERS``, the estimators' own), each under
+    its own key, then combinations (e.g. oob_score without bootstrap)."""
+    from sklearn.utils import check_random_state
+
     known = cls().get_params(deep=False)
     problems = []
-    for name in params:
+    for name, value in params.items():
+        key = f"model.params.{name}"
         if name == "client":
-            problems.append(("model.params.client", "set the cluster section instead"))
+            problems.append((key, "set the cluster section instead"))
         elif name not in known:
-            hint = _hint(name, known)
-            problems.append((f"model.params.{name}", f"unknown parameter of {cls.__name__}{hint}"))
+            problems.append((key, f"unknown parameter of {cls.__name__}{_hint(name, known)}"))
+        elif (problem := parameter_problem(name, value, is_classifier)) is not None:
+            problems.append((key, problem))
+        elif name == "random_state":
+            try:
+                check_random_state(value)
+            except ValueError as error:
+                problems.append((key, str(error)))
     if problems:
         return problems
-    for name, value in params.items():
-        try:
-            _check_estimator(cls(**{name: value}), is_classifier)
-        except (ValueError, TypeError) as error:
-            problems.append((f"model.params.{name}", _parameter_message(str(error))))
-    if not problems:
-        try:  # combinations, e.g. oob_score without bootstrap
-            _check_estimator(cls(**params), is_classifier)
-        except (ValueError, TypeError) as error:
-            problems.append(("model.params", str(error)))
+    estimator = cls(**params)
+    try:
+        if "n_estimators" in known:  # a forest
+            check_forest_params(estimator)
+    except ValueError as error:
+        problems.append(("model.params", str(error)))
     return problems
-
-
-def data_format(path):
-    """ "csv" or "parquet" from a path's extension (a directory is a Parquet dataset)."""
-    lowered = str(path).lower()
-    if lowered.endswith((".csv", ".csv.gz")):
-        return "csv"
-    if lowered.endswith((".parquet", ".pq")) or os.path.isdir(path):
-        return "parquet"
-    return None
-
-
-def _check_path(key, path):
-    if data_format(path) is None:
-        return [(key, f"cannot tell the format of {path!r}: expected .csv or .parquet")]
-    if not glob.glob(str(path)):
-        return [(key, f"no file matches {path!r}")]
-    return []
 
 
 def infer_task(target):
@@ -494,16 +454,13 @@ def infer_task(target):
     return "classification"
 
 
-def check_config(config, read_train=None):
+def check_config(config):
     """Second stage: every problem with what ``config`` points at, as ``ConfigError``.
 
     Parameters
     ----------
     config : Config
         Passed the schema stage (``load_config``).
-    read_train : callable, optional
-        ``read_train(config)`` -> the training frame (pandas or dask; only its columns and the
-        target's dtype are used); default ``experiment.read_train``.
 
     Returns
     -------
@@ -516,19 +473,16 @@ def check_config(config, read_train=None):
         Model parameters the estimator refuses, missing files or columns, metrics of the other
         task, evaluations the model cannot give.
     """
-    from .experiment import read_table
-    from .experiment import read_train as default_reader
-
     problems = []
     data = config.data
     if isinstance(data.train, str):
-        problems += _check_path("data.train", data.train)
+        problems += path_problems("data.train", data.train)
     if data.test is not None and data.test.path is not None:
-        problems += _check_path("data.test.path", data.test.path)
+        problems += path_problems("data.test.path", data.test.path)
     task = config.model.task
     if not problems:
         try:
-            frame = (read_train or default_reader)(config)
+            frame = io.read_train(data)
         except ImportError as error:
             problems.append(("data.train", str(error)))
             frame = None
@@ -549,7 +503,7 @@ def check_config(config, read_train=None):
             if task is None and target in columns:
                 task = infer_task(frame[target])
             if data.test is not None and data.test.path is not None:
-                test_columns = list(read_table(data.test.path, data).columns)
+                test_columns = list(io.read_table(data.test.path, data.blocksize).columns)
                 needed = [target, *(data.features or [c for c in columns if c != target])]
                 for column in needed:
                     if column not in test_columns and column not in (data.drop or ()):

@@ -16,7 +16,7 @@ from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin, clone
 from sklearn.utils import Bunch, check_random_state
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from ._params import check_tree_params, resolve_max_features
+from ._params import check_forest_params, check_tree_params, resolve_max_features
 from ._validation import check_2d
 from .binning import BinMapper
 from .distributed.client import client_for, find_client
@@ -53,36 +53,6 @@ class BaseForest(BaseEstimator):
         bag: what out-of-bag estimates and permutation importance need."""
         return bool(self.bootstrap) or self.max_samples is not None
 
-    def _check_forest_params(self):
-        if getattr(self, "voting", "soft") not in ("soft", "hard"):
-            raise ValueError(f'voting must be "soft" or "hard", got {self.voting!r}')
-        if getattr(self, "aggregation", "mean") not in ("mean", "median"):
-            raise ValueError(f'aggregation must be "mean" or "median", got {self.aggregation!r}')
-        if not isinstance(self.n_estimators, numbers.Integral) or self.n_estimators < 1:
-            raise ValueError(f"n_estimators must be an int >= 1, got {self.n_estimators!r}")
-        if not isinstance(self.bootstrap, (bool, np.bool_)):
-            raise ValueError(f"bootstrap must be True or False, got {self.bootstrap!r}")
-        if self.oob_score and not self.samples_rows():
-            raise ValueError("oob_score needs bootstrap=True or max_samples: every row is in bag")
-        if not (isinstance(self.oob_score, bool) or callable(self.oob_score)):
-            raise ValueError(f"oob_score must be a bool or a callable, got {self.oob_score!r}")
-        if self.mode not in ("auto", "replicated", "sampled"):
-            raise ValueError(f'mode must be "auto", "replicated" or "sampled", got {self.mode!r}')
-        max_samples = self.max_samples
-        if max_samples is not None and not (
-            (isinstance(max_samples, numbers.Integral) and max_samples >= 1)
-            or (isinstance(max_samples, float) and 0.0 < max_samples <= 1.0)
-        ):
-            raise ValueError(
-                f"max_samples must be None, an int >= 1 or a float in (0, 1], got {max_samples!r}"
-            )
-        if self.trees_per_task is not None and (
-            not isinstance(self.trees_per_task, numbers.Integral) or self.trees_per_task < 1
-        ):
-            raise ValueError(
-                f"trees_per_task must be None or an int >= 1, got {self.trees_per_task!r}"
-            )
-
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
         tags.input_tags.allow_nan = True
@@ -90,7 +60,7 @@ class BaseForest(BaseEstimator):
         return tags
 
     def _fit(self, X, y, sample_weight, is_classifier):
-        self._check_forest_params()
+        check_forest_params(self)
         if y is None:
             raise ValueError(
                 f"{type(self).__name__} requires y to be passed, but the target y is None"

@@ -6,55 +6,13 @@ from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin, clone
 from sklearn.utils import check_random_state
 from sklearn.utils.class_weight import compute_sample_weight
 from sklearn.utils.multiclass import check_classification_targets
-from sklearn.utils.validation import (
-    check_consistent_length,
-    check_is_fitted,
-    column_or_1d,
-    validate_data,
-)
+from sklearn.utils.validation import check_consistent_length, check_is_fitted, validate_data
 
 from ._params import check_tree_params
-from ._validation import check_2d
+from ._validation import check_2d, check_sample_weight, check_target
 from .binning import BinMapper
 from .pruning import pruning_path
 from .tree.grower import grow_tree
-
-
-def check_target(y, n_samples, is_classifier):
-    """y as a 1-d array; NaN (and for regression, inf) is a ValueError."""
-    y = column_or_1d(y, warn=True)
-    if len(y) != n_samples:
-        raise ValueError(f"y has {len(y)} samples but X has {n_samples}")
-    missing = pd.isna(y)
-    if missing.any():
-        rows = np.flatnonzero(missing)[:5].tolist()
-        raise ValueError(f"y contains NaN (first at rows {rows}); drop or impute those rows")
-    if not is_classifier:
-        try:
-            y = y.astype(np.float64)
-        except (TypeError, ValueError):
-            raise ValueError(f"y must be numeric for a regressor, got dtype {y.dtype}") from None
-        if np.isinf(y).any():
-            raise ValueError("y contains infinity")
-    return y
-
-
-def check_sample_weight(sample_weight, n_samples):
-    """sample_weight as float64 of shape (n_samples,): finite, non-negative, not all zero."""
-    if sample_weight is None:
-        return np.ones(n_samples)
-    sample_weight = np.asarray(sample_weight, dtype=np.float64)
-    if sample_weight.ndim == 0:
-        sample_weight = np.full(n_samples, float(sample_weight))
-    if sample_weight.shape != (n_samples,):
-        raise ValueError(f"sample_weight.shape == {sample_weight.shape}, expected ({n_samples},)")
-    if not np.isfinite(sample_weight).all():
-        raise ValueError("sample_weight contains NaN or infinity")
-    if (sample_weight < 0).any():
-        raise ValueError("sample_weight contains negative values")
-    if sample_weight.sum() <= 0:
-        raise ValueError("sample_weight sums to zero: there is nothing to fit")
-    return sample_weight
 
 
 class BaseDecisionTree(BaseEstimator):

@@ -33,8 +33,8 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from .config import data_format, estimator_class, infer_task, resolved
-from .datasets import load_builtin
+from .config import estimator_class, infer_task, resolved
+from .io import read_train, split
 
 logger = logging.getLogger("dasktrees.experiment")
 
@@ -80,54 +80,6 @@ def connect(cluster):
 
 
 # ---- data ------------------------------------------------------------------------------------
-
-
-def read_table(path, data):
-    """A dask dataframe from a CSV or Parquet path or glob (format from the extension).
-
-    Parameters
-    ----------
-    path : str
-        A file, a glob, or a Parquet dataset directory.
-    data : DataConfig or any object with ``blocksize`` and ``npartitions``
-        How to cut the table into partitions (None: dask's defaults).
-    """
-    import dask.dataframe as dd
-
-    if data_format(path) == "csv":
-        frame = dd.read_csv(path, blocksize=data.blocksize or "64MB")
-    else:
-        frame = (
-            dd.read_parquet(path, blocksize=data.blocksize)
-            if data.blocksize
-            else dd.read_parquet(path)
-        )
-    if data.npartitions is not None:
-        frame = frame.repartition(npartitions=data.npartitions)
-    return frame
-
-
-def read_train(config):
-    """The training table (before the test split) as a dask dataframe."""
-    import dask.dataframe as dd
-
-    data = config.data
-    if isinstance(data.train, dict):
-        frame = load_builtin(data.train["builtin"])
-        return dd.from_pandas(frame, npartitions=data.npartitions or 2, sort=False)
-    return read_table(data.train, data)
-
-
-def split(config, frame):
-    """(train, test) dask dataframes: the test file, a random fraction, or no test set."""
-    test = config.data.test
-    if test is None:
-        return frame, None
-    if test.path is not None:
-        return frame, read_table(test.path, config.data)
-    seed = config.seed if test.seed is None else test.seed
-    train, held_out = frame.random_split([1.0 - test.fraction, test.fraction], random_state=seed)
-    return train, held_out
 
 
 def feature_columns(config, columns):
@@ -394,9 +346,9 @@ def _run(config, task, work, progress, echo):
     with connect(config.cluster) as client:
         echo(f"Dask dashboard: {client.dashboard_link}")
         logger.info("dashboard %s", client.dashboard_link)
-        frame = read_train(config)
+        frame = read_train(config.data)
         target = config.target
-        train, test = split(config, frame)
+        train, test = split(config.data, frame, config.seed)
         features = feature_columns(config, list(frame.columns))
         task = task or infer_task(frame[target])
         X_train, y_train = train[features], train[target]

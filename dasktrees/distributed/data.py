@@ -22,9 +22,8 @@ import pandas as pd
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import column_or_1d
 
-from .._validation import check_2d
+from .._validation import check_2d, check_sample_weight, check_target
 from ..binning import BinMapper, sample_mask
-from ..estimators import check_sample_weight, check_target
 from .client import is_in_process, sending_large_data
 
 

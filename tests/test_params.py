@@ -1,0 +1,69 @@
+"""One table of what each parameter accepts: estimators and experiment configs refuse the same
+values, with the same words."""
+
+import re
+
+import pytest
+from sklearn.datasets import load_iris
+
+from dasktrees import DecisionTreeClassifier, ExtraTreesClassifier, RandomForestClassifier
+from dasktrees._params import PARAMETERS, parameter_problem
+from dasktrees.config import check_params
+
+# A value each parameter refuses and one it accepts (besides its default).
+CASES = {
+    "splitter": ("fast", "random"),
+    "max_depth": (0, 3),
+    "min_samples_split": (1.5, 0.2),
+    "min_samples_leaf": (0, 0.1),
+    "min_weight_fraction_leaf": (0.7, 0.1),
+    "max_features": ("all", 2),
+    "max_leaf_nodes": (1, 8),
+    "min_impurity_decrease": (-1.0, 0.01),
+    "ccp_alpha": (float("inf"), 0.01),
+    "max_bins": (256, 16),
+    "n_estimators": ("ten", 3),
+    "max_features_tree": (0, 0.5),
+    "bootstrap": ("yes", False),
+    "max_samples": (2.0, 0.5),
+    "oob_score": ("yes", False),
+    "voting": ("majority", "hard"),
+    "mode": ("fast", "sampled"),
+    "trees_per_task": (0, 2),
+    "n_blocks": (0, 3),
+    "class_weight": ("weird", "balanced"),
+}
+
+
+def test_every_parameter_of_the_table_has_a_case():
+    assert set(CASES) | {"aggregation"} == set(PARAMETERS)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_estimator_and_config_refuse_the_same_value(name):
+    X, y = load_iris(return_X_y=True)
+    bad, good = CASES[name]
+    is_tree_parameter = name in DecisionTreeClassifier().get_params()
+    cls = DecisionTreeClassifier if is_tree_parameter else RandomForestClassifier
+    params = {} if is_tree_parameter or name == "n_estimators" else {"n_estimators": 3}
+    expected = re.escape(f"{name} must be {PARAMETERS[name].expected}, got {bad!r}")
+    with pytest.raises(ValueError, match=f"^{expected}$"):
+        cls(**params, **{name: bad}).fit(X, y)
+    problem = parameter_problem(name, bad, is_classifier=True)
+    assert problem == f"expected {PARAMETERS[name].expected}, got {bad!r}"
+    assert check_params(cls, {name: bad}, True) == [(f"model.params.{name}", problem)]
+    assert parameter_problem(name, good, is_classifier=True) is None
+    cls(**params, **{name: good}).fit(X, y)
+
+
+def test_criterion_depends_on_the_task():
+    assert parameter_problem("criterion", "gini", is_classifier=True) is None
+    assert "squared_error" in parameter_problem("criterion", "gini", is_classifier=False)
+
+
+def test_combinations_are_checked_after_each_value():
+    problems = check_params(ExtraTreesClassifier, {"oob_score": True}, True)
+    assert problems == [
+        ("model.params", "oob_score needs bootstrap=True or max_samples: every row is in bag")
+    ]
+    assert check_params(ExtraTreesClassifier, {"oob_score": True, "bootstrap": True}, True) == []
