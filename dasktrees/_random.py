@@ -1,7 +1,8 @@
 """Counter-based random numbers for the kernels: a value is a pure function of (seed, counter).
 
 Randomness in dasktrees is keyed by seeds, tree indices and global row ids, never by a generator
-state walked through the data, so that any worker can recompute any draw (DESIGN.md, invariant 1).
+state walked through the data, so that any worker can recompute any draw (docs/design.md,
+invariants 1 and 5).
 The mixing function is SplitMix64 (Steele, Lea and Flood, 2014), whose finalizer is a good 64-bit
 hash; a stream is a counter pushed through it.
 """

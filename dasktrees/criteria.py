@@ -1,4 +1,4 @@
-"""Split criteria: node impurities as numba kernels, and the seeds' gain formulas on raw columns.
+"""Split criteria: node impurities as numba kernels, and ID3's and C4.5's gains on raw columns.
 
 A node's (or a candidate child's) statistics are one float64 vector, laid out by task:
 
@@ -7,7 +7,8 @@ A node's (or a candidate child's) statistics are one float64 vector, laid out by
 
 where w sums the row weights (sample_weight x class_weight x bootstrap count). Every impurity is
 computed from such a vector, so histograms, split scans and node statistics share one code path.
-Entropies are in bits, as in the seeds and in scikit-learn.
+Entropies are in bits, as in ID3, C4.5 and scikit-learn. Formulas and sources:
+docs/algorithms.md.
 """
 
 import numpy as np
@@ -129,7 +130,7 @@ def binary_entropy(w_left, w_right):
 
 
 # ----------------------------------------------------------------------------------------------
-# The seeds' formulas on one nominal column (multiway splits), for teaching and for tests.
+# ID3's and C4.5's formulas on one nominal column (multiway splits), for teaching and for tests.
 
 
 def _class_stats(y, sample_weight):

@@ -77,7 +77,8 @@ def _carseats():
     return _r_data("ISLR", "Carseats")
 
 
-# The seeds' worked examples (SEEDS.md): seed 000's 14 days of golf, seed 002's ten evenings.
+# Classical worked examples (docs/algorithms.md): Quinlan's (1986) 14 days of golf, a date added
+# to each, and Marsland's (2014, ch. 12) ten evenings.
 _GOLF = pd.DataFrame(
     [
         ("07-05", "hot", "sunny", "high", "false", "no"),

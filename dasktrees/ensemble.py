@@ -296,9 +296,8 @@ class BaseForest(BaseEstimator):
 
         On a distributed cluster (the estimator's client, else the default one) it is
         broadcast once, and the blocks take the future: embedded in the graph, it travelled
-        with every block task. Measured on the flights test set in 16 blocks with a 20-tree
-        forest (127 MB): 1.3-3.1 s embedded, 0.6-0.9 s broadcast. Without a cluster, Dask's
-        local schedulers share memory and the object itself is passed.
+        with every block task, which was much slower (measured in docs/benchmarks.md). Without
+        a cluster, Dask's local schedulers share memory and the object itself is passed.
         """
         client = find_client(self.client)
         if client is None:
@@ -546,7 +545,7 @@ class RandomForestClassifier(_ForestClassifierMixin, BaseForest):
     class_weight : dict, "balanced", "balanced_subsample" or None
         "balanced_subsample" re-balances each tree's in-bag counts.
     voting : {"soft", "hard"}, default="soft"
-        Mean class probability over trees, or the seeds' majority vote.
+        Mean class probability over trees, or their majority vote (Breiman 1996).
     """
     )
     _tree_class = DecisionTreeClassifier
@@ -679,7 +678,7 @@ class RandomForestRegressor(_ForestRegressorMixin, BaseForest):
     criterion : {"squared_error"}
     max_features : default=1.0 (all features at every node, as scikit-learn)
     aggregation : {"mean", "median"}, default="mean"
-        Mean of the trees' predictions, or their median (the seeds' "bragging"). The
+        Mean of the trees' predictions, or their median ("bragging", Bühlmann 2003). The
         out-of-bag estimates use the mean of the out-of-bag trees either way.
     """
     )

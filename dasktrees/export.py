@@ -251,8 +251,8 @@ def export_rules(
     show_missing : bool, default=True
         Say in the text where missing values go. Where no missing value reached a node in
         training they follow the heavier child, so a tree fitted on complete data still routes
-        them; False reads the rules as the lecture notes write them, for complete data (the
-        rules' ``matches`` is exact either way).
+        them; False reads the rules as textbooks write them, for complete data (the rules'
+        ``matches`` is exact either way).
 
     Returns
     -------

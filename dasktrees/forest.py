@@ -42,7 +42,7 @@ class Forest:
         bitset_starts = np.concatenate([[0], np.cumsum(bitset_sizes)[:-1]])
         self.nodes = np.empty(sizes.sum(), dtype=ROUTING_NODE_DTYPE)
         # In threads (the kernel releases the GIL): most of the time is spent faulting in the new
-        # table's pages, 400 MB for the flights forest, which two cores do nearly twice as fast.
+        # table's pages, which several cores do faster than one (measured in docs/benchmarks.md).
         with ThreadPoolExecutor(numba.get_num_threads()) as pool:
             list(
                 pool.map(
@@ -119,8 +119,8 @@ def _leaf_values_rows(X, start, stop, nodes, bitsets, roots, values, out):
 
 
 # Rows go through the forest in chunks, one tree after the other: a chunk's rows stay in cache
-# while a tree's nodes stream past once. On the flights forest (100 trees of 125,000 nodes) a
-# chunk of 65,536 rows voted 3.5x faster than chunks of 256.
+# while a tree's nodes stream past once, so large chunks vote much faster than small ones
+# (measured in docs/benchmarks.md).
 _ROWS_PER_CHUNK = 65536
 
 
@@ -128,8 +128,8 @@ def _by_row_chunks(kernel, X, parallel, *args):
     """Run ``kernel(X, start, stop, *args)`` over chunks of rows, in threads if ``parallel``.
 
     The kernels release the GIL. Threads, not a numba ``prange``: numba's parallel lowering of
-    the traversal ran twice as slow per thread as the same serial code, and a plain
-    ``nogil`` kernel may be called from several threads (Dask's) at once.
+    the traversal ran slower per thread than the same serial code (docs/benchmarks.md), and a
+    plain ``nogil`` kernel may be called from several threads (Dask's) at once.
     """
     n_rows = X.shape[0]
     n_threads = numba.get_num_threads() if parallel else 1

@@ -1,5 +1,5 @@
 """Post-pruning of grown trees: minimal cost-complexity pruning, its cross-validated choice of
-alpha (seed 004, Algorithm 8.1), and reduced-error pruning on a validation set (seeds 000, 002).
+alpha (Algorithm 8.1 of ISLR), and reduced-error pruning on a validation set (Quinlan 1987).
 
 Every pruning ends in ``subtree``: the kept nodes of the original tree, in their original order
 (parents before children), with the collapsed internal nodes turned into leaves. The grower
@@ -107,7 +107,7 @@ def _fill_owners(children_left, children_right, collapse, owner):
 
 
 def weakest_links(tree, ccp_alpha=np.inf):
-    """Weakest-link pruning (Breiman et al. 1984; seed 004): the internal nodes that minimal
+    """Weakest-link pruning (Breiman et al. 1984; ISLR 8.1.1): the internal nodes that minimal
     cost-complexity pruning collapses, in order, while their effective alpha is <= ``ccp_alpha``.
 
     With ``R(t) = weighted_n_node_samples[t] / weighted_n_node_samples[0] * impurity[t]`` and
@@ -364,7 +364,7 @@ def candidate_alphas(path):
 def select_ccp_alpha(
     estimator, X, y, cv=5, rule="min", scoring=None, random_state=None, client=None
 ):
-    """Choose ``ccp_alpha`` by K-fold cross-validation: Algorithm 8.1 of seed 004 (ISLR).
+    """Choose ``ccp_alpha`` by K-fold cross-validation: Algorithm 8.1 of ISLR (James et al.).
 
     1. Grow a full tree on all the data and take its pruning path; its subtrees' alphas
        (``candidate_alphas``: geometric means of consecutive path alphas) are the candidates.
@@ -514,7 +514,7 @@ def _rows(X, index):
 
 
 def reduced_error_prune(tree_estimator, X_val, y_val):
-    """Reduced-error pruning (Quinlan 1987; seeds 000 and 002) on a validation set.
+    """Reduced-error pruning (Quinlan 1987) on a validation set.
 
     Internal nodes are visited bottom-up (a node after all its descendants). A node's subtree is
     replaced by a leaf predicting the node's own value whenever that does not increase the

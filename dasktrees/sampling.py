@@ -6,7 +6,7 @@ partition computing out-of-bag votes get the same counts, however the rows are p
 
 * ``bootstrap=True``: counts are Poisson(1), the limit of the multinomial bootstrap of n draws
   from n rows (Oza and Russell 2001; Spark MLlib's bagging). A row is out of bag with probability
-  e^-1 = 36.8 %, as with the classical bootstrap (seeds 001, 002).
+  e^-1 = 36.8 %, as with the classical bootstrap (Breiman 1996; docs/algorithms.md).
 * ``max_samples=m``: counts are Poisson(m / n): about m draws per tree.
 * ``bootstrap=False``: every count is 1.
 """
@@ -103,7 +103,7 @@ def tree_seed(seed, tree):
 
 def tree_subspace(seed, tree, n_features, n_kept):
     """The features tree ``tree`` may use: ``n_kept`` of ``n_features``, drawn once per tree
-    (the seeds' random-subspace forest), as sorted int64 indices."""
+    (Ho's 1998 random subspace method), as sorted int64 indices."""
     if n_kept >= n_features:
         return np.arange(n_features, dtype=np.int64)
     keys = np.array(

@@ -1,4 +1,4 @@
-"""The seeds' Algorithm 8.1 on ISLR Hitters: grow a large regression tree of log(Salary), prune
+"""ISLR's Algorithm 8.1 on ISLR Hitters: grow a large regression tree of log(Salary), prune
 it back by weakest link with 6-fold cross-validation choosing alpha, and read the pruned tree.
 
     python examples/hitters_pruning.py [--plot hitters_cv.png]   # needs dasktrees[datasets]

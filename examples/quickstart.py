@@ -58,7 +58,7 @@ def forest_in_this_process():
 
 def main():
     print(f"dasktrees {dt.__version__}: 5-fold cross-validation of single trees")
-    print("(a first run compiles the numba kernels, about 20 s; later runs load them from cache)\n")
+    print("(a first run compiles the numba kernels, docs/benchmarks.md; later runs load them)\n")
     X, y = load_breast_cancer(return_X_y=True, as_frame=True)
     params = dict(criterion="entropy", min_samples_leaf=3, random_state=0)
     compare(

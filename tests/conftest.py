@@ -1,4 +1,4 @@
-"""Shared test data: the seeds' worked examples and the real datasets the tests compare on."""
+"""Shared test data: the classical worked examples and the real datasets the tests compare on."""
 
 import contextlib
 
@@ -7,7 +7,7 @@ import pytest
 
 from dasktrees.datasets import load_builtin
 
-# The seeds' worked examples (SEEDS.md), shipped as builtin datasets.
+# The worked examples of docs/algorithms.md, shipped as builtin datasets.
 GOLF = load_builtin("golf")
 ACTIVITY = load_builtin("activity")
 

@@ -2,7 +2,7 @@
 
 A single fully grown tree is noisy: one random_state can move a CV score by several points for
 either library. Both sides are therefore averaged over the same five random states; the margins
-are the issue's (1.5 accuracy points; 3 percent of RMSE).
+are the project's accuracy targets (1.5 accuracy points; 3 percent of RMSE).
 """
 
 import numpy as np

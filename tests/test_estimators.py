@@ -15,7 +15,7 @@ def iris():
     return load_iris(return_X_y=True)
 
 
-# ---- the bad inputs the issue names, each a clear error ----------------------------------------
+# ---- bad inputs, each a clear error -----------------------------------------------------------
 
 
 @pytest.mark.parametrize("Tree", [DecisionTreeClassifier, DecisionTreeRegressor])

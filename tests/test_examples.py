@@ -13,8 +13,8 @@ def run_example(name, monkeypatch, tmp_path, *argv):
     runpy.run_path(str(EXAMPLES / name), run_name="__main__")
 
 
-def test_seeds_tutorial(monkeypatch, tmp_path, capsys):
-    run_example("seeds_tutorial.py", monkeypatch, tmp_path)
+def test_tutorial(monkeypatch, tmp_path, capsys):
+    run_example("tutorial.py", monkeypatch, tmp_path)
     out = capsys.readouterr().out
     assert "H(Play) = 0.940 bits" in out
     assert "gain(Party) = 1.000" in out

@@ -1,5 +1,5 @@
 """Exports: rules that reproduce the tree's predictions exactly, text and DOT that mirror its
-structure, the seeds' trees read back as their if-then rules, and the errors users see."""
+structure, the published ID3 trees read back as their if-then rules, and the errors users see."""
 
 import re
 
@@ -184,10 +184,10 @@ def test_text_has_a_line_per_branch_and_per_leaf():
     assert thresholds and all(len(value.split(".")[1]) <= 2 for value in thresholds)
 
 
-def test_activity_text_is_the_seed_figure():
+def test_activity_text_is_marslands_figure():
     X, y = ACTIVITY.drop(columns="Activity"), ACTIVITY["Activity"]
-    # random_state=0 breaks the tie between Deadline and Lazy as the seed does (see
-    # test_activity_rules_are_the_seed_rules). No value was missing in training: missing values
+    # random_state=0 breaks the tie between Deadline and Lazy as Marsland's tree does (see
+    # test_activity_rules_are_marslands_rules). No value was missing in training: missing values
     # follow the heavier child.
     tree = DecisionTreeClassifier(criterion="entropy", random_state=0).fit(X, y)
     assert export_text(tree) == (
@@ -253,7 +253,7 @@ def test_graphviz_escapes_quotes_and_shows_regression_values():
     assert nodes["2"].endswith("value = 1.0") and len(edges) == 2
 
 
-# ---- the seeds' trees as rules ------------------------------------------------------------------
+# ---- published ID3 trees as rules --------------------------------------------------------------
 
 
 def allowed_values(rule, table):
@@ -264,8 +264,8 @@ def allowed_values(rule, table):
     return allowed
 
 
-def seed_rule(table, **conditions):
-    """A seed rule written as attribute=value or attribute=(values,), as allowed value sets."""
+def id3_rule(table, **conditions):
+    """A published rule written as attribute=value or attribute=(values,), as allowed sets."""
     allowed = {name: frozenset(table[name]) for name in table.columns}
     for name, values in conditions.items():
         allowed[name] = frozenset([values] if isinstance(values, str) else values)
@@ -284,30 +284,30 @@ def as_set(rules):
     return {(tuple(sorted(allowed.items())), prediction) for allowed, prediction in rules}
 
 
-def test_activity_rules_are_the_seed_rules():
-    # Seed 002, Figure 12.1 as its text reads it: "if there is a party then go to it; if there
-    # is not a party and you have an urgent deadline then study"; with a near deadline, study
-    # when not lazy, else TV; with no deadline, the pub.
+def test_activity_rules_are_marslands_rules():
+    # Marsland (2014), Figure 12.1, as its text reads it: "if there is a party then go to it;
+    # if there is not a party and you have an urgent deadline then study"; with a near
+    # deadline, study when not lazy, else TV; with no deadline, the pub.
     X, y = ACTIVITY.drop(columns="Activity"), ACTIVITY["Activity"]
-    seed = [
-        (seed_rule(X, Party="Yes"), "Party"),
-        (seed_rule(X, Party="No", Deadline="Urgent"), "Study"),
-        (seed_rule(X, Party="No", Deadline="Near", Lazy="No"), "Study"),
-        (seed_rule(X, Party="No", Deadline="Near", Lazy="Yes"), "TV"),
-        (seed_rule(X, Party="No", Deadline="None"), "Pub"),
+    id3 = [
+        (id3_rule(X, Party="Yes"), "Party"),
+        (id3_rule(X, Party="No", Deadline="Urgent"), "Study"),
+        (id3_rule(X, Party="No", Deadline="Near", Lazy="No"), "Study"),
+        (id3_rule(X, Party="No", Deadline="Near", Lazy="Yes"), "TV"),
+        (id3_rule(X, Party="No", Deadline="None"), "Pub"),
     ]
-    # Binary splits reach the seed's three-way Deadline test in two steps: on the five
+    # Binary splits reach Marsland's three-way Deadline test in two steps: on the five
     # Party = No evenings, {None} against the rest gains 0.722 bits; then on the four
     # {Urgent, Near} evenings Deadline and Lazy tie at 0.311 bits, and which is kept depends
     # on the order the node draws its features in (random_state). Kept Deadline, it is the
-    # seed's tree; kept Lazy, the tree tests Deadline once more under Lazy = Yes.
+    # Marsland's tree; kept Lazy, the tree tests Deadline once more under Lazy = Yes.
     lazy_first = (
-        seed[:1]
-        + seed[4:]
+        id3[:1]
+        + id3[4:]
         + [
-            (seed_rule(X, Party="No", Deadline=("Urgent", "Near"), Lazy="No"), "Study"),
-            (seed_rule(X, Party="No", Deadline="Urgent", Lazy="Yes"), "Study"),
-            (seed_rule(X, Party="No", Deadline="Near", Lazy="Yes"), "TV"),
+            (id3_rule(X, Party="No", Deadline=("Urgent", "Near"), Lazy="No"), "Study"),
+            (id3_rule(X, Party="No", Deadline="Urgent", Lazy="Yes"), "Study"),
+            (id3_rule(X, Party="No", Deadline="Near", Lazy="Yes"), "TV"),
         ]
     )
     found = []
@@ -315,35 +315,35 @@ def test_activity_rules_are_the_seed_rules():
         tree = DecisionTreeClassifier(criterion="entropy", random_state=random_state).fit(X, y)
         rules = assert_rules_reproduce(tree, X)
         ours = as_set([(allowed_values(rule, X), rule.prediction) for rule in rules])
-        assert ours in (as_set(seed), as_set(lazy_first))
-        found.append(ours == as_set(seed))
+        assert ours in (as_set(id3), as_set(lazy_first))
+        found.append(ours == as_set(id3))
         for rule in rules:
             assert rule.support == len(days(X, allowed_values(rule, X)))
     assert any(found) and not all(found)
     assert str(rules[-1]) == "IF Party in {Yes} THEN class = Party (support 5, purity 1.00)"
 
 
-def test_golf_rules_against_the_seed_tree():
-    # The ID3 tree of seeds 000 and 003 (drawn there as a figure, "Arbre final obtenu"):
+def test_golf_rules_against_quinlans_id3_tree():
+    # The ID3 tree of the golf days (Quinlan 1986):
     # Outlook = overcast -> yes; sunny -> Humidity (high -> no, normal -> yes);
     # rain -> Windy (true -> no, false -> yes).
     X, y = GOLF.drop(columns=["Day", "Play"]), GOLF["Play"]
-    seed = [
-        (seed_rule(X, Outlook="overcast"), "yes"),
-        (seed_rule(X, Outlook="sunny", Humidity="high"), "no"),
-        (seed_rule(X, Outlook="sunny", Humidity="normal"), "yes"),
-        (seed_rule(X, Outlook="rain", Windy="true"), "no"),
-        (seed_rule(X, Outlook="rain", Windy="false"), "yes"),
+    id3 = [
+        (id3_rule(X, Outlook="overcast"), "yes"),
+        (id3_rule(X, Outlook="sunny", Humidity="high"), "no"),
+        (id3_rule(X, Outlook="sunny", Humidity="normal"), "yes"),
+        (id3_rule(X, Outlook="rain", Windy="true"), "no"),
+        (id3_rule(X, Outlook="rain", Windy="false"), "yes"),
     ]
-    seed_days = {days(X, allowed): prediction for allowed, prediction in seed}
-    assert set().union(*seed_days) == set(range(14))  # the seed's leaves partition the days
-    for leaf, prediction in seed_days.items():
+    id3_days = {days(X, allowed): prediction for allowed, prediction in id3}
+    assert set().union(*id3_days) == set(range(14))  # ID3's leaves partition the days
+    for leaf, prediction in id3_days.items():
         assert set(y.iloc[sorted(leaf)]) == {prediction}
 
-    # A binary tree cannot be the seed's tree. Its root is the seed's best binary split
-    # (SEEDS.md: overcast against the rest, 0.226 bits), but ID3's three-way Outlook test then
-    # needs a second Outlook split, sunny against rain, which on the ten other days gains only
-    # 0.029 bits: Humidity (0.278) comes first, and the tree needs seven leaves, not five.
+    # A binary tree cannot be ID3's tree. Its root is the best binary split (overcast against
+    # the rest, 0.226 bits: docs/algorithms.md, section 4), but ID3's three-way Outlook test
+    # then needs a second Outlook split, sunny against rain, which on the ten other days gains
+    # only 0.029 bits: Humidity (0.278) comes first, and the tree needs seven leaves, not five.
     rest = GOLF[GOLF["Outlook"] != "overcast"]
     assert information_gain(rest["Play"], rest["Humidity"]) == pytest.approx(0.278, abs=1e-3)
     assert information_gain(rest["Play"], rest["Outlook"]) == pytest.approx(0.029, abs=1e-3)
@@ -354,17 +354,17 @@ def test_golf_rules_against_the_seed_tree():
         assert tree.tree_.feature[0] == list(X.columns).index("Outlook")
         assert len(rules) == 7 and all(rule.purity == 1.0 for rule in rules)
         # What does hold: the same predictions on the 14 days (both trees are pure), and two of
-        # the seed's rules are ours exactly, support included.
+        # ID3's rules are ours exactly, support included.
         np.testing.assert_array_equal(tree.predict(X), y)
         ours = [(allowed_values(rule, X), rule.prediction) for rule in rules]
-        assert as_set(ours) & as_set(seed) == as_set(seed[:2])
+        assert as_set(ours) & as_set(id3) == as_set(id3[:2])
         partitions.add(frozenset(days(X, allowed) for allowed, _ in ours))
     # Outlook and Temperature tie on the last split (07-20 against 07-26), so the rules' text
     # depends on random_state, but not the days' partition: every leaf of ours lies inside one
-    # of the seed's, except the three normal-humidity days without wind, which the seed
+    # of ID3's, except the three normal-humidity days without wind, which ID3
     # separates by Outlook (07-14 sunny; 07-09, 07-15 rain).
     (partition,) = partitions
-    straddling = [leaf for leaf in partition if not any(leaf <= s for s in seed_days)]
+    straddling = [leaf for leaf in partition if not any(leaf <= s for s in id3_days)]
     assert [sorted(GOLF["Day"].iloc[sorted(leaf)]) for leaf in straddling] == [
         ["07-09", "07-14", "07-15"]
     ]
@@ -425,9 +425,9 @@ def test_weighted_support_and_overlapping_rules():
         apply_rules([rules[0], rules[0]], X)
 
 
-def test_rules_without_missing_routing_read_as_the_seeds_write_them():
-    """Seed 002's rules for the evening activity, word for word once the routing of missing
-    values (which the seeds do not have) is left unsaid."""
+def test_rules_without_missing_routing_read_as_textbooks_write_them():
+    """Marsland's (2014) rules for the evening activity, word for word once the routing of
+    missing values (which his tree does not have) is left unsaid."""
     X = ACTIVITY.drop(columns="Activity").astype("category")
     tree = DecisionTreeClassifier(criterion="entropy", random_state=0).fit(X, ACTIVITY.Activity)
     rules = export_rules(tree, target_name="Activity", show_missing=False)

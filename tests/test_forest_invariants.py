@@ -1,5 +1,6 @@
-"""Invariant 1: same seed, same forest, whatever the input type, partitioning, number of
-workers, threads or processes, or no cluster at all. Invariant 2: dask input stays distributed."""
+"""Invariant 1 of docs/design.md: same seed, same forest, whatever the input type,
+partitioning, number of workers, threads or processes, or no cluster at all. Invariant 2: dask
+input stays distributed."""
 
 import dask.array as da
 import dask.dataframe as dd

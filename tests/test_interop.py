@@ -1,4 +1,5 @@
-"""scikit-learn's meta-estimators over dasktrees trees: the seeds' boosting and bagging."""
+"""scikit-learn's meta-estimators over dasktrees trees: AdaBoost (Freund and Schapire 1997) and
+bagging (Breiman 1996)."""
 
 import numpy as np
 import pytest

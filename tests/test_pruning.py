@@ -295,7 +295,7 @@ def hitters_data():
 
 
 def test_select_ccp_alpha_on_hitters(client, hitters_data):
-    """The seed's example: a regression tree of log(Salary) on Hitters, six-fold CV."""
+    """ISLR's example (section 8.1.1): a regression tree of log(Salary) on Hitters, six-fold CV."""
     X, y = hitters_data
     est = dt.DecisionTreeRegressor(random_state=0)
     local = select_ccp_alpha(est, X, y, cv=6, random_state=1)

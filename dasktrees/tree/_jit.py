@@ -6,9 +6,10 @@ from numba import njit
 # run once per node (histograms, split search, partition) must cost nanoseconds in fixed costs.
 #
 # * No runtime (``_nrt=False``): with numba's runtime every array a kernel takes, unpacks from a
-#   tuple or slices is reference counted by atomic increments and decrements, 17 % of a flights
-#   tree's time (perf). Without it the compiler also refuses any allocation: these kernels are
-#   allocation-free by construction, working in buffers the grower allocates once per tree.
+#   tuple or slices is reference counted by atomic increments and decrements, a large share of
+#   a flights tree's time (perf; docs/benchmarks.md). Without it the compiler also refuses any
+#   allocation: these kernels are allocation-free by construction, working in buffers the grower
+#   allocates once per tree.
 # * A numba array crosses a call as its seven or more fields, each a machine word: the split
 #   search with its tuples of arrays took some 250 words on the stack per call. The per-node
 #   steps that take those tuples (``find_split``, ``_open_node``, ``_split_node``) are therefore

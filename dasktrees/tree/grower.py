@@ -330,7 +330,7 @@ class Workspace(NamedTuple):
 
     Dask's worker processes return freed memory to the system at once (its nannies set
     ``MALLOC_TRIM_THRESHOLD_``), so arrays allocated afresh for every tree faulted their pages in
-    again, tens of megabytes a tree on the flights benchmark. ``grow`` takes the prefix it needs.
+    again (measured in docs/benchmarks.md). ``grow`` takes the prefix it needs.
     """
 
     nodes: np.ndarray  # NODE_DTYPE (capacity,): the node records

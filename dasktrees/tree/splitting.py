@@ -210,7 +210,7 @@ def category_order(stats, n_bins, criterion, target_class, keys, order, merge_bu
 
     Regression: mean target; classification: proportion of ``target_class``. For a binary class
     or a regression target with squared error, the best subset split is a prefix of this order
-    (Breiman et al. 1984, seed 004), so scanning prefixes is exact.
+    (Breiman et al. 1984; Fisher 1958), so scanning prefixes is exact.
 
     Writes ``order[:n_bins]``: a stable argsort of ``keys[:n_bins]`` (``merge_buffer``, of the
     same length as ``order``, is scratch).

@@ -65,8 +65,8 @@ class Tree:
             for name, dtype in NODE_ARRAY_DTYPES.items()
             if name != "value"
         }
-        # One pass over the records (a forest task turns 100,000-node trees into arrays: numpy's
-        # field by field copies took 7 to 9 ms a tree).
+        # One pass over the records: a forest task turns trees of 100,000 nodes into arrays, and
+        # numpy's field-by-field copies were slower (measured in docs/benchmarks.md).
         fields_from_records(nodes, thresholds, False, *(arrays[name] for name in _RECORD_ARRAYS))
         return cls(
             n_features,
@@ -196,7 +196,7 @@ class Tree:
         n_split = int(np.count_nonzero(is_split))
         split_fields = [getattr(self, name) for name in LEAF_CONSTANTS]
         compact = [np.empty(n_split, dtype=field.dtype) for field in split_fields]
-        _compact_split_fields(self.children_left, *split_fields, *compact)  # numpy's masks: 5 ms
+        _compact_split_fields(self.children_left, *split_fields, *compact)  # faster than masks
         state.update(zip(LEAF_CONSTANTS, compact))
         for name in TREE_ARRAYS:
             if name not in LEAF_CONSTANTS and name != "node_depth":

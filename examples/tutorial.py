@@ -1,14 +1,15 @@
-"""The seeds' worked examples, step by step (a short tutorial).
+"""The classical worked examples of docs/algorithms.md, step by step (a short tutorial).
 
-    python examples/seeds_tutorial.py
+    python examples/tutorial.py
 
-1. Play golf (seed 000): entropy of the 14 days, information gain and C4.5's gain ratio of each
-   attribute, and what the gain ratio does to the day itself, an attribute with 14 values.
-2. The party / study / pub / TV example (seed 002): ID3 picks Party at the root, then Deadline.
+1. Play golf (Quinlan 1986): entropy of the 14 days, information gain and C4.5's gain ratio of
+   each attribute, and what the gain ratio does to the day itself, an attribute with 14 values.
+2. The party / study / pub / TV example (Marsland 2014, ch. 12): ID3 picks Party at the root,
+   then Deadline.
 3. A CART tree grown by dasktrees on the golf days, with native categorical splits, printed as
    text and as if-then rules.
-4. A random forest on ISLR Carseats (seed 004): held-out and out-of-bag R^2, importances, and
-   "bragging" (the median of the trees instead of their mean).
+4. A random forest on ISLR Carseats: held-out and out-of-bag R^2, importances, and "bragging"
+   (the median of the trees instead of their mean, Bühlmann 2003).
 """
 
 import numpy as np
@@ -47,7 +48,7 @@ def activity():
     print("   ID3 splits on Party; on the Party = No branch:")
     for attribute in ("Deadline", "Lazy"):
         print(f"     gain({attribute}) = {information_gain(rest.Activity, rest[attribute]):.3f}")
-    print("   so Deadline comes next, as in the seed.\n")
+    print("   so Deadline comes next, as in ID3's tree.\n")
 
 
 def cart_on_golf():
@@ -55,7 +56,7 @@ def cart_on_golf():
     tree = dasktrees.DecisionTreeClassifier(criterion="entropy", random_state=0).fit(X, GOLF.Play)
     print("3. A CART tree (binary splits, categories grouped) on the golf days:")
     print(dasktrees.export_text(tree, show_missing=False))
-    print("   read as rules, one per leaf (seed 000 reads its tree the same way):")
+    print("   read as rules, one per leaf:")
     for rule in dasktrees.export_rules(tree, target_name="Play", show_missing=False):
         print(f"   {rule}")
     print()
