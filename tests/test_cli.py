@@ -69,6 +69,7 @@ def check_run_dir(run_dir, task, n_trees, has_test=True, permutation=False):
 # ---- shipped configs, end to end -----------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_quickstart_config_on_its_own_local_cluster(capfd, tmp_path):
     # capfd, not capsys: the worker processes' logging reaches file descriptor 2 directly
     code, out, err = run_cli(
@@ -105,6 +106,7 @@ def test_quickstart_config_on_its_own_local_cluster(capfd, tmp_path):
     assert model.oob_score_ == metrics["oob_score"]
 
 
+@pytest.mark.slow
 def test_diamonds_config(capsys, tmp_path, client):
     code, out, err = run_cli(
         capsys,
@@ -254,6 +256,7 @@ def run_command(*argv, timeout):
     return subprocess.run(command, capture_output=True, text=True, timeout=timeout)
 
 
+@pytest.mark.slow
 def test_run_on_a_running_scheduler(tmp_path, scheduler_address):
     result = run_command(
         "run",
@@ -272,6 +275,7 @@ def test_run_on_a_running_scheduler(tmp_path, scheduler_address):
     assert metrics["test"]["accuracy"] > 0.9
 
 
+@pytest.mark.slow
 def test_wrong_scheduler_address_fails_within_the_timeout(tmp_path):
     address = f"tcp://127.0.0.1:{_free_port()}"  # nothing listens there
     start = time.perf_counter()

@@ -21,6 +21,7 @@ def cv_mean(model, X, y, scoring):
     return cross_val_score(model, X, y, cv=CV, scoring=scoring).mean()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "loader", [load_breast_cancer, load_digits], ids=["breast_cancer", "digits"]
 )
@@ -33,6 +34,7 @@ def test_classification_accuracy_matches_sklearn(client, loader):
     assert abs(ours - theirs) <= 0.01, (ours, theirs)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dataset", ["diabetes", "Hitters", "Carseats"])
 def test_regression_rmse_matches_sklearn(client, dataset):
     if dataset == "diabetes":

@@ -38,6 +38,7 @@ def kill_a_worker_once_trees_run(client, done, killed):
         time.sleep(0.05)
 
 
+@pytest.mark.slow
 def test_fit_survives_a_killed_worker_and_equals_the_fit_without_fault(fault_cluster):
     X, y = make_classification(n_samples=30_000, n_features=20, random_state=0)
     params = dict(
@@ -66,6 +67,7 @@ def _exit_the_worker(array):
     os._exit(1)
 
 
+@pytest.mark.slow
 def test_a_task_that_keeps_killing_workers_fails_clearly_in_bounded_time(fault_cluster):
     X, y = make_classification(n_samples=500, n_features=5, random_state=0)
     start = time.monotonic()

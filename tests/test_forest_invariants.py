@@ -44,6 +44,7 @@ def fit_classifier(client, X, y, **params):
     ).fit(X, y)
 
 
+@pytest.mark.slow
 def test_numpy_and_dask_inputs_and_partitionings_give_the_same_forest(client, cancer):
     X, y = cancer
     reference = fit_classifier(client, X, y)
@@ -78,6 +79,7 @@ def test_regression_oob_score_is_exact_across_partitionings(client):
         np.testing.assert_array_equal(forests[0].oob_prediction_, other.oob_prediction_)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("workers, threads, processes", [(1, 1, True), (1, 2, False)])
 def test_worker_count_threads_and_processes_give_the_same_forest(
     client, cancer, workers, threads, processes

@@ -34,6 +34,7 @@ def test_adaboost_of_stumps_equals_scikit_learns():
     np.testing.assert_allclose(ours.predict_proba(X), theirs.predict_proba(X), rtol=1e-9)
 
 
+@pytest.mark.slow
 def test_adaboost_and_bagging_accuracy_match_scikit_learn():
     X, y = load_breast_cancer(return_X_y=True)
     pairs = [

@@ -327,6 +327,7 @@ def test_select_ccp_alpha_on_hitters(client, hitters_data):
     assert one_se.estimator.get_n_leaves() == 6
 
 
+@pytest.mark.slow
 def test_select_ccp_alpha_classifier_and_scoring(client):
     X, signal = random_table(3, n=300)
     y = np.where(signal > np.median(signal), "high", "low")
@@ -399,6 +400,7 @@ def naive_reduced_error(est, X_val, y_val):
 
 @settings(max_examples=25, deadline=None)
 @given(seed=st.integers(0, 2**31), classify=st.booleans(), n_val=st.integers(1, 300))
+@pytest.mark.slow
 def test_reduced_error_pruning(seed, classify, n_val):
     X, signal = random_table(seed, n=300 + n_val)
     y = np.digitize(signal, np.quantile(signal, [0.3, 0.7])) if classify else signal
