@@ -25,7 +25,7 @@ from .distributed.reductions import oob_estimates, permutation_importance
 from .distributed.train import ForestSpec, grow_forest
 from .estimators import DecisionTreeClassifier, DecisionTreeRegressor
 from .forest import HARD, SOFT, Forest
-from .sampling import sampling_rate
+from .distributed.sampling import sampling_rate
 
 _TREE_PARAMS = (
     "criterion",

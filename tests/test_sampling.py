@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from dasktrees._random import hash_key, mix64, to_unit
-from dasktrees.sampling import BOOTSTRAP_STREAM, tree_counts
+from dasktrees.distributed.sampling import BOOTSTRAP_STREAM, tree_counts
 
 
 def reference_counts(seed, tree, first_row, lam, n):
