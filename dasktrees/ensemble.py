@@ -22,10 +22,10 @@ from .binning import BinMapper
 from .distributed.client import client_for, find_client
 from .distributed.data import is_dask_collection, prepare
 from .distributed.reductions import oob_estimates, permutation_importance
+from .distributed.sampling import sampling_rate
 from .distributed.train import ForestSpec, grow_forest
 from .estimators import DecisionTreeClassifier, DecisionTreeRegressor
 from .forest import HARD, SOFT, Forest
-from .distributed.sampling import sampling_rate
 
 _TREE_PARAMS = (
     "criterion",

@@ -11,7 +11,7 @@ from sklearn.utils.validation import check_consistent_length, check_is_fitted, v
 from ._params import check_tree_params
 from ._validation import check_2d, check_sample_weight, check_target
 from .binning import BinMapper
-from .pruning import pruning_path
+from .tree.cost_complexity import pruning_path
 from .tree.grower import grow_tree
 
 

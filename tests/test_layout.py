@@ -1,5 +1,8 @@
-"""The module map of docs/design.md lists every module of the package, and no other."""
+"""The layout of the package: docs/design.md's module map lists every module and no other; no
+two modules import each other, even through others or from inside a function; the tree learner
+imports nothing above it."""
 
+import ast
 import re
 from pathlib import Path
 
@@ -40,3 +43,71 @@ def test_module_map_lists_every_module_once():
         f"not in the map: {sorted(package_modules() - set(listed))}; "
         f"in the map but not in the package: {sorted(set(listed) - package_modules())}"
     )
+
+
+# ---- imports -------------------------------------------------------------------------------------
+
+
+def module_name(path):
+    """``dasktrees/tree/grower.py`` -> ``dasktrees.tree.grower``; a package's ``__init__.py``
+    -> the package."""
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imported_modules(path, modules):
+    """The package's modules that ``path`` imports anywhere (module level or in a function):
+    ``from .x import name`` is module ``x``, or ``x.name`` when that is a module itself."""
+    name = module_name(path)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name.split(".")[0] == "dasktrees"}
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                parts = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(parts + ([node.module] if node.module else []))
+            else:
+                base = node.module or ""
+            if base.split(".")[0] == "dasktrees":
+                found |= {
+                    f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base
+                    for a in node.names
+                }
+    return found - {name}
+
+
+def import_graph():
+    paths = [ROOT / relative for relative in sorted(package_modules())]
+    paths = {module_name(path): path for path in paths}
+    return {name: imported_modules(path, paths) for name, path in paths.items()}
+
+
+def test_no_import_cycles():
+    graph = import_graph()
+    def reach(start):
+        seen, todo = set(), list(graph[start])
+        while todo:
+            module = todo.pop()
+            if module not in seen:
+                seen.add(module)
+                todo.extend(graph.get(module, ()))
+        return seen
+
+    reachable = {module: reach(module) for module in graph}
+    cycles = sorted(
+        (a, b) for a in graph for b in reachable[a] if a < b and a in reachable.get(b, ())
+    )
+    assert not cycles, f"modules that import each other (directly or through others): {cycles}"
+
+
+# What the tree learner may import besides itself: dtypes, hashing and impurity formulas.
+TREE_MAY_IMPORT = {"dasktrees._dtypes", "dasktrees._random", "dasktrees.criteria"}
+
+
+def test_the_tree_learner_imports_nothing_above_it():
+    for module, imports in import_graph().items():
+        if module.startswith("dasktrees.tree"):
+            above = {m for m in imports if not m.startswith("dasktrees.tree")} - TREE_MAY_IMPORT
+            assert not above, f"{module} imports {sorted(above)}"

@@ -13,14 +13,8 @@ from sklearn.base import clone
 
 import dasktrees as dt
 from dasktrees._dtypes import TREE_LEAF
-from dasktrees.pruning import (
-    candidate_alphas,
-    prune_cost_complexity,
-    pruning_path,
-    reduced_error_prune,
-    select_ccp_alpha,
-    weakest_links,
-)
+from dasktrees.pruning import candidate_alphas, reduced_error_prune, select_ccp_alpha
+from dasktrees.tree.cost_complexity import prune_cost_complexity, pruning_path, weakest_links
 from dasktrees.tree.tree import TREE_ARRAYS
 
 from .conftest import hitters

@@ -11,8 +11,8 @@ import dask.array as da
 import numpy as np
 
 from ..forest import add_oob_votes, exact_sum, from_exact, misclassified, tree_loss
-from .sampling import tree_counts
 from .client import is_in_process, sending_large_data
+from .sampling import tree_counts
 
 
 def oob_block(forest, block, seed, lam, voting, classification):

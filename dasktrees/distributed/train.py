@@ -26,10 +26,10 @@ import numpy as np
 
 from .._params import GrowthParams
 from ..binning import BinArrays
-from .sampling import tree_counts, tree_seed, tree_subspace
 from ..tree import wire
 from ..tree.grower import Workspace, grow_tree_state
 from .client import as_completed, is_in_process
+from .sampling import tree_counts, tree_seed, tree_subspace
 
 
 @dataclass(frozen=True)

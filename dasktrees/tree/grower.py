@@ -29,9 +29,9 @@ from numba import njit
 from .._dtypes import BITSET_DTYPE, BITSET_WORDS, N_BIN_CODES, NODE_DTYPE, TREE_LEAF, TREE_UNDEFINED
 from .._random import new_state, next_below
 from ..criteria import SQUARED_ERROR, impurity, stats_weight
-from ..pruning import prune_cost_complexity
 from . import wire
 from ._jit import inlined_node_kernel, node_kernel
+from .cost_complexity import prune_cost_complexity
 from .histogram import build_histogram, compact, node_statistics
 from .splitting import (
     NO_SPLIT,
