@@ -10,17 +10,24 @@ started behind the user's back; the ``dasktrees run`` command starts a ``LocalCl
 its config asks for one (``cluster.local``, the default).
 """
 
+from __future__ import annotations
+
 import contextlib
 import warnings
+from collections.abc import Iterable, Iterator
+from typing import Union
 
 import distributed
 
 from .local import InProcessClient
 from .local import as_completed as _in_process_completed
 
+# What the Dask layer runs its tasks on.
+Client = Union[distributed.Client, InProcessClient]
+
 
 @contextlib.contextmanager
-def sending_large_data():
+def sending_large_data() -> Iterator[None]:
     """Within the block, distributed's warning about graphs over 10 MB is not passed on: for
     the calls that send data to the cluster once on purpose (local input blocks, the forest of
     the out-of-bag reductions)."""
@@ -29,7 +36,7 @@ def sending_large_data():
         yield
 
 
-def find_client(client=None):
+def find_client(client: Client | None = None) -> Client | None:
     """The given client, else the current default client, else None."""
     if client is not None:
         return client
@@ -40,7 +47,7 @@ def find_client(client=None):
 
 
 @contextlib.contextmanager
-def client_for(client=None):
+def client_for(client: Client | None = None) -> Iterator[Client]:
     """The given client, else the current default client, else an ``InProcessClient`` whose
     threads end with the block."""
     client = find_client(client)
@@ -51,12 +58,12 @@ def client_for(client=None):
         yield local
 
 
-def is_in_process(client):
+def is_in_process(client: Client) -> bool:
     """Whether ``client`` runs tasks in this process (no data crosses a process boundary)."""
     return isinstance(client, InProcessClient)
 
 
-def as_completed(client, futures):
+def as_completed(client: Client, futures: Iterable) -> Iterator:
     """``futures`` of ``client.submit`` in the order they finish."""
     if is_in_process(client):
         return _in_process_completed(futures)

@@ -11,6 +11,8 @@ on the workers as futures, recomputable from their graph if a worker dies. Local
 blocks embedded in the graph, so it takes the same path.
 """
 
+from __future__ import annotations
+
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -24,7 +26,7 @@ from sklearn.utils.validation import column_or_1d
 
 from .._validation import check_2d, check_sample_weight, check_target
 from ..binning import BinMapper, sample_mask
-from .client import is_in_process, sending_large_data
+from .client import Client, is_in_process, sending_large_data
 
 
 class BinnedPartition(NamedTuple):
@@ -48,11 +50,11 @@ class TrainingData:
     row_chunks: tuple  # rows per block, to build dask outputs aligned with the input
 
     @property
-    def n_rows(self):
+    def n_rows(self) -> int:
         return int(self.offsets[-1])
 
 
-def is_dask_collection(X):
+def is_dask_collection(X) -> bool:
     return isinstance(X, (da.Array, dd.DataFrame, dd.Series))
 
 
@@ -71,7 +73,7 @@ def _local_blocks(client, values, bounds):
         return client.compute(blocks)
 
 
-def input_blocks(client, X, y, sample_weight, n_blocks):
+def input_blocks(client: Client, X, y, sample_weight, n_blocks: int) -> tuple:
     """Cut X, y and sample_weight into aligned row blocks.
 
     Returns
@@ -219,8 +221,16 @@ def _bin_block(mapper, x, y, w, first_row, classes, class_weights):
 
 
 def prepare(
-    client, X, y, sample_weight, *, mapper, is_classifier, class_weight=None, n_blocks=None
-):
+    client: Client,
+    X,
+    y,
+    sample_weight,
+    *,
+    mapper: BinMapper,
+    is_classifier: bool,
+    class_weight: dict | str | None = None,
+    n_blocks: int | None = None,
+) -> TrainingData:
     """Bin X on the cluster and keep the binned blocks there.
 
     Parameters

@@ -16,10 +16,13 @@ Both modes compute the same counts from (seed, tree, global row id) and stack ro
 order, so they grow the same trees.
 """
 
+from __future__ import annotations
+
 import contextlib
 import contextvars
 import pickle
 import uuid
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -28,7 +31,9 @@ from .._params import GrowthParams
 from ..binning import BinArrays
 from ..tree import wire
 from ..tree.grower import Workspace, grow_tree_state
-from .client import as_completed, is_in_process
+from ..tree.tree import Tree
+from .client import Client, as_completed, is_in_process
+from .data import BinnedPartition, TrainingData
 from .sampling import tree_counts, tree_seed, tree_subspace
 
 
@@ -50,7 +55,7 @@ _progress = contextvars.ContextVar("dasktrees_progress", default=None)
 
 
 @contextlib.contextmanager
-def report_progress(callback):
+def report_progress(callback: Callable[[int, int], None]) -> Iterator[None]:
     """Within the block, forest fits call ``callback(n_done, n_total)`` as tree tasks finish
     (what the ``dasktrees`` command draws its progress bar with)."""
     token = _progress.set(callback)
@@ -109,7 +114,7 @@ def _shipped(states, ship):
     return np.frombuffer(pickle.dumps(states, protocol=pickle.HIGHEST_PROTOCOL), dtype=np.uint8)
 
 
-def grow_batch(spec, ship, trees, *blocks):
+def grow_batch(spec: ForestSpec, ship: bool, trees: Sequence[int], *blocks: BinnedPartition):
     """Replicated mode: grow ``trees`` (tree indices) on the stacked blocks; returns them
     pickled (see ``_shipped``)."""
     codes = _stack([b.codes for b in blocks])
@@ -125,7 +130,7 @@ def grow_batch(spec, ship, trees, *blocks):
     return _shipped(grown, ship)
 
 
-def extract_in_bag(spec, trees, block):
+def extract_in_bag(spec: ForestSpec, trees: Sequence[int], block: BinnedPartition) -> list:
     """Sampled mode, on the worker holding ``block``: the rows each tree draws from it.
 
     Returns
@@ -142,7 +147,7 @@ def extract_in_bag(spec, trees, block):
     return drawn
 
 
-def grow_sampled(spec, ship, trees, *extracts):
+def grow_sampled(spec: ForestSpec, ship: bool, trees: Sequence[int], *extracts: list):
     """Sampled mode: grow each tree on the rows its blocks extracted, stacked in row order
     (the same rows, order and weights as replicated mode, so the same tree); returns them
     pickled (see ``_shipped``)."""
@@ -156,13 +161,15 @@ def grow_sampled(spec, ship, trees, *extracts):
     return _shipped(grown, ship)
 
 
-def default_trees_per_task(n_trees, n_workers):
+def default_trees_per_task(n_trees: int, n_workers: int) -> int:
     """About four tasks per worker: enough to balance load and survive a lost worker cheaply,
     few enough that stacking the blocks (once per task) stays a small part of the work."""
     return max(1, int(np.ceil(n_trees / (4 * max(1, n_workers)))))
 
 
-def tree_batches(tree_ids, trees_per_task, n_workers):
+def tree_batches(
+    tree_ids: list[int], trees_per_task: int | None, n_workers: int
+) -> list[list[int]]:
     """The trees of each task, in the order to run them.
 
     ``trees_per_task`` given: batches of that size. Otherwise batches of
@@ -184,7 +191,7 @@ def tree_batches(tree_ids, trees_per_task, n_workers):
     return batches
 
 
-def choose_mode(mode, data, lam, worker_memory):
+def choose_mode(mode: str, data: TrainingData, lam: float, worker_memory: float) -> str:
     """ "replicated" or "sampled" for this fit (see the module docstring).
 
     "auto" samples when trees draw under half the rows on average (Poisson mean below 0.5), or
@@ -200,7 +207,15 @@ def choose_mode(mode, data, lam, worker_memory):
     return "replicated"
 
 
-def grow_forest(client, data, spec, tree_ids, trees_per_task=None, mode="auto", retries=1):
+def grow_forest(
+    client: Client,
+    data: TrainingData,
+    spec: ForestSpec,
+    tree_ids: list[int],
+    trees_per_task: int | None = None,
+    mode: str = "auto",
+    retries: int = 1,
+) -> tuple[list[Tree], str]:
     """Submit the tree tasks and gather their trees in tree order.
 
     Returns
