@@ -1,9 +1,15 @@
 """scikit-learn style tree estimators: validate, bin, delegate to the grower, set attributes."""
 
+from __future__ import annotations
+
+import os
+
 import numpy as np
 import pandas as pd
+from numpy.typing import ArrayLike
+from scipy.sparse import csr_matrix
 from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin, clone
-from sklearn.utils import check_random_state
+from sklearn.utils import Bunch, check_random_state
 from sklearn.utils.class_weight import compute_sample_weight
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_consistent_length, check_is_fitted, validate_data
@@ -101,7 +107,9 @@ class BaseDecisionTree(BaseEstimator):
         )
         return self
 
-    def cost_complexity_pruning_path(self, X, y, sample_weight=None):
+    def cost_complexity_pruning_path(
+        self, X: ArrayLike, y: ArrayLike, sample_weight: ArrayLike | None = None
+    ) -> Bunch:
         """The minimal cost-complexity pruning path of the tree grown on X and y with these
         parameters but ``ccp_alpha=0``, as scikit-learn's method returns it.
 
@@ -124,34 +132,34 @@ class BaseDecisionTree(BaseEstimator):
         validate_data(self, X, reset=False, skip_check_array=True)
         return self.bin_mapper_.encode(X)
 
-    def apply(self, X):
+    def apply(self, X: ArrayLike) -> np.ndarray:
         """Index of the leaf each sample ends up in: ndarray of int64, shape (n_samples,)."""
         encoded = self._encode(X)
         return self.tree_.apply(encoded)
 
-    def decision_path(self, X):
+    def decision_path(self, X: ArrayLike) -> csr_matrix:
         """Sparse (CSR) indicator of the nodes each sample goes through,
         shape (n_samples, n_nodes)."""
         encoded = self._encode(X)
         return self.tree_.decision_path(encoded)
 
-    def get_depth(self):
+    def get_depth(self) -> int:
         """Depth of the tree: the longest root-to-leaf path (0 for a single leaf)."""
         check_is_fitted(self, "tree_")
         return self.tree_.max_depth
 
-    def get_n_leaves(self):
+    def get_n_leaves(self) -> int:
         """Number of leaves of the tree."""
         check_is_fitted(self, "tree_")
         return self.tree_.n_leaves
 
     @property
-    def feature_importances_(self):
+    def feature_importances_(self) -> np.ndarray:
         """Mean decrease in impurity per feature, normalized to sum to one."""
         check_is_fitted(self, "tree_")
         return self.tree_.compute_feature_importances()
 
-    def save(self, path):
+    def save(self, path: str | os.PathLike) -> None:
         """Write the fitted tree to the model directory ``path``; ``dasktrees.load`` reads it.
 
         Parameters
@@ -244,22 +252,24 @@ class DecisionTreeClassifier(ClassifierMixin, BaseDecisionTree):
         )
         self.class_weight = class_weight
 
-    def fit(self, X, y, sample_weight=None):
+    def fit(
+        self, X: ArrayLike, y: ArrayLike, sample_weight: ArrayLike | None = None
+    ) -> DecisionTreeClassifier:
         """Grow the tree on X (numpy array or pandas DataFrame) and class labels y."""
         return self._fit(X, y, sample_weight, is_classifier=True)
 
-    def predict_proba(self, X):
+    def predict_proba(self, X: ArrayLike) -> np.ndarray:
         """Class probabilities: weighted class fractions of each sample's leaf,
         shape (n_samples, n_classes)."""
         encoded = self._encode(X)
         return self.tree_.predict(encoded)
 
-    def predict_log_proba(self, X):
+    def predict_log_proba(self, X: ArrayLike) -> np.ndarray:
         """Logarithm of ``predict_proba``."""
         with np.errstate(divide="ignore"):
             return np.log(self.predict_proba(X))
 
-    def predict(self, X):
+    def predict(self, X: ArrayLike) -> np.ndarray:
         """Most probable class of each sample."""
         leaves = self.apply(X)
         node_class = np.argmax(self.tree_.value, axis=1)  # per node, cheaper than per sample
@@ -306,11 +316,13 @@ class DecisionTreeRegressor(RegressorMixin, BaseDecisionTree):
             categorical_features=categorical_features,
         )
 
-    def fit(self, X, y, sample_weight=None):
+    def fit(
+        self, X: ArrayLike, y: ArrayLike, sample_weight: ArrayLike | None = None
+    ) -> DecisionTreeRegressor:
         """Grow the tree on X (numpy array or pandas DataFrame) and numeric targets y."""
         return self._fit(X, y, sample_weight, is_classifier=False)
 
-    def predict(self, X):
+    def predict(self, X: ArrayLike) -> np.ndarray:
         """Mean target of each sample's leaf: ndarray of shape (n_samples,)."""
         encoded = self._encode(X)
         return self.tree_.predict(encoded)[:, 0]
