@@ -11,7 +11,7 @@ from .ensemble import (
 )
 from .estimators import DecisionTreeClassifier, DecisionTreeRegressor
 from .export import export_graphviz, export_rules, export_text
-from .modelfile import load
+from .modelfile.reading import load
 
 __all__ = [
     "BinMapper",

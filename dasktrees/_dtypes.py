@@ -27,6 +27,26 @@ BITSET_DTYPE = np.uint32
 TREE_LEAF = -1  # children_left / children_right of a leaf
 TREE_UNDEFINED = -2  # feature / threshold of a leaf
 
+# The flat arrays of a fitted tree (``tree.Tree``, scikit-learn's names): the one place their
+# dtypes are defined (model files store the same, little-endian). One entry per node, but
+# ``value`` (n_nodes, n_values) and ``categorical_bitsets`` (n_bitsets, BITSET_WORDS).
+TREE_ARRAY_DTYPES = {
+    "children_left": np.int32,
+    "children_right": np.int32,
+    "feature": np.int32,
+    "threshold": np.float64,
+    "bin_threshold": np.uint8,
+    "missing_go_to_left": np.uint8,
+    "is_categorical": np.uint8,
+    "bitset_idx": np.int32,
+    "categorical_bitsets": BITSET_DTYPE,
+    "value": np.float64,
+    "n_node_samples": np.int64,
+    "weighted_n_node_samples": np.float64,
+    "impurity": np.float64,
+    "node_depth": np.int32,
+}
+
 # One record per node while the tree grows. The grower fills it; tree.Tree turns it into the
 # scikit-learn style flat arrays (feature, threshold, children_left, ...).
 NODE_DTYPE = np.dtype(

@@ -102,7 +102,7 @@ def _predict(args):
 
     from . import experiment
     from .config import ClusterConfig
-    from .modelfile import load
+    from .modelfile.reading import load
 
     problems = []
     for key, path in (("input", args.input), ("--output", args.output)):
@@ -168,7 +168,7 @@ def _predictions(model, X):
 
 
 def _inspect(args):
-    from .modelfile import describe
+    from .modelfile.reading import describe
 
     description = describe(args.model)
     if args.json:

@@ -26,6 +26,7 @@ from .distributed.sampling import sampling_rate
 from .distributed.train import ForestSpec, grow_forest
 from .estimators import DecisionTreeClassifier, DecisionTreeRegressor
 from .forest import HARD, SOFT, Forest
+from .modelfile.writing import save as save_model
 
 _TREE_PARAMS = (
     "criterion",
@@ -274,9 +275,7 @@ class BaseForest(BaseEstimator):
             a JSON manifest and ``.npz`` arrays, is described in docs/models.md; the client and
             the per-row out-of-bag estimates are not saved.
         """
-        from .modelfile import save  # not at the top: modelfile imports this module
-
-        save(self, path)
+        save_model(self, path)
 
     def __getstate__(self):
         state = dict(self.__dict__)

@@ -17,6 +17,7 @@ from sklearn.utils.validation import check_consistent_length, check_is_fitted, v
 from ._params import check_tree_params
 from ._validation import check_2d, check_sample_weight, check_target
 from .binning import BinMapper
+from .modelfile.writing import save as save_model
 from .tree.cost_complexity import pruning_path
 from .tree.grower import grow_tree
 
@@ -168,9 +169,7 @@ class BaseDecisionTree(BaseEstimator):
             Directory to create (an existing model directory there is replaced). The format,
             a JSON manifest and ``.npz`` arrays, is described in docs/models.md.
         """
-        from .modelfile import save  # not at the top: modelfile imports this module
-
-        save(self, path)
+        save_model(self, path)
 
 
 class DecisionTreeClassifier(ClassifierMixin, BaseDecisionTree):

@@ -10,7 +10,8 @@ import pytest
 from sklearn.exceptions import NotFittedError
 
 import dasktrees as dt
-from dasktrees import modelfile
+from dasktrees.modelfile import format as model_format
+from dasktrees.modelfile.integrity import read_manifest
 
 from .conftest import carseats
 
@@ -125,7 +126,7 @@ def test_nan_oob_score_survives(client, tmp_path):
     model, _ = fitted("forest-regressor", client)
     model.oob_score_ = float("nan")  # what a forest with no out-of-bag row reports
     model.save(tmp_path / "model")
-    assert modelfile.read_manifest(tmp_path / "model")["fitted"]["oob_score_"] == "nan"
+    assert read_manifest(tmp_path / "model")["fitted"]["oob_score_"] == "nan"
     assert np.isnan(dt.load(tmp_path / "model").oob_score_)
 
 
@@ -191,7 +192,7 @@ def test_failed_save_keeps_the_previous_model(tmp_path, monkeypatch):
     def disk_full(f):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(modelfile, "_sync", disk_full)
+    monkeypatch.setattr(model_format, "_sync", disk_full)
     with pytest.raises(OSError, match="No space"):
         dt.DecisionTreeRegressor(max_depth=5).fit(X, y).save(tmp_path / "model")
     assert dt.load(tmp_path / "model").get_params()["max_depth"] == 2
@@ -214,7 +215,7 @@ def rewrite_manifest(path, change):
     """Apply ``change`` to the manifest and store it with a matching checksum."""
     manifest = json.loads((path / "manifest.json").read_text())
     change(manifest)
-    manifest["manifest_sha256"] = modelfile._manifest_sha256(manifest)
+    manifest["manifest_sha256"] = model_format.manifest_checksum(manifest)
     (path / "manifest.json").write_text(json.dumps(manifest))
 
 
@@ -392,7 +393,7 @@ def test_inconsistent_tree_is_refused_before_the_kernels_see_it(saved):
 def test_read_manifest_needs_no_arrays(saved):
     path, model, _ = saved
     (path / "arrays.npz").unlink()
-    manifest = modelfile.read_manifest(path)
+    manifest = read_manifest(path)
     assert manifest["estimator"] == "DecisionTreeClassifier"
     assert manifest["classes"] == {"dtype": model.classes_.dtype.str, "values": ["high", "low"]}
     assert manifest["feature_names"] == list(model.feature_names_in_)

@@ -9,6 +9,7 @@ from .._dtypes import (
     BITSET_WORDS,
     MISSING_BIN,
     ROUTING_NODE_DTYPE,
+    TREE_ARRAY_DTYPES,
     TREE_LEAF,
     TREE_UNDEFINED,
 )
@@ -308,21 +309,7 @@ def _write_routing(
 
 
 # The per-node arrays and their dtypes; ``fields_from_records`` fills those of _RECORD_ARRAYS.
-NODE_ARRAY_DTYPES = {
-    "children_left": np.int32,
-    "children_right": np.int32,
-    "feature": np.int32,
-    "threshold": np.float64,
-    "bin_threshold": np.uint8,
-    "missing_go_to_left": np.uint8,
-    "is_categorical": np.uint8,
-    "bitset_idx": np.int32,
-    "value": np.float64,
-    "n_node_samples": np.int64,
-    "weighted_n_node_samples": np.float64,
-    "impurity": np.float64,
-    "node_depth": np.int32,
-}
+NODE_ARRAY_DTYPES = {n: d for n, d in TREE_ARRAY_DTYPES.items() if n != "categorical_bitsets"}
 _RECORD_ARRAYS = [name for name in NODE_ARRAY_DTYPES if name != "value"]
 
 

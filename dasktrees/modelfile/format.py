@@ -1,0 +1,170 @@
+"""The model file container: names, array dtypes, JSON forms of values, checksums, and writing
+a model directory atomically. Knows no estimator class."""
+
+import hashlib
+import json
+import math
+import numbers
+import os
+import secrets
+import shutil
+
+import numpy as np
+
+from .._dtypes import TREE_ARRAY_DTYPES
+
+FORMAT = "dasktrees-model"
+FORMAT_VERSION = 1
+MANIFEST = "manifest.json"
+ARRAYS = "arrays.npz"
+
+
+# Every array a file may hold, with its dtype: the tree's own (``_dtypes.TREE_ARRAY_DTYPES``),
+# little-endian whatever the machine, C order.
+ARRAY_DTYPES = {
+    **{name: np.dtype(dtype).newbyteorder("<") for name, dtype in TREE_ARRAY_DTYPES.items()},
+    "bin_edges": np.dtype("<f8"),  # edges of the numeric features, concatenated
+    "bin_values": np.dtype("<f8"),  # their representative values (BinMapper.bin_values_)
+    "oob_curve": np.dtype("<f8"),  # forests fitted with oob_score
+}
+
+# The estimators a file may name, with what reading needs to know of each: a tree or a forest,
+# and the task. ``reading.ESTIMATORS`` maps the same names to the classes.
+ESTIMATOR_KINDS = {
+    "DecisionTreeClassifier": ("tree", "classification"),
+    "DecisionTreeRegressor": ("tree", "regression"),
+    "RandomForestClassifier": ("forest", "classification"),
+    "RandomForestRegressor": ("forest", "regression"),
+    "ExtraTreesClassifier": ("forest", "classification"),
+    "ExtraTreesRegressor": ("forest", "regression"),
+}
+
+# Fitted scalars stored in the manifest: a tree's, and a forest's (plus oob_score_ with
+# oob_score).
+TREE_FITTED = ("n_features_in_", "n_outputs_", "max_features_")
+FOREST_FITTED = (*TREE_FITTED, "_seed", "_n_rows", "mode_")
+
+
+BIN_PARAMS = ("max_bins", "categorical_features", "subsample", "random_state")
+
+
+def to_json(value, where, scalar=False):
+    """``value`` as JSON: numpy scalars and arrays become Python ones, tuples become lists,
+    and a dict becomes ``{"dict": [[key, value], ...]}`` so that its keys keep their type (a
+    ``class_weight`` keyed by int classes). Anything else is a TypeError naming ``where``."""
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, np.bool_):
+        return bool(value)
+    if isinstance(value, str):
+        return str(value)  # np.str_ too
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, numbers.Real) and math.isfinite(value):
+        return float(value)
+    if not scalar and isinstance(value, (list, tuple, np.ndarray)):
+        return [to_json(item, where) for item in value]
+    if not scalar and isinstance(value, dict):
+        key_where = f"a key of {where}"
+        return {
+            "dict": [[to_json(k, key_where, True), to_json(v, where)] for k, v in value.items()]
+        }
+    raise TypeError(
+        f"{where} = {value!r} cannot be stored in a model file, which holds None, bools, ints, "
+        "finite floats and strings (and, for parameters, lists and dicts of them)"
+    )
+
+
+def array_checksum(array):
+    return hashlib.sha256(np.ascontiguousarray(array)).hexdigest()
+
+
+def manifest_checksum(manifest):
+    """sha256 of the manifest's canonical JSON, without its own checksum field."""
+    body = {key: value for key, value in manifest.items() if key != "manifest_sha256"}
+    text = json.dumps(body, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    return hashlib.sha256(text.encode("ascii")).hexdigest()
+
+
+def write_directory(path, manifest, arrays):
+    """Write ``path/arrays.npz`` and ``path/manifest.json`` in a sibling directory, then rename
+    it to ``path``; an existing model there is moved aside first and removed last."""
+    if (path.exists() or path.is_symlink()) and not _is_model_directory(path):
+        raise FileExistsError(f"{path} exists and is not a dasktrees model; not overwriting it")
+    token = secrets.token_hex(4)
+    tmp = path.with_name(f".{path.name}.{token}.tmp")
+    old = path.with_name(f".{path.name}.{token}.old")
+    os.mkdir(tmp)
+    try:
+        with open(tmp / ARRAYS, "wb") as f:
+            np.savez(f, **arrays)
+            _sync(f)
+        with open(tmp / MANIFEST, "w", encoding="ascii") as f:
+            json.dump(manifest, f, indent=1, allow_nan=False)
+            _sync(f)
+        replacing = path.exists() or path.is_symlink()
+        if replacing and not _is_model_directory(path):  # appeared while we wrote: leave it
+            raise FileExistsError(f"{path} exists and is not a dasktrees model; not overwriting it")
+        if replacing:
+            os.replace(path, old)
+        try:
+            os.replace(tmp, path)
+        except BaseException:
+            if replacing:
+                os.replace(old, path)
+            raise
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    _sync_directory(path.parent)  # the rename itself must reach the disk
+    if old.is_symlink():
+        old.unlink()
+    elif replacing:
+        shutil.rmtree(old)
+
+
+def _sync_directory(directory):
+    """fsync a directory, so that a rename in it survives a crash (where the OS allows it)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass  # some file systems refuse fsync on directories; the rename is then as durable as
+        # they make it
+    finally:
+        os.close(fd)
+
+
+def _sync(f):
+    """Flush ``f`` to the disk, so that the rename never publishes a file still in memory."""
+    f.flush()
+    os.fsync(f.fileno())
+
+
+def _is_model_directory(path):
+    try:
+        manifest = json.loads((path / MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
+        return False
+    return isinstance(manifest, dict) and manifest.get("format") == FORMAT
+
+
+def is_scalar(value):
+    return isinstance(value, (str, int, float))  # bool is an int
+
+
+def from_json(value, where):
+    """Inverse of ``to_json``: ``{"dict": [[key, value], ...]}`` is a dict again."""
+    if isinstance(value, list):
+        return [from_json(item, where) for item in value]
+    if isinstance(value, dict):
+        items = value["dict"] if list(value) == ["dict"] else None
+        if not isinstance(items, list) or not all(
+            isinstance(item, list) and len(item) == 2 and is_scalar(item[0]) for item in items
+        ):
+            raise ValueError(f'{where}: a dict is stored as {{"dict": [[key, value], ...]}}')
+        return {key: from_json(item, where) for key, item in items}
+    return value

@@ -1,0 +1,442 @@
+"""What loading a model file checks, before any kernel sees it: the manifest's format, version,
+checksum, fields and their consistency; each array's header (an object array is refused before
+its data is read), dtype, shape and checksum against the manifest; and the trees' structure
+against what the prediction kernels assume. Knows no estimator class."""
+
+import json
+import struct
+import zipfile
+from pathlib import Path
+
+import numpy as np
+
+from .._dtypes import BITSET_WORDS, MAX_BINS, TREE_LEAF
+from ..tree.tree import TREE_ARRAYS
+from .format import (
+    ARRAY_DTYPES,
+    ARRAYS,
+    BIN_PARAMS,
+    ESTIMATOR_KINDS,
+    FOREST_FITTED,
+    FORMAT,
+    FORMAT_VERSION,
+    MANIFEST,
+    TREE_FITTED,
+    array_checksum,
+    from_json,
+    is_scalar,
+    manifest_checksum,
+)
+
+# What reading an npz member can raise when the bytes are damaged, besides our own checks.
+_CORRUPT = (
+    zipfile.BadZipFile,
+    EOFError,
+    OSError,
+    ValueError,
+    NotImplementedError,  # a damaged compression method
+    RuntimeError,  # a damaged flag that claims encryption
+    struct.error,
+    OverflowError,
+)
+
+
+_HEADER_READERS = {
+    (1, 0): np.lib.format.read_array_header_1_0,
+    (2, 0): np.lib.format.read_array_header_2_0,
+}
+
+
+def _is_int(value):
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+# A field's description (for the error) and test.
+_ANY = ("a value", lambda v: True)
+
+
+_COUNT = ("an int >= 0", lambda v: _is_int(v) and v >= 0)
+
+
+_STR = ("a string", lambda v: isinstance(v, str))
+
+
+_OBJECT = ("an object", lambda v: isinstance(v, dict))
+
+
+_LIST = ("a list", lambda v: isinstance(v, list))
+
+
+_COUNTS = ("a list of ints >= 0", lambda v: isinstance(v, list) and all(map(_COUNT[1], v)))
+
+
+_SCALARS = (
+    "a list of strings, numbers and booleans",
+    lambda v: isinstance(v, list) and all(map(is_scalar, v)),
+)
+
+
+_NAMES = (
+    "null or a list of strings",
+    lambda v: v is None or (isinstance(v, list) and all(isinstance(x, str) for x in v)),
+)
+
+
+_OBJECT_OR_NULL = ("null or an object", lambda v: v is None or isinstance(v, dict))
+
+
+_SCORE = (
+    'a number, "nan", "inf" or "-inf"',
+    lambda v: (is_scalar(v) and not isinstance(v, (bool, str))) or v in ("nan", "inf", "-inf"),
+)
+
+
+_MANIFEST_FIELDS = {
+    "format": _STR,
+    "format_version": _COUNT,
+    "dasktrees_version": _STR,
+    "estimator": _STR,
+    "params": _OBJECT,
+    "fitted": _OBJECT,
+    "feature_names": _NAMES,
+    "classes": _OBJECT_OR_NULL,
+    "bins": _OBJECT,
+    "trees": _OBJECT,
+    "arrays": _OBJECT,
+    "manifest_sha256": _STR,
+}
+
+
+# The fitted scalars' tests (``format.TREE_FITTED``, ``format.FOREST_FITTED`` say which).
+_FITTED = {
+    "n_features_in_": _COUNT,
+    "n_outputs_": _COUNT,
+    "max_features_": _COUNT,
+    "_seed": _COUNT,
+    "_n_rows": _COUNT,
+    "mode_": _STR,
+}
+_CLASSES_FIELDS = {"dtype": _STR, "values": _SCALARS}
+
+
+_BINS_FIELDS = {"params": _OBJECT, "feature_names": _NAMES, "features": _LIST}
+
+
+_FEATURE_FIELDS = {
+    "numeric": {"kind": _STR, "n_edges": _COUNT, "n_values": _COUNT},
+    "categorical": {"kind": _STR, "categories": _SCALARS, "bins": _COUNTS},
+}
+
+
+_TREES_FIELDS = {
+    "n_trees": _COUNT,
+    "n_values": _COUNT,
+    "node_counts": _COUNTS,
+    "bitset_counts": _COUNTS,
+}
+
+
+_ARRAY_FIELDS = {"dtype": _STR, "shape": _COUNTS, "sha256": _STR}
+
+
+def _check_fields(obj, fields, where):
+    """``obj`` is a JSON object with exactly ``fields``, each passing its test."""
+    if not isinstance(obj, dict):
+        raise ValueError(f"{where} must be an object, got {_short(obj)}")
+    for key, (description, test) in fields.items():
+        if key not in obj:
+            raise ValueError(f"{where}: missing field {key!r}")
+        if not test(obj[key]):
+            raise ValueError(
+                f"{where}: field {key!r} must be {description}, got {_short(obj[key])}"
+            )
+    unknown = sorted(set(obj) - set(fields))
+    if unknown:
+        raise ValueError(f"{where}: unknown fields {unknown}")
+
+
+def _short(value):
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def read_manifest(path):
+    """Read and check the manifest of the model directory ``path``, without its arrays (the
+    parameters' names are ``reading``'s to check).
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        A directory written by ``save``.
+
+    Returns
+    -------
+    dict
+        The manifest as stored, in JSON types (docs/models.md), after checking its format,
+        version, checksum, fields and their consistency.
+
+    Raises
+    ------
+    FileNotFoundError
+        Nothing exists at ``path``.
+    ValueError
+        ``path`` is not a model directory, or its manifest is truncated, corrupt, modified, of
+        an unknown format version or inconsistent; the message names the file and the problem.
+    """
+    directory = Path(path)
+    if not directory.exists():
+        raise FileNotFoundError(f"no model at {directory}")
+    file = directory / MANIFEST
+    try:
+        text = file.read_bytes()
+    except (FileNotFoundError, NotADirectoryError):
+        raise ValueError(f"{directory} is not a dasktrees model: it has no {MANIFEST}") from None
+    try:
+        manifest = json.loads(text.decode("utf-8"), parse_constant=_reject_constant)
+    except (ValueError, RecursionError) as exc:  # RecursionError: absurdly nested JSON
+        raise ValueError(
+            f"{file} is not valid JSON, the file is truncated or corrupt: {exc}"
+        ) from None
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        raise ValueError(f"{file} is not a dasktrees model: its 'format' is not {FORMAT!r}")
+    if "format_version" not in manifest:
+        raise ValueError(f"{file}: missing field 'format_version'")
+    version = manifest["format_version"]
+    if not _is_int(version) or version != FORMAT_VERSION:
+        raise ValueError(
+            f"{file}: model format version {version!r} is not supported; "
+            f"this dasktrees reads version {FORMAT_VERSION}"
+        )
+    _check_fields(manifest, _MANIFEST_FIELDS, str(file))
+    if manifest["manifest_sha256"] != manifest_checksum(manifest):
+        raise ValueError(f"{file}: checksum mismatch: the manifest was modified or is corrupt")
+    _check_contents(manifest, str(file))
+    return manifest
+
+
+def _reject_constant(name):
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _check_contents(manifest, where):
+    """Everything ``reading.load`` relies on in a manifest whose fields have the right JSON
+    types (but the parameters' names, which only the estimator's class knows)."""
+    kind = ESTIMATOR_KINDS.get(manifest["estimator"])
+    if kind is None:
+        raise ValueError(
+            f"{where}: estimator {manifest['estimator']!r} is not one of "
+            f"{', '.join(ESTIMATOR_KINDS)}"
+        )
+    is_forest = kind[0] == "forest"
+    for name, value in manifest["params"].items():
+        from_json(value, f"{where}: parameter {name!r}")
+    fitted = {name: _FITTED[name] for name in (FOREST_FITTED if is_forest else TREE_FITTED)}
+    if is_forest and "oob_score_" in manifest["fitted"]:
+        fitted["oob_score_"] = _SCORE
+    _check_fields(manifest["fitted"], fitted, f"{where}: fitted")
+    n_features = manifest["fitted"]["n_features_in_"]
+    names = manifest["feature_names"]
+    if names is not None and len(names) != n_features:
+        raise ValueError(f"{where}: {len(names)} feature_names for {n_features} features")
+    _check_bins(manifest["bins"], n_features, f"{where}: bins")
+    if kind[1] == "classification":
+        classes = manifest["classes"]
+        _check_fields(classes, _CLASSES_FIELDS, f"{where}: classes")
+        n_values = len(decode_classes(classes, f"{where}: classes"))
+    elif manifest["classes"] is not None:
+        raise ValueError(f"{where}: a regressor has no classes")
+    else:
+        n_values = 1
+    _check_trees_entry(manifest["trees"], is_forest, n_values, f"{where}: trees")
+    for name, entry in manifest["arrays"].items():
+        _check_fields(entry, _ARRAY_FIELDS, f"{where}: arrays: {name!r}")
+
+
+def _check_bins(bins, n_features, where):
+    _check_fields(bins, _BINS_FIELDS, where)
+    _check_fields(bins["params"], dict.fromkeys(BIN_PARAMS, _ANY), f"{where}: params")
+    for name, value in bins["params"].items():
+        from_json(value, f"{where}: params: {name!r}")
+    features, names = bins["features"], bins["feature_names"]
+    if len(features) != n_features or (names is not None and len(names) != n_features):
+        raise ValueError(f"{where}: features and feature_names must describe {n_features} features")
+    for j, feature in enumerate(features):
+        kind = feature.get("kind") if isinstance(feature, dict) else None
+        if kind not in _FEATURE_FIELDS:
+            raise ValueError(f"{where}: feature {j}: kind must be 'numeric' or 'categorical'")
+        _check_fields(feature, _FEATURE_FIELDS[kind], f"{where}: feature {j}")
+        # Codes index 256-entry tables in the kernels: no bin may reach the missing code.
+        if kind == "numeric" and (feature["n_edges"] >= MAX_BINS or feature["n_values"] > MAX_BINS):
+            raise ValueError(f"{where}: feature {j}: more than {MAX_BINS} bins")
+        if kind == "categorical" and (
+            len(feature["bins"]) != len(feature["categories"])
+            or max(feature["bins"], default=0) >= MAX_BINS
+        ):
+            raise ValueError(f"{where}: feature {j}: needs one bin below {MAX_BINS} per category")
+
+
+def _check_trees_entry(trees, is_forest, n_values, where):
+    _check_fields(trees, _TREES_FIELDS, where)
+    n_trees = trees["n_trees"]
+    if n_trees < 1 or (n_trees > 1 and not is_forest):
+        raise ValueError(f"{where}: n_trees is {n_trees}, expected {'>= 1' if is_forest else 1}")
+    if not len(trees["node_counts"]) == len(trees["bitset_counts"]) == n_trees:
+        raise ValueError(f"{where}: node_counts and bitset_counts need one entry per tree")
+    if min(trees["node_counts"]) < 1:
+        raise ValueError(f"{where}: a tree has no nodes")
+    if trees["n_values"] != n_values:
+        raise ValueError(
+            f"{where}: n_values is {trees['n_values']}, expected {n_values} "
+            "(the number of classes, 1 for a regressor)"
+        )
+
+
+def decode_classes(classes, where):
+    try:
+        dtype = np.dtype(classes["dtype"])
+    except (TypeError, ValueError):
+        dtype = None
+    if dtype is None or dtype.kind not in "biufUO":
+        raise ValueError(f"{where}: {classes['dtype']!r} is not a dtype classes can have")
+    if dtype.kind == "O":
+        return np.fromiter(classes["values"], dtype=object, count=len(classes["values"]))
+    try:
+        return np.array(classes["values"], dtype=dtype.newbyteorder("="))
+    except (ValueError, OverflowError, TypeError) as exc:
+        raise ValueError(f"{where}: the values do not fit dtype {dtype}: {exc}") from None
+
+
+def expected_shapes(manifest):
+    """Shape of every array the manifest's counts call for, by name."""
+    trees = manifest["trees"]
+    numeric = [f for f in manifest["bins"]["features"] if f["kind"] == "numeric"]
+    n_nodes = sum(trees["node_counts"])
+    shapes = {name: (n_nodes,) for name in TREE_ARRAYS}
+    shapes["categorical_bitsets"] = (sum(trees["bitset_counts"]), BITSET_WORDS)
+    shapes["value"] = (n_nodes, trees["n_values"])
+    shapes["bin_edges"] = (sum(f["n_edges"] for f in numeric),)
+    shapes["bin_values"] = (sum(f["n_values"] for f in numeric),)
+    curve = manifest["arrays"].get("oob_curve")
+    if curve is not None and ESTIMATOR_KINDS[manifest["estimator"]][0] == "forest":
+        # One entry per tree grown when the OOB estimates were computed (warm starts add trees).
+        shapes["oob_curve"] = tuple(curve["shape"]) if len(curve["shape"]) == 1 else (-1,)
+    return shapes
+
+
+def read_arrays(npz, declared, shapes):
+    """The arrays of ``npz``, each checked against its manifest entry and expected shape."""
+    if set(declared) != set(shapes):
+        raise ValueError(
+            f"{npz.with_name(MANIFEST)}: lists arrays {sorted(declared)}, expected {sorted(shapes)}"
+        )
+    try:
+        archive = zipfile.ZipFile(npz)
+    except FileNotFoundError:
+        raise ValueError(f"{npz.parent} is incomplete: {ARRAYS} is missing") from None
+    except _CORRUPT as exc:
+        raise ValueError(f"{npz} is truncated or corrupt: {exc}") from exc
+    arrays = {}
+    with archive:
+        for info in archive.infolist():
+            name = info.filename.removesuffix(".npy")
+            if name in arrays:
+                raise ValueError(f"{npz} holds array {name!r} twice")
+            arrays[name] = _read_array(
+                archive, info, name, declared.get(name), shapes.get(name), npz
+            )
+    missing = sorted(set(shapes) - set(arrays))
+    if missing:
+        raise ValueError(f"{npz} is missing arrays {missing}")
+    return arrays
+
+
+def _read_array(archive, info, name, entry, shape, npz):
+    """One member of the archive: its header first (an object array stops here, before any of
+    its data is read), then its data, checked against its manifest ``entry``."""
+    try:
+        with archive.open(info) as f:
+            version = np.lib.format.read_magic(f)
+            if version not in _HEADER_READERS:
+                raise ValueError(f"unsupported .npy format version {version}")
+            file_shape, fortran_order, dtype = _HEADER_READERS[version](f)
+    except _CORRUPT as exc:
+        raise ValueError(
+            f"{npz}: array {name!r} cannot be read, truncated or corrupt: {exc}"
+        ) from exc
+    if dtype.hasobject:
+        raise ValueError(
+            f"{npz}: array {name!r} holds Python objects (dtype {dtype}); object arrays are "
+            "refused, since reading them would run pickle"
+        )
+    if entry is None:
+        raise ValueError(f"{npz}: unexpected array {name!r}, not in the manifest")
+    expected = (ARRAY_DTYPES[name].str, shape)
+    if (dtype.str, file_shape) != expected or (entry["dtype"], tuple(entry["shape"])) != expected:
+        raise ValueError(
+            f"{npz}: array {name!r} is {dtype.str} {file_shape} (manifest: {entry['dtype']} "
+            f"{tuple(entry['shape'])}); expected {expected[0]} {expected[1]}"
+        )
+    if fortran_order:
+        raise ValueError(f"{npz}: array {name!r} is in Fortran order; model files use C order")
+    try:
+        with archive.open(info) as f:
+            array = np.lib.format.read_array(f, allow_pickle=False)
+            # Nothing may follow the data; reading to the end also makes zipfile check its CRC.
+            trailing = f.read(1)
+    except _CORRUPT as exc:
+        raise ValueError(
+            f"{npz}: array {name!r} cannot be read, truncated or corrupt: {exc}"
+        ) from exc
+    if trailing:
+        raise ValueError(f"{npz}: array {name!r} has bytes after its data: the file is corrupt")
+    if array_checksum(array) != entry["sha256"]:
+        raise ValueError(
+            f"{npz}: checksum mismatch in array {name!r}: the file was modified or is corrupt"
+        )
+    return array.astype(array.dtype.newbyteorder("="), copy=False)
+
+
+def check_trees(a, node_counts, bitset_counts, feature_is_categorical, npz):
+    """Check that the concatenated tree arrays ``a`` hold trees the kernels can walk.
+
+    The numba kernels do not check bounds, so a file that passes its checksums but was written
+    by something else must not make them read or write out of their arrays: every split has two
+    children later in its own tree, every node but a root exactly one parent, depths count
+    edges from the root, and a split's feature, kind and bitset row exist.
+    """
+    counts = np.asarray(node_counts, dtype=np.int64)
+    tree = np.repeat(np.arange(len(counts)), counts)  # tree of each node
+    start = (np.cumsum(counts) - counts)[tree]  # its tree's root
+    node = np.arange(len(tree))
+    split = np.flatnonzero(a["children_left"] != TREE_LEAF)
+    left = start[split] + a["children_left"][split]
+    right = start[split] + a["children_right"][split]
+    end = start[split] + counts[tree[split]]
+
+    def require(ok, at, problem):
+        if not ok.all():
+            bad = at[np.argmin(ok)]
+            raise ValueError(f"{npz}: tree {tree[bad]}, node {bad - start[bad]}: {problem}")
+
+    is_leaf = a["children_left"] == TREE_LEAF
+    require(~is_leaf | (a["children_right"] == TREE_LEAF), node, "a leaf with a right child")
+    require(
+        (split < left) & (left < end) & (split < right) & (right < end),
+        split,
+        "a child outside its tree or before its parent",
+    )
+    n_parents = np.bincount(np.concatenate([left, right]), minlength=len(node))
+    require(n_parents == (node != start), node, "not exactly one parent (a root: none)")
+    depth = np.zeros(len(node), dtype=np.int64)
+    depth[left] = depth[right] = a["node_depth"][split].astype(np.int64) + 1
+    require(a["node_depth"] == depth, node, "node_depth is not the distance from the root")
+    feature = a["feature"][split]
+    require((feature >= 0) & (feature < len(feature_is_categorical)), split, "no such feature")
+    categorical = a["is_categorical"][split] != 0
+    require(
+        categorical == feature_is_categorical[feature],
+        split,
+        "is_categorical differs from the kind of the split's feature",
+    )
+    row, n_rows = a["bitset_idx"][split], np.asarray(bitset_counts)[tree[split]]
+    require(~categorical | ((row >= 0) & (row < n_rows)), split, "no such categorical bitset")

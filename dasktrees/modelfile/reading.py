@@ -1,0 +1,182 @@
+"""Loading: a model directory, checked (``integrity``), as an estimator of the allowlist; and
+``describe``, what a model is from its manifest alone."""
+
+from pathlib import Path
+
+import numpy as np
+
+from ..binning import BinMapper
+from ..ensemble import (
+    ExtraTreesClassifier,
+    ExtraTreesRegressor,
+    RandomForestClassifier,
+    RandomForestRegressor,
+)
+from ..estimators import DecisionTreeClassifier, DecisionTreeRegressor
+from ..tree.tree import TREE_ARRAYS, Tree
+from .format import ARRAYS, ESTIMATOR_KINDS, MANIFEST, from_json
+from .integrity import check_trees, decode_classes, expected_shapes, read_arrays, read_manifest
+
+# The classes a model file may name (``format.ESTIMATOR_KINDS``). The name in a file is looked
+# up here, never imported.
+ESTIMATORS = {
+    cls.__name__: cls
+    for cls in (
+        DecisionTreeClassifier,
+        DecisionTreeRegressor,
+        RandomForestClassifier,
+        RandomForestRegressor,
+        ExtraTreesClassifier,
+        ExtraTreesRegressor,
+    )
+}
+
+
+def describe(path):
+    """What the model at ``path`` is, from its checked manifest alone (``dasktrees inspect``).
+
+    Returns
+    -------
+    dict
+        ``estimator``, ``kind`` (tree or forest) and ``task``, ``format_version``,
+        ``dasktrees_version``, ``parameters``, ``features``, ``classes`` (classifiers),
+        ``trees``, ``nodes``, ``size_bytes`` (both files), ``oob_score`` (or None).
+    """
+    manifest = _read_manifest(path)
+    directory = Path(path)
+    kind, task = ESTIMATOR_KINDS[manifest["estimator"]]
+    params = {name: from_json(value, "params") for name, value in manifest["params"].items()}
+    classes = manifest["classes"]
+    oob_score = manifest["fitted"].get("oob_score_")
+    return {
+        "estimator": manifest["estimator"],
+        "kind": kind,
+        "task": task,
+        "format_version": manifest["format_version"],
+        "dasktrees_version": manifest["dasktrees_version"],
+        "parameters": params,
+        "features": manifest["feature_names"]
+        or [f"x{i}" for i in range(manifest["fitted"]["n_features_in_"])],
+        "classes": classes["values"] if classes is not None else None,
+        "trees": manifest["trees"]["n_trees"],
+        "nodes": sum(manifest["trees"]["node_counts"]),
+        "size_bytes": sum(f.stat().st_size for f in directory.iterdir() if f.is_file()),
+        "oob_score": oob_score,
+    }
+
+
+def _read_manifest(path):
+    """``integrity.read_manifest``, and the parameters' names checked against the class."""
+    manifest = read_manifest(path)
+    _decode_params(manifest["params"], ESTIMATORS[manifest["estimator"]], Path(path) / MANIFEST)
+    return manifest
+
+
+def _decode_params(params, cls, where):
+    known = set(cls().get_params(deep=False)) - {"client"}
+    unknown = sorted(set(params) - known)
+    if unknown:
+        raise ValueError(f"{where}: {cls.__name__} has no parameters {unknown}")
+    return {
+        name: from_json(value, f"{where}: parameter {name!r}") for name, value in params.items()
+    }
+
+
+def load(path):
+    """Load an estimator written by ``save`` (``estimator.save(path)``).
+
+    Nothing in the file is executed: the manifest is JSON, the arrays are read with
+    ``allow_pickle=False``, and the estimator's class is looked up in ``ESTIMATORS``.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        A model directory.
+
+    Returns
+    -------
+    estimator
+        Fitted, with ``client=None``; its predictions are bit-identical to the saved
+        estimator's. Out-of-bag estimates per training row (``oob_decision_function_``,
+        ``oob_prediction_``) are not stored.
+
+    Raises
+    ------
+    FileNotFoundError
+        Nothing exists at ``path``.
+    ValueError
+        The model is truncated, corrupt, modified, holds an object array, has an unknown format
+        version or is inconsistent; the message names the file and the problem.
+    """
+    directory = Path(path)
+    manifest = _read_manifest(directory)
+    npz = directory / ARRAYS
+    arrays = read_arrays(npz, manifest["arrays"], expected_shapes(manifest))
+    mapper = _build_bin_mapper(manifest["bins"], arrays["bin_edges"], arrays["bin_values"])
+    trees = manifest["trees"]
+    check_trees(arrays, trees["node_counts"], trees["bitset_counts"], mapper.is_categorical_, npz)
+    return _build_estimator(
+        manifest,
+        mapper,
+        _split_trees(arrays, trees, mapper.n_features_in_),
+        arrays.get("oob_curve"),
+    )
+
+
+def _split_trees(arrays, trees, n_features):
+    """Cut the concatenated arrays into ``Tree``s (views, not copies)."""
+    node_cuts = np.cumsum(trees["node_counts"], dtype=np.int64)[:-1]
+    bitset_cuts = np.cumsum(trees["bitset_counts"], dtype=np.int64)[:-1]
+    parts = {
+        name: np.split(arrays[name], bitset_cuts if name == "categorical_bitsets" else node_cuts)
+        for name in TREE_ARRAYS
+    }
+    return [
+        Tree(n_features, **{name: parts[name][t] for name in TREE_ARRAYS})
+        for t in range(trees["n_trees"])
+    ]
+
+
+def _build_bin_mapper(bins, edges, values):
+    features = bins["features"]
+    numeric = [f for f in features if f["kind"] == "numeric"]
+    edges = iter(np.split(edges, np.cumsum([f["n_edges"] for f in numeric], dtype=np.int64)[:-1]))
+    values = iter(
+        np.split(values, np.cumsum([f["n_values"] for f in numeric], dtype=np.int64)[:-1])
+    )
+    mapper = BinMapper(**{name: from_json(v, name) for name, v in bins["params"].items()})
+    mapper.n_features_in_ = len(features)
+    names = bins["feature_names"]
+    mapper.feature_names_in_ = None if names is None else np.asarray(names, dtype=object)
+    mapper.is_categorical_ = np.array([f["kind"] == "categorical" for f in features], dtype=bool)
+    per_feature = [], [], [], []  # edges, values, categories, bins
+    for f in features:
+        if f["kind"] == "numeric":
+            columns = (next(edges), next(values), None, None)
+        else:
+            # fromiter keeps each category's own type (np.array would turn [1, "a"] into strings)
+            categories = np.fromiter(f["categories"], dtype=object, count=len(f["categories"]))
+            columns = (None, None, categories, np.array(f["bins"], dtype=np.int32))
+        for part, column in zip(per_feature, columns):
+            part.append(column)
+    return mapper.set_bins(*per_feature)
+
+
+def _build_estimator(manifest, mapper, trees, oob_curve):
+    cls = ESTIMATORS[manifest["estimator"]]
+    estimator = cls(**_decode_params(manifest["params"], cls, MANIFEST))
+    for name, value in manifest["fitted"].items():
+        setattr(estimator, name, float(value) if name == "oob_score_" else value)
+    if manifest["feature_names"] is not None:
+        estimator.feature_names_in_ = np.asarray(manifest["feature_names"], dtype=object)
+    if manifest["classes"] is not None:
+        estimator.classes_ = decode_classes(manifest["classes"], MANIFEST)
+        estimator.n_classes_ = len(estimator.classes_)
+    estimator.bin_mapper_ = mapper
+    if ESTIMATOR_KINDS[manifest["estimator"]][0] == "tree":
+        estimator.tree_ = trees[0]
+        return estimator
+    estimator.estimators_ = [estimator._wrap(tree) for tree in trees]
+    if oob_curve is not None:
+        estimator.oob_curve_ = oob_curve
+    return estimator

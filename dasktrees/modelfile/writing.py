@@ -1,0 +1,157 @@
+"""Saving: a fitted estimator as a model directory (a JSON manifest and an ``.npz`` of arrays).
+Reads the estimator's attributes only, so the estimators' ``save`` methods call it without an
+import circle."""
+
+import math
+import numbers
+from pathlib import Path
+
+import numpy as np
+from sklearn.utils.validation import check_is_fitted
+
+from .._validation import column_label
+from .._version import __version__
+from ..tree.tree import TREE_ARRAYS
+from .format import (
+    ARRAY_DTYPES,
+    BIN_PARAMS,
+    ESTIMATOR_KINDS,
+    FOREST_FITTED,
+    FORMAT,
+    FORMAT_VERSION,
+    TREE_FITTED,
+    array_checksum,
+    manifest_checksum,
+    to_json,
+    write_directory,
+)
+
+# Where the classes of ESTIMATOR_KINDS are defined: a subclass elsewhere is not saved under
+# their names.
+_ESTIMATOR_MODULES = ("dasktrees.estimators", "dasktrees.ensemble")
+
+
+def save(estimator, path):
+    """Write a fitted estimator to the model directory ``path``.
+
+    The directory is written under a temporary name beside ``path`` and renamed into place once
+    complete, so that a failed save leaves no half-written model.
+
+    Parameters
+    ----------
+    estimator : one of ``format.ESTIMATOR_KINDS``, fitted
+    path : str or os.PathLike
+        Directory to create. An existing dasktrees model directory there is replaced; anything
+        else is left alone.
+
+    Raises
+    ------
+    sklearn.exceptions.NotFittedError
+    TypeError
+        The estimator is not one of dasktrees' classes, or a parameter (a ``RandomState``, a
+        callable ``oob_score``), class or category has no JSON form; the message names it.
+    FileExistsError
+        ``path`` exists and is not a dasktrees model directory.
+    """
+    manifest, arrays = _describe(estimator)
+    write_directory(Path(path), manifest, arrays)
+
+
+def _describe(estimator):
+    """The manifest (a JSON-able dict) and the arrays of a fitted estimator."""
+    cls = type(estimator)
+    if cls.__name__ not in ESTIMATOR_KINDS or cls.__module__ not in _ESTIMATOR_MODULES:
+        raise TypeError(f"only {', '.join(ESTIMATOR_KINDS)} can be saved, got {cls.__name__}")
+    is_forest = ESTIMATOR_KINDS[cls.__name__][0] == "forest"
+    check_is_fitted(estimator, "estimators_" if is_forest else "tree_")
+    trees = [est.tree_ for est in estimator.estimators_] if is_forest else [estimator.tree_]
+    arrays = {name: np.concatenate([getattr(tree, name) for tree in trees]) for name in TREE_ARRAYS}
+    bins, arrays["bin_edges"], arrays["bin_values"] = _describe_bins(estimator.bin_mapper_)
+    if hasattr(estimator, "oob_curve_"):
+        arrays["oob_curve"] = estimator.oob_curve_
+    # "safe" casting: a tree field whose dtype changed must fail here, not be truncated
+    arrays = {
+        name: np.ascontiguousarray(np.asarray(a).astype(ARRAY_DTYPES[name], casting="safe"))
+        for name, a in arrays.items()
+    }
+    params = estimator.get_params(deep=False)
+    params.pop("client", None)  # a client belongs to a session, not to a model
+    manifest = {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "dasktrees_version": __version__,
+        "estimator": cls.__name__,
+        "params": {name: to_json(value, f"parameter {name!r}") for name, value in params.items()},
+        "fitted": _fitted_scalars(estimator, is_forest),
+        "feature_names": _names(getattr(estimator, "feature_names_in_", None)),
+        "classes": _describe_classes(getattr(estimator, "classes_", None)),
+        "bins": bins,
+        "trees": {
+            "n_trees": len(trees),
+            "n_values": int(trees[0].value.shape[1]),
+            "node_counts": [tree.node_count for tree in trees],
+            "bitset_counts": [len(tree.categorical_bitsets) for tree in trees],
+        },
+        "arrays": {
+            name: {"dtype": a.dtype.str, "shape": list(a.shape), "sha256": array_checksum(a)}
+            for name, a in arrays.items()
+        },
+    }
+    manifest["manifest_sha256"] = manifest_checksum(manifest)
+    return manifest, arrays
+
+
+def _fitted_scalars(estimator, is_forest):
+    fitted = {
+        name: to_json(getattr(estimator, name), f"fitted attribute {name!r}", scalar=True)
+        for name in (FOREST_FITTED if is_forest else TREE_FITTED)
+    }
+    if is_forest and hasattr(estimator, "oob_score_"):
+        score = estimator.oob_score_
+        if not isinstance(score, numbers.Real):
+            raise TypeError(f"oob_score_ = {score!r} cannot be stored in a model file")
+        # An OOB score is NaN when no row was ever out of bag; JSON has no NaN, hence the text.
+        fitted["oob_score_"] = float(score) if math.isfinite(score) else str(float(score))
+    return fitted
+
+
+def _describe_bins(mapper):
+    """The bin mapper's manifest entry, and its numeric edges and values, concatenated."""
+    features, edges, values = [], [np.empty(0)], [np.empty(0)]
+    names = mapper.feature_names_in_
+    for j in range(mapper.n_features_in_):
+        if mapper.is_categorical_[j]:
+            where = f"a category of {column_label(names, j)}"
+            features.append(
+                {
+                    "kind": "categorical",
+                    "categories": [to_json(c, where, scalar=True) for c in mapper.categories_[j]],
+                    "bins": mapper.category_bins_[j].tolist(),
+                }
+            )
+        else:
+            edges.append(mapper.bin_edges_[j])
+            values.append(mapper.bin_values_[j])
+            features.append(
+                {"kind": "numeric", "n_edges": len(edges[-1]), "n_values": len(values[-1])}
+            )
+    params = {
+        name: to_json(getattr(mapper, name), f"bin mapper parameter {name!r}")
+        for name in BIN_PARAMS
+    }
+    entry = {"params": params, "feature_names": _names(names), "features": features}
+    return entry, np.concatenate(edges), np.concatenate(values)
+
+
+def _describe_classes(classes):
+    """Classes as JSON values plus their dtype, so that ints stay ints and strings strings."""
+    if classes is None:
+        return None
+    if classes.dtype.kind not in "biufUO":
+        raise TypeError(f"classes_ of dtype {classes.dtype} cannot be stored in a model file")
+    values = [to_json(c, "a class", scalar=True) for c in classes.tolist()]
+    return {"dtype": classes.dtype.newbyteorder("<").str, "values": values}
+
+
+def _names(names):
+    return None if names is None else [str(name) for name in names]
