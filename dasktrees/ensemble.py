@@ -5,8 +5,12 @@ tasks (``distributed.train``), and computes out-of-bag estimates by reductions o
 (``distributed.reductions``). Only bin edges, trees and small sums come back to the client.
 """
 
+from __future__ import annotations
+
 import numbers
+import os
 from functools import partial
+from typing import Union
 
 import dask.array as da
 import dask.dataframe as dd
@@ -27,6 +31,9 @@ from .distributed.train import ForestSpec, grow_forest
 from .estimators import DecisionTreeClassifier, DecisionTreeRegressor
 from .forest import HARD, SOFT, Forest
 from .modelfile.writing import save as save_model
+
+# What fit and predict take: numpy or pandas (in this process), or dask (where it lives).
+Data = Union[np.ndarray, pd.DataFrame, pd.Series, da.Array, dd.DataFrame, dd.Series, list]
 
 _TREE_PARAMS = (
     "criterion",
@@ -49,7 +56,7 @@ class BaseForest(BaseEstimator):
     _tree_class = None
     _splitter = "best"
 
-    def samples_rows(self):
+    def samples_rows(self) -> bool:
         """Whether each tree draws its rows (bootstrap or max_samples), so that rows are out of
         bag: what out-of-bag estimates and permutation importance need."""
         return bool(self.bootstrap) or self.max_samples is not None
@@ -181,12 +188,12 @@ class BaseForest(BaseEstimator):
         return self._forest
 
     @property
-    def feature_importances_(self):
+    def feature_importances_(self) -> np.ndarray:
         """Mean decrease in impurity, averaged over the trees (each tree's normalized)."""
         return self._tree_importances().mean(axis=0)
 
     @property
-    def feature_importances_std_(self):
+    def feature_importances_std_(self) -> np.ndarray:
         """Standard deviation of the trees' mean decrease in impurity."""
         return self._tree_importances().std(axis=0)
 
@@ -194,7 +201,14 @@ class BaseForest(BaseEstimator):
         check_is_fitted(self, "estimators_")
         return np.array([est.tree_.compute_feature_importances() for est in self.estimators_])
 
-    def oob_permutation_importance(self, X, y, sample_weight=None, n_repeats=1, random_state=None):
+    def oob_permutation_importance(
+        self,
+        X: Data,
+        y: Data,
+        sample_weight: Data | None = None,
+        n_repeats: int = 1,
+        random_state: int | np.random.RandomState | None = None,
+    ) -> Bunch:
         """Breiman's permutation importance on each tree's out-of-bag rows.
 
         For each tree and feature, the feature is permuted among the tree's out-of-bag rows and
@@ -265,7 +279,7 @@ class BaseForest(BaseEstimator):
         client = params.pop("client")
         return type(self)(client=client, **{k: clone(v, safe=False) for k, v in params.items()})
 
-    def save(self, path):
+    def save(self, path: str | os.PathLike) -> None:
         """Write the fitted forest to the model directory ``path``; ``dasktrees.load`` reads it.
 
         Parameters
@@ -426,18 +440,18 @@ _FOREST_DOC = """
 
 
 class _ForestClassifierMixin(ClassifierMixin):
-    def fit(self, X, y, sample_weight=None):
+    def fit(self, X: Data, y: Data, sample_weight: Data | None = None) -> BaseForest:
         """Grow the forest on X and class labels y (numpy, pandas or dask)."""
         return self._fit(X, y, sample_weight, is_classifier=True)
 
     def _voting_code(self):
         return SOFT if self.voting == "soft" else HARD
 
-    def predict_proba(self, X):
+    def predict_proba(self, X: Data) -> np.ndarray | da.Array:
         """Mean class probability over trees (soft) or share of tree votes (hard)."""
         return self._votes(X, self._voting_code())
 
-    def predict(self, X):
+    def predict(self, X: Data) -> np.ndarray | da.Array:
         """The class with the largest mean probability (soft) or most votes (hard)."""
         proba = self.predict_proba(X)
         if isinstance(proba, da.Array):
@@ -464,11 +478,11 @@ class _ForestClassifierMixin(ClassifierMixin):
 
 
 class _ForestRegressorMixin(RegressorMixin):
-    def fit(self, X, y, sample_weight=None):
+    def fit(self, X: Data, y: Data, sample_weight: Data | None = None) -> BaseForest:
         """Grow the forest on X and numeric targets y (numpy, pandas or dask)."""
         return self._fit(X, y, sample_weight, is_classifier=False)
 
-    def predict(self, X):
+    def predict(self, X: Data) -> np.ndarray | da.Array:
         """Mean (or, with aggregation="median", median) of the trees' predictions."""
         if self.aggregation == "mean":
             return self._votes(X, SOFT)[:, 0]
