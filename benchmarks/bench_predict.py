@@ -47,6 +47,7 @@ import numpy as np
 
 HERE = Path(__file__).parent
 RESULTS = HERE / "results"
+LIBRARIES = ("dasktrees", "scikit-learn")
 DATASETS = {
     # name: (n_samples or None, n_features, n_trees)
     "deep": (250_000, 30, 60),
@@ -187,14 +188,13 @@ def in_new_process(*args):
 
 def run(args):
     paths = model_paths(args.cache, args.dataset)
-    if args.refit or not paths["fit"].exists():
-        paths["fit"].parent.mkdir(parents=True, exist_ok=True)
-        fits = {
-            library: in_new_process("fit", args.dataset, library, args.cache)
-            for library in ("dasktrees", "scikit-learn")
-        }
-        paths["fit"].write_text(json.dumps(fits, indent=2))
-    fits = json.loads(paths["fit"].read_text())
+    fits = json.loads(paths["fit"].read_text()) if paths["fit"].exists() else {}
+    refit = set(LIBRARIES if args.refit == [] else args.refit or ())
+    for library in LIBRARIES:
+        if library in refit or library not in fits:
+            paths["fit"].parent.mkdir(parents=True, exist_ok=True)
+            fits[library] = in_new_process("fit", args.dataset, library, args.cache)
+            paths["fit"].write_text(json.dumps(fits, indent=2))
     print(json.dumps({"fit": fits}), flush=True)
     pickled = in_new_process("pickle", args.dataset, "dasktrees", args.cache)
     libraries = ["dasktrees", "dasktrees-pickle", "scikit-learn"]
@@ -256,7 +256,12 @@ def main():
         default=os.environ.get("DASKTREES_BENCH_CACHE", str(HERE / "cache")),
         help="where fitted models are kept (default benchmarks/cache, or $DASKTREES_BENCH_CACHE)",
     )
-    parser.add_argument("--refit", action="store_true", help="fit the models again")
+    parser.add_argument(
+        "--refit",
+        nargs="*",
+        choices=LIBRARIES,
+        help="fit these libraries' models again (all without a name)",
+    )
     run(parser.parse_args())
 
 

@@ -237,18 +237,6 @@ def _pack_tree(
 
 
 @njit(cache=True, inline="always")
-def _goes_left(codes, i, node, bitsets):
-    """Whether row i of binned ``codes`` goes to the left child of split ``node``."""
-    word = node["feature"]
-    code = np.int64(codes[i, word & PACKED_FEATURE_MASK])
-    if code == MISSING_BIN:
-        return (word & PACKED_MISSING_LEFT) != 0
-    if word & PACKED_CATEGORICAL:
-        return (bitsets[node["split"], code >> 5] >> (code & 31)) & 1 == 1
-    return code <= node["split"]
-
-
-@njit(cache=True, inline="always")
 def _leaf(codes, i, nodes, bitsets, k, override_feature, override_code):
     """Leaf reached by row i of binned ``codes`` from packed node ``k`` (a ``roots`` entry).
 
@@ -284,10 +272,10 @@ def _bin_rows(X, start, stop, thresholds, is_categorical, codes):
                 codes[i - start, f] = _bin_code(x, thresholds[f])
 
 
-# Rows a chunk bins and routes at a time. Every tree is walked once per block, so blocks are
-# large enough for the block's rows to share the nodes of a tree's first levels (and so fetch
-# them once), yet small enough for their codes to stay in the core's cache.
-_ROWS_PER_BLOCK = 32768
+# Rows a chunk bins and routes at a time. Every tree is walked once per block: the more rows go
+# down it together, the deeper they share its nodes, fetched once for all of them (smaller
+# blocks were slower on deep forests, docs/benchmarks.md).
+_ROWS_PER_BLOCK = 65536
 # Rows that no longer split a node together: each walks on alone (``_route_block``).
 _ROWS_WALKED_ALONE = 8
 
@@ -307,6 +295,7 @@ def _route_block(codes, n_rows, nodes, bitsets, root, rows, spare, stack, values
     Parameters
     ----------
     codes : ndarray of uint8, shape (>= n_rows, n_features)
+        Fortran order, so that the rows' codes of a node's feature are contiguous.
     nodes, bitsets, values :
         The packed forest (``Forest``).
     root : int
@@ -348,21 +337,30 @@ def _route_block(codes, n_rows, nodes, bitsets, root, rows, spare, stack, values
                     out[rows[j], t] = values[_leaf(codes, rows[j], nodes, bitsets, k, -1, 0), 0]
             continue
         # Stable partition without branches: left rows in place, right rows to ``spare``.
+        node = nodes[k]
+        word = node["feature"]
+        column = codes[:, word & PACKED_FEATURE_MASK]
         n_left = 0
         n_right = 0
         for j in range(first, stop):
             r = rows[j]
-            left = _goes_left(codes, r, nodes[k], bitsets)
+            code = np.int64(column[r])
+            if code == MISSING_BIN:
+                left = (word & PACKED_MISSING_LEFT) != 0
+            elif word & PACKED_CATEGORICAL:
+                left = (bitsets[node["split"], code >> 5] >> (code & 31)) & 1 == 1
+            else:
+                left = code <= node["split"]
             rows[first + n_left] = r
             spare[n_right] = r
             n_left += left
             n_right += 1 - left
         for j in range(n_right):
             rows[first + n_left + j] = spare[j]
-        stack[depth, 0] = nodes[k]["right"]
+        stack[depth, 0] = node["right"]
         stack[depth, 1] = first + n_left
         stack[depth, 2] = stop
-        stack[depth + 1, 0] = nodes[k]["left"]
+        stack[depth + 1, 0] = node["left"]
         stack[depth + 1, 1] = first
         stack[depth + 1, 2] = first + n_left
         depth += 2
@@ -389,7 +387,8 @@ def _vote_rows(
         order. TREE_VALUE: ``out[i, t]`` is tree t's value (first column) for row i.
     """
     n = min(_ROWS_PER_BLOCK, stop - start)
-    codes = np.empty((n, X.shape[1]), dtype=X_BINNED_DTYPE)
+    # Feature by feature (Fortran order): a node's partition reads one feature of many rows.
+    codes = np.empty((X.shape[1], n), dtype=X_BINNED_DTYPE).T
     rows, spare = np.empty(n, np.int64), np.empty(n, np.int64)
     stack = np.empty((max_depth + 2, 3), dtype=np.int64)
     for block in range(start, stop, _ROWS_PER_BLOCK):
