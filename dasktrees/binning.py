@@ -288,6 +288,16 @@ class BinMapper:
 
     def _category_bins_of(self, j, values):
         """Bins of the values of categorical feature j; unseen and missing -> MISSING_BIN."""
+        if isinstance(getattr(values, "dtype", None), pd.CategoricalDtype):
+            # Look up the dtype's categories rather than every value (no Python object per
+            # row): one-row predictions of the flights forest spent most of their time here.
+            values = values.array if isinstance(values, pd.Series) else pd.Categorical(values)
+            # As the values' own objects; an object Index, since pandas would infer another
+            # dtype from an object array, slowly.
+            categories = pd.Index(np.asarray(values.categories, dtype=object), dtype=object)
+            known = self._category_index[j].get_indexer(categories)
+            bins = np.where(known >= 0, self.category_bins_[j][known], MISSING_BIN)
+            return np.append(bins, MISSING_BIN)[values.codes]  # code -1 (missing): the last
         codes = self._category_index[j].get_indexer(pd.Series(values).astype(object))
         return np.where(codes >= 0, self.category_bins_[j][codes], MISSING_BIN)
 

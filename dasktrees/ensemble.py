@@ -155,7 +155,9 @@ class BaseForest(BaseEstimator):
             self.n_classes_ = len(data.classes)
         trees = [self._wrap(tree) for tree in new_trees]
         self.estimators_ = (self.estimators_ if warm else []) + trees
-        self._forest = None
+        # Packed now, not on first use: predict must not change the estimator, nor pay for it.
+        # A warm start packs every tree again (a flights forest in a fraction of its fit).
+        self._forest = self._pack()
 
     def _tree_template(self):
         """An unfitted tree estimator with the forest's tree parameters: what
@@ -181,11 +183,17 @@ class BaseForest(BaseEstimator):
 
     @property
     def forest_(self):
-        """The trees packed for prediction (``forest.Forest``)."""
+        """The trees packed for prediction (``forest.Forest``), packed when the forest was
+        fitted or loaded. If ``estimators_`` was changed since, the trees are packed again for
+        the call (and not kept: predicting does not change the estimator)."""
         check_is_fitted(self, "estimators_")
-        if getattr(self, "_forest", None) is None:
-            self._forest = Forest([est.tree_ for est in self.estimators_])
-        return self._forest
+        forest = getattr(self, "_forest", None)
+        if forest is not None and forest.packs([est.tree_ for est in self.estimators_]):
+            return forest
+        return self._pack()
+
+    def _pack(self):
+        return Forest([est.tree_ for est in self.estimators_], self.bin_mapper_)
 
     @property
     def feature_importances_(self) -> np.ndarray:
@@ -293,9 +301,16 @@ class BaseForest(BaseEstimator):
 
     def __getstate__(self):
         state = dict(self.__dict__)
-        state["_forest"] = None  # derived again on use
+        # Packed again on unpickling, from the trees: the packed tables would add a third to
+        # the pickle, and packing them takes a fraction of unpickling the trees.
+        state.pop("_forest", None)
         state["client"] = None  # a client is never pickled
         return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        if hasattr(self, "estimators_"):
+            self._forest = self._pack()
 
     # ---- prediction ----------------------------------------------------------------------------
 

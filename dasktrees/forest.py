@@ -1,12 +1,21 @@
 """Forest: fitted trees packed in flat arrays, and the kernels that vote with them.
 
-All trees' routing records are concatenated into one table; ``roots[t]`` is tree t's root:
+All trees' split nodes are concatenated into one table of 16-byte records, and their leaves'
+values into another; ``roots[t]`` is tree t's root (``~leaf`` for a tree that is one leaf):
 
-    nodes   [ tree 0: root, ... | tree 1: root, ... | ... ]      children ids are global
-    values  [ one row of class fractions (or a mean) per node ]
+    nodes   [ tree 0: split nodes | tree 1: split nodes | ... ]     children ids are global;
+                                                                     a child k < 0 is leaf ~k
+    values  [ tree 0: leaves | tree 1: leaves | ... ]               one row of class fractions
+                                                                     (or a mean) per leaf
 
-Prediction runs chunks of rows in threads, each chunk through the trees one after the other, so a
-row's votes are summed in tree order: the same sums in any thread or process.
+Nodes route on the rows' bin codes (``BinMapper``): a numeric split at bin b sends a row left when
+its code is at most b, which is exactly ``x <= threshold`` since the raw threshold is bin b's upper
+edge. So a node needs no float threshold, and the kernels bin each block of rows as they go.
+
+Prediction runs chunks of rows in threads; each chunk bins a block of rows and sends the whole
+block through the trees one after the other (``_route_block``), so a row's votes are summed in
+tree order: the same sums in any thread or process, bit for bit those of each tree's own
+``Tree.predict`` added up in order.
 """
 
 from concurrent.futures import ThreadPoolExecutor
@@ -15,11 +24,22 @@ import numba
 import numpy as np
 from numba import njit
 
-from ._dtypes import ROUTING_NODE_DTYPE
-from .tree.tree import leaf_binned, leaf_encoded
+from ._dtypes import (
+    BITSET_DTYPE,
+    BITSET_WORDS,
+    MISSING_BIN,
+    PACKED_CATEGORICAL,
+    PACKED_FEATURE_MASK,
+    PACKED_MISSING_LEFT,
+    PACKED_NODE_DTYPE,
+    TREE_LEAF,
+    X_BINNED_DTYPE,
+)
+from .binning import _bin_code
 
 SOFT = 0  # sum class fractions (or means); divide by the number of trees
 HARD = 1  # one vote per tree for its majority class
+TREE_VALUE = 2  # each tree's value, one column per tree
 
 
 class Forest:
@@ -29,55 +49,355 @@ class Forest:
     ----------
     trees : list of tree.Tree
         Fitted trees over the same features and classes.
+    bin_mapper : binning.BinMapper
+        The fitted mapper whose bins the trees split on (the forest bins the rows it votes for).
+
+    Attributes
+    ----------
+    nodes : ndarray of PACKED_NODE_DTYPE, shape (n_splits,)
+    values : ndarray of float64, shape (n_leaves, n_values)
+    bitsets : ndarray of uint32, shape (n_bitsets, BITSET_WORDS)
+    roots : ndarray of int64, shape (n_trees,)
+    max_depth : int
+        The deepest tree's depth.
+    thresholds : ndarray of float64, shape (n_features, N_BIN_CODES)
+        ``BinMapper.threshold_table``: the upper edges of each numeric feature's bins.
+    is_categorical : ndarray of uint8, shape (n_features,)
     """
 
-    def __init__(self, trees):
+    def __init__(self, trees, bin_mapper):
+        trees = list(trees)
         if not trees:
             raise ValueError("a forest needs at least one tree")
-        # Only the packed arrays are kept: the forest travels to the tasks that vote with it.
-        trees = list(trees)
-        sizes = np.array([t.node_count for t in trees])
-        bitset_sizes = np.array([len(t.categorical_bitsets) for t in trees])
-        self.roots = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
-        bitset_starts = np.concatenate([[0], np.cumsum(bitset_sizes)[:-1]])
-        self.nodes = np.empty(sizes.sum(), dtype=ROUTING_NODE_DTYPE)
-        # In threads (the kernel releases the GIL): most of the time is spent faulting in the new
-        # table's pages, which several cores do faster than one (measured in docs/benchmarks.md).
-        with ThreadPoolExecutor(numba.get_num_threads()) as pool:
-            list(
-                pool.map(
-                    _write_tree_routing, trees, self.roots, bitset_starts, [self.nodes] * len(trees)
-                )
+        n_nodes = np.array([t.node_count for t in trees], dtype=np.int64)
+        n_splits = np.array([np.count_nonzero(t.children_left != TREE_LEAF) for t in trees])
+        n_bitsets = np.array([len(t.categorical_bitsets) for t in trees], dtype=np.int64)
+        node_starts, leaf_starts, bitset_starts = (
+            np.cumsum(counts) - counts for counts in (n_splits, n_nodes - n_splits, n_bitsets)
+        )
+        if n_splits.sum() >= 2**31 or (n_nodes - n_splits).sum() >= 2**31:
+            raise ValueError(
+                "a forest of more than 2**31 - 1 split nodes or leaves cannot be packed"
             )
-        self.values = np.concatenate([t.value for t in trees])
-        self.bitsets = np.concatenate([t.categorical_bitsets for t in trees])
+        self.nodes = np.empty(n_splits.sum(), dtype=PACKED_NODE_DTYPE)
+        self.values = np.empty((int((n_nodes - n_splits).sum()), trees[0].value.shape[1]))
+        self.bitsets = np.empty((int(n_bitsets.sum()), BITSET_WORDS), dtype=BITSET_DTYPE)
+        self.roots = np.where(n_splits > 0, node_starts, ~leaf_starts).astype(np.int64)
+        self.max_depth = max(tree.max_depth for tree in trees)
+        self.thresholds = bin_mapper.threshold_table()
+        self.is_categorical = np.asarray(bin_mapper.is_categorical_, dtype=np.uint8)
+
+        def pack(t):
+            tree = trees[t]
+            _pack_tree(
+                tree.children_left,
+                tree.children_right,
+                tree.feature,
+                tree.bin_threshold,
+                tree.missing_go_to_left,
+                tree.is_categorical,
+                tree.bitset_idx,
+                tree.value,
+                node_starts[t],
+                leaf_starts[t],
+                bitset_starts[t],
+                self.nodes,
+                self.values,
+            )
+            self.bitsets[bitset_starts[t] : bitset_starts[t] + n_bitsets[t]] = (
+                tree.categorical_bitsets
+            )
+
+        # Trees in threads (the kernel releases the GIL): much of the time goes to faulting in
+        # the new tables' pages, which two cores do nearly twice as fast.
+        with ThreadPoolExecutor(numba.get_num_threads()) as pool:
+            list(pool.map(pack, range(len(trees))))  # list(): raise the first error
+        self._trees = trees  # what ``packs`` compares with
+
+    def packs(self, trees):
+        """Whether this forest was packed from exactly ``trees`` (the same objects, in order)."""
+        packed = getattr(self, "_trees", None)
+        return (
+            packed is not None
+            and len(packed) == len(trees)
+            and all(a is b for a, b in zip(packed, trees))
+        )
+
+    def __getstate__(self):
+        # The packed arrays alone: the forest travels to the tasks that vote with it.
+        state = dict(self.__dict__)
+        state.pop("_trees", None)
+        return state
 
     @property
     def n_trees(self):
         return len(self.roots)
 
+    def _arrays(self):
+        return (
+            self.thresholds,
+            self.is_categorical,
+            self.nodes,
+            self.bitsets,
+            self.roots,
+            self.max_depth,
+        )
+
     def vote(self, X, voting=SOFT, parallel=True):
         """Mean over trees of each row's leaf value (SOFT), or the share of trees voting for
-        each class (HARD). ``X``: encoded rows (n_samples, n_features), float32 or float64.
+        each class (HARD).
 
-        ``parallel=False`` inside Dask tasks, which Dask already runs in parallel.
+        Parameters
+        ----------
+        X : ndarray of float32 or float64, shape (n_samples, n_features)
+            Encoded rows (``BinMapper.encode``): numeric values, category codes, NaN.
+        voting : SOFT or HARD
+        parallel : bool
+            Chunks of rows in threads; False inside Dask tasks, which Dask already runs in
+            parallel.
+
+        Returns
+        -------
+        ndarray of float64, shape (n_samples, n_values)
         """
         out = np.zeros((X.shape[0], self.values.shape[1]))
-        forest = (self.nodes, self.bitsets, self.roots, self.values)
-        _by_row_chunks(_vote_rows, X, parallel, *forest, voting, out)
-        return out / self.n_trees
+        _by_row_chunks(_vote_rows, X, parallel, *self._arrays(), self.values, voting, out)
+        out /= self.n_trees
+        return out
 
     def tree_predictions(self, X, parallel=True):
         """Each tree's value for each row, (n_samples, n_trees): regression's "bragging"."""
         out = np.empty((X.shape[0], self.n_trees))
-        forest = (self.nodes, self.bitsets, self.roots, self.values)
-        _by_row_chunks(_leaf_values_rows, X, parallel, *forest, out)
+        _by_row_chunks(_vote_rows, X, parallel, *self._arrays(), self.values, TREE_VALUE, out)
         return out
 
 
-def _write_tree_routing(tree, root, bitset_start, nodes):
-    """Write ``tree``'s routing records into the packed table ``nodes`` (``Forest``)."""
-    tree.write_routing(nodes, root, bitset_start)
+@njit(cache=True, nogil=True)
+def _pack_tree(
+    children_left,
+    children_right,
+    feature,
+    bin_threshold,
+    missing_go_to_left,
+    is_categorical,
+    bitset_idx,
+    value,
+    node_start,
+    leaf_start,
+    bitset_start,
+    nodes,
+    values,
+):
+    """Write one tree's split nodes and leaf values into the forest's tables.
+
+    Split nodes keep their order (the grower's, depth first) from ``nodes[node_start]`` on, and
+    leaves theirs from ``values[leaf_start]`` on; children, leaves and bitset rows get their
+    global indices (``PACKED_NODE_DTYPE``).
+
+    Parameters
+    ----------
+    children_left, ..., value :
+        The tree's arrays (``tree.TREE_ARRAYS``).
+    node_start, leaf_start, bitset_start : int
+        Where the tree's split nodes, leaves and bitset rows start in the forest's tables.
+    nodes : ndarray of PACKED_NODE_DTYPE
+        Written: the tree's split nodes.
+    values : ndarray of float64, shape (n_leaves, n_values)
+        Written: the tree's leaf values.
+    """
+    n = children_left.shape[0]
+    # A node's index among its tree's split nodes, or among its leaves (both in node order).
+    index = np.empty(n, dtype=np.int64)
+    n_split = 0
+    n_leaf = 0
+    for i in range(n):
+        if children_left[i] != TREE_LEAF:
+            index[i] = node_start + n_split
+            n_split += 1
+        else:
+            index[i] = ~(leaf_start + n_leaf)
+            n_leaf += 1
+    for i in range(n):
+        if children_left[i] == TREE_LEAF:
+            for c in range(value.shape[1]):
+                values[~index[i], c] = value[i, c]
+            continue
+        record = nodes[index[i]]
+        record["left"] = index[children_left[i]]
+        record["right"] = index[children_right[i]]
+        flags = np.uint32(0)
+        if missing_go_to_left[i]:
+            flags |= np.uint32(PACKED_MISSING_LEFT)
+        if is_categorical[i]:
+            flags |= np.uint32(PACKED_CATEGORICAL)
+            record["split"] = np.uint32(bitset_start + bitset_idx[i])
+        else:
+            record["split"] = np.uint32(bin_threshold[i])
+        record["feature"] = np.uint32(feature[i]) | flags
+
+
+@njit(cache=True, inline="always")
+def _leaf(codes, i, nodes, bitsets, k, override_feature, override_code):
+    """Leaf reached by row i of binned ``codes`` from packed node ``k`` (a ``roots`` entry).
+
+    Feature ``override_feature`` (if >= 0) reads ``override_code`` instead of the row's own
+    code (permutation importance). Returns the leaf's row of the forest's ``values``.
+    """
+    while k >= 0:
+        node = nodes[k]
+        word = node["feature"]
+        f = np.int64(word & PACKED_FEATURE_MASK)
+        code = override_code if f == override_feature else np.int64(codes[i, f])
+        if code == MISSING_BIN:
+            goes = (word & PACKED_MISSING_LEFT) != 0
+        elif word & PACKED_CATEGORICAL:
+            goes = (bitsets[node["split"], code >> 5] >> (code & 31)) & 1 == 1
+        else:
+            goes = code <= node["split"]
+        k = node["left"] if goes else node["right"]
+    return ~k
+
+
+@njit(cache=True, inline="always")
+def _bin_rows(X, start, stop, thresholds, is_categorical, codes):
+    """Bin codes of rows ``start:stop`` of encoded X into ``codes[:stop - start]``: numeric
+    values as ``BinMapper.transform`` bins them, category codes as they are, NaN as
+    MISSING_BIN."""
+    for i in range(start, stop):
+        for f in range(X.shape[1]):
+            x = X[i, f]
+            if is_categorical[f]:
+                codes[i - start, f] = MISSING_BIN if np.isnan(x) else np.uint8(x)
+            else:
+                codes[i - start, f] = _bin_code(x, thresholds[f])
+
+
+# Rows a chunk bins and routes at a time. Every tree is walked once per block: the more rows go
+# down it together, the deeper they share its nodes, fetched once for all of them (smaller
+# blocks were slower on deep forests, docs/benchmarks.md).
+_ROWS_PER_BLOCK = 65536
+# Rows that no longer split a node together: each walks on alone (``_route_block``).
+_ROWS_WALKED_ALONE = 8
+
+
+@njit(cache=True, nogil=True)
+def _route_block(codes, n_rows, nodes, bitsets, root, rows, spare, stack, values, how, out, t):
+    """Route the first ``n_rows`` rows of ``codes`` through the tree at ``root``, and write
+    each row's leaf value to its row of ``out``.
+
+    The rows go down the tree together, depth first: at a node, its rows are partitioned into
+    those going left and right, and the left child's rows are routed before the right child's.
+    Nodes are laid out depth first too, so the tree is read once, in increasing order, whatever
+    the number of rows; routing each row alone from the root read a deep tree's nodes in random
+    order, one cache miss at nearly every level. Below ``_ROWS_WALKED_ALONE`` rows the
+    partition costs more than it saves, and each row walks on alone.
+
+    Parameters
+    ----------
+    codes : ndarray of uint8, shape (>= n_rows, n_features)
+        Fortran order, so that the rows' codes of a node's feature are contiguous.
+    nodes, bitsets, values :
+        The packed forest (``Forest``).
+    root : int
+        A ``Forest.roots`` entry.
+    rows, spare : ndarray of int64, shape (>= n_rows,)
+        Scratch.
+    stack : ndarray of int64, shape (>= tree depth + 2, 3)
+        Scratch: (node, first, stop) of the row ranges still to route.
+    how : int
+        SOFT or HARD: add the tree's vote to ``out[i]``; TREE_VALUE: write the leaf's value
+        (first column) to ``out[i, t]``.
+    out : ndarray of float64, shape (>= n_rows, n_values or n_trees)
+        Updated, row i for row i of ``codes``.
+    t : int
+        The tree's column of ``out`` (TREE_VALUE).
+    """
+    for j in range(n_rows):
+        rows[j] = j
+    stack[0, 0] = root
+    stack[0, 1] = 0
+    stack[0, 2] = n_rows
+    depth = 1
+    while depth > 0:
+        depth -= 1
+        k, first, stop = stack[depth, 0], stack[depth, 1], stack[depth, 2]
+        if k < 0 or stop - first <= _ROWS_WALKED_ALONE:
+            # One loop per kind of output: the choice is made once per range, not per row.
+            if how == SOFT:
+                for j in range(first, stop):
+                    leaf = _leaf(codes, rows[j], nodes, bitsets, k, -1, 0)
+                    for c in range(values.shape[1]):
+                        out[rows[j], c] += values[leaf, c]
+            elif how == HARD:
+                for j in range(first, stop):
+                    leaf = _leaf(codes, rows[j], nodes, bitsets, k, -1, 0)
+                    out[rows[j], np.argmax(values[leaf])] += 1.0
+            else:
+                for j in range(first, stop):
+                    out[rows[j], t] = values[_leaf(codes, rows[j], nodes, bitsets, k, -1, 0), 0]
+            continue
+        # Stable partition without branches: left rows in place, right rows to ``spare``.
+        node = nodes[k]
+        word = node["feature"]
+        column = codes[:, word & PACKED_FEATURE_MASK]
+        n_left = 0
+        n_right = 0
+        for j in range(first, stop):
+            r = rows[j]
+            code = np.int64(column[r])
+            if code == MISSING_BIN:
+                left = (word & PACKED_MISSING_LEFT) != 0
+            elif word & PACKED_CATEGORICAL:
+                left = (bitsets[node["split"], code >> 5] >> (code & 31)) & 1 == 1
+            else:
+                left = code <= node["split"]
+            rows[first + n_left] = r
+            spare[n_right] = r
+            n_left += left
+            n_right += 1 - left
+        for j in range(n_right):
+            rows[first + n_left + j] = spare[j]
+        stack[depth, 0] = node["right"]
+        stack[depth, 1] = first + n_left
+        stack[depth, 2] = stop
+        stack[depth + 1, 0] = node["left"]
+        stack[depth + 1, 1] = first
+        stack[depth + 1, 2] = first + n_left
+        depth += 2
+
+
+@njit(cache=True, nogil=True)
+def _vote_rows(
+    X, start, stop, thresholds, is_categorical, nodes, bitsets, roots, max_depth, values, how, out
+):
+    """Every tree's vote for rows ``start:stop`` of encoded X, or each tree's value.
+
+    Parameters
+    ----------
+    X : ndarray of float32 or float64, shape (n_samples, n_features)
+        Encoded rows (``BinMapper.encode``).
+    start, stop : int
+        The rows to vote for.
+    thresholds, is_categorical, nodes, bitsets, roots, max_depth, values :
+        The packed forest (``Forest``).
+    how : int
+        SOFT (sum leaf values), HARD (one vote per tree for its argmax), or TREE_VALUE.
+    out : ndarray of float64, shape (n_samples, n_values), or (n_samples, n_trees)
+        SOFT and HARD: rows ``start:stop`` zero on entry, written: the sums, trees added in
+        order. TREE_VALUE: ``out[i, t]`` is tree t's value (first column) for row i.
+    """
+    n = min(_ROWS_PER_BLOCK, stop - start)
+    # Feature by feature (Fortran order): a node's partition reads one feature of many rows.
+    codes = np.empty((X.shape[1], n), dtype=X_BINNED_DTYPE).T
+    rows, spare = np.empty(n, np.int64), np.empty(n, np.int64)
+    stack = np.empty((max_depth + 2, 3), dtype=np.int64)
+    for block in range(start, stop, _ROWS_PER_BLOCK):
+        n = min(_ROWS_PER_BLOCK, stop - block)
+        _bin_rows(X, block, block + n, thresholds, is_categorical, codes)
+        for t in range(roots.shape[0]):
+            _route_block(
+                codes, n, nodes, bitsets, roots[t], rows, spare, stack, values, how, out[block:], t
+            )
 
 
 @njit(cache=True, inline="always")
@@ -89,51 +409,24 @@ def _add_vote(values, leaf, voting, out_row):
             out_row[c] += values[leaf, c]
 
 
-@njit(cache=True, nogil=True)
-def _vote_rows(X, start, stop, nodes, bitsets, roots, values, voting, out):
-    """Add every tree's vote for rows ``start:stop`` of encoded X to ``out``.
-
-    Parameters
-    ----------
-    X : ndarray of float32 or float64, shape (n_samples, n_features)
-    start, stop : int
-        The rows to vote for.
-    nodes, bitsets, roots, values :
-        The packed forest (``Forest``).
-    voting : int
-        SOFT (sum leaf values) or HARD (one vote per tree for its argmax).
-    out : ndarray of float64, shape (n_samples, n_values)
-        Rows ``start:stop`` zero on entry; written: the sums, trees added in order.
-    """
-    for t in range(roots.shape[0]):
-        for i in range(start, stop):
-            _add_vote(values, leaf_encoded(X, i, nodes, bitsets, roots[t]), voting, out[i])
-
-
-@njit(cache=True, nogil=True)
-def _leaf_values_rows(X, start, stop, nodes, bitsets, roots, values, out):
-    """``out[i, t]``: tree t's value (first column) for rows ``start:stop`` of encoded X."""
-    for t in range(roots.shape[0]):
-        for i in range(start, stop):
-            out[i, t] = values[leaf_encoded(X, i, nodes, bitsets, roots[t]), 0]
-
-
-# Rows go through the forest in chunks, one tree after the other: a chunk's rows stay in cache
-# while a tree's nodes stream past once, so large chunks vote much faster than small ones
-# (measured in docs/benchmarks.md).
+# Rows per thread's chunk, at most: a chunk is cut in blocks anyway (``_ROWS_PER_BLOCK``).
 _ROWS_PER_CHUNK = 65536
+# Fewer rows than this run in the calling thread: starting threads costs more than they save.
+_MIN_PARALLEL_ROWS = 64
 
 
 def _by_row_chunks(kernel, X, parallel, *args):
     """Run ``kernel(X, start, stop, *args)`` over chunks of rows, in threads if ``parallel``.
 
     The kernels release the GIL. Threads, not a numba ``prange``: numba's parallel lowering of
-    the traversal ran slower per thread than the same serial code (docs/benchmarks.md), and a
-    plain ``nogil`` kernel may be called from several threads (Dask's) at once.
+    the traversal ran twice as slow per thread as the same serial code, and a plain
+    ``nogil`` kernel may be called from several threads (Dask's) at once.
     """
     n_rows = X.shape[0]
-    n_threads = numba.get_num_threads() if parallel else 1
-    step = max(1, min(_ROWS_PER_CHUNK, -(-n_rows // n_threads)))
+    n_threads = numba.get_num_threads() if parallel and n_rows >= _MIN_PARALLEL_ROWS else 1
+    # As many chunks for each thread, of nearly equal sizes.
+    n_chunks = n_threads * -(-n_rows // (n_threads * _ROWS_PER_CHUNK))
+    step = max(1, -(-n_rows // n_chunks))
     starts = range(0, n_rows, step)
     if n_threads == 1 or len(starts) == 1:
         for start in starts:
@@ -152,7 +445,7 @@ def add_oob_votes(codes, nodes, bitsets, root, values, voting, counts, votes, n_
     ----------
     codes : ndarray of uint8, shape (n_rows, n_features)
     root : int
-        The tree's root in the packed node table.
+        The tree's root in the packed node table (``Forest.roots``).
     counts : ndarray of float64, shape (n_rows,)
         The tree's row counts (``sampling.tree_counts``).
     votes : ndarray of float64, shape (n_rows, n_values)
@@ -162,7 +455,7 @@ def add_oob_votes(codes, nodes, bitsets, root, values, voting, counts, votes, n_
     """
     for i in range(codes.shape[0]):
         if counts[i] == 0.0:
-            _add_vote(values, leaf_binned(codes, i, nodes, bitsets, root, -1, 0), voting, votes[i])
+            _add_vote(values, _leaf(codes, i, nodes, bitsets, root, -1, 0), voting, votes[i])
             n_oob[i] += 1.0
 
 
@@ -216,7 +509,7 @@ def tree_loss(codes, y, rows, nodes, bitsets, root, values, classification, feat
     for k in range(rows.shape[0]):
         i = rows[k]
         code = np.int64(codes[donors[k], feature]) if feature >= 0 else 0
-        leaf = leaf_binned(codes, i, nodes, bitsets, root, feature, code)
+        leaf = _leaf(codes, i, nodes, bitsets, root, feature, code)
         if classification:
             total += 0.0 if np.argmax(values[leaf]) == np.int64(y[i]) else 1.0
         else:

@@ -177,6 +177,7 @@ def _build_estimator(manifest, mapper, trees, oob_curve):
         estimator.tree_ = trees[0]
         return estimator
     estimator.estimators_ = [estimator._wrap(tree) for tree in trees]
+    estimator._forest = estimator._pack()  # packed once here, not by the first prediction
     if oob_curve is not None:
         estimator.oob_curve_ = oob_curve
     return estimator
