@@ -137,10 +137,18 @@ def main():
         }
         for name, (model, data, target) in forests.items():
             model.set_params(client=client).fit(data, target)
-            out = model.predict_proba(data) if hasattr(model, "predict_proba") else model.predict(data)
+            out = (
+                model.predict_proba(data)
+                if hasattr(model, "predict_proba")
+                else model.predict(data)
+            )
             extra = np.atleast_1d(getattr(model, "oob_score_", 0.0))
-            digest = _digest([e.tree_ for e in model.estimators_], np.concatenate([out.ravel(), extra]))
-            print(f"{name:32s} {digest}  nodes={sum(e.tree_.node_count for e in model.estimators_)}")
+            digest = _digest(
+                [e.tree_ for e in model.estimators_], np.concatenate([out.ravel(), extra])
+            )
+            print(
+                f"{name:32s} {digest}  nodes={sum(e.tree_.node_count for e in model.estimators_)}"
+            )
 
 
 if __name__ == "__main__":

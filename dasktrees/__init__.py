@@ -4,6 +4,7 @@ __version__ = "0.1.0"
 
 from . import criteria, pruning
 from .binning import BinMapper
+from .compilation import WarmupPlugin, lock_kernels, warmup
 from .ensemble import (
     ExtraTreesClassifier,
     ExtraTreesRegressor,
@@ -14,6 +15,10 @@ from .estimators import DecisionTreeClassifier, DecisionTreeRegressor
 from .export import export_graphviz, export_rules, export_text
 from .modelfile import load
 
+# Every kernel imported above compiles under a per-kernel file lock: processes that start at once
+# (a LocalCluster's workers) compile each kernel once between them (``compilation``).
+lock_kernels()
+
 __all__ = [
     "BinMapper",
     "DecisionTreeClassifier",
@@ -22,6 +27,7 @@ __all__ = [
     "ExtraTreesRegressor",
     "RandomForestClassifier",
     "RandomForestRegressor",
+    "WarmupPlugin",
     "__version__",
     "criteria",
     "export_graphviz",
@@ -29,4 +35,5 @@ __all__ = [
     "export_text",
     "load",
     "pruning",
+    "warmup",
 ]

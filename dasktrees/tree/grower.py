@@ -31,7 +31,7 @@ from .._random import new_state, next_below
 from ..criteria import SQUARED_ERROR, impurity, stats_weight
 from ..pruning import prune_cost_complexity
 from . import wire
-from ._jit import inlined_node_kernel, node_kernel
+from ._jit import inlined_node_kernel
 from .histogram import build_histogram, compact, node_statistics
 from .splitting import (
     NO_SPLIT,

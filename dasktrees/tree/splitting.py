@@ -189,7 +189,13 @@ def scan_cuts(
             n_left = prefix[0] + missing[0] if missing_left else prefix[0]
             if n_left >= min_samples_leaf and total[0] - n_left >= min_samples_leaf:
                 score = cut_score(
-                    prefix, missing, total, missing_left, criterion, parent_impurity, min_weight_leaf
+                    prefix,
+                    missing,
+                    total,
+                    missing_left,
+                    criterion,
+                    parent_impurity,
+                    min_weight_leaf,
                 )
                 if score > best_score:
                     best_score = score
