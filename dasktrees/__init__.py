@@ -3,6 +3,7 @@
 from . import criteria, pruning
 from ._version import __version__
 from .binning import BinMapper
+from .compilation import WarmupPlugin, lock_kernels, warmup
 from .ensemble import (
     ExtraTreesClassifier,
     ExtraTreesRegressor,
@@ -13,6 +14,10 @@ from .estimators import DecisionTreeClassifier, DecisionTreeRegressor
 from .export import export_graphviz, export_rules, export_text
 from .modelfile.reading import load
 
+# Every kernel imported above compiles under a per-kernel file lock: processes that start at once
+# (a LocalCluster's workers) compile each kernel once between them (``compilation``).
+lock_kernels()
+
 __all__ = [
     "BinMapper",
     "DecisionTreeClassifier",
@@ -21,6 +26,7 @@ __all__ = [
     "ExtraTreesRegressor",
     "RandomForestClassifier",
     "RandomForestRegressor",
+    "WarmupPlugin",
     "__version__",
     "criteria",
     "export_graphviz",
@@ -28,4 +34,5 @@ __all__ = [
     "export_text",
     "load",
     "pruning",
+    "warmup",
 ]

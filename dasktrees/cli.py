@@ -1,4 +1,4 @@
-"""The ``dasktrees`` command: run, validate, predict, inspect.
+"""The ``dasktrees`` command: run, validate, predict, inspect, warmup.
 
 Exit codes: 0 success; 2 an invalid config or arguments (every problem listed, one per line,
 each with its dotted key); 1 a failure while running: one line naming the cause, and where the
@@ -58,6 +58,12 @@ def _parser():
     inspect = add_command("inspect", help="describe a saved model")
     inspect.add_argument("model")
     inspect.add_argument("--json", action="store_true", help="print the description as JSON")
+    warmup = commands.add_parser(
+        "warmup", help="compile the numba kernels into the cache once, before the first fit"
+    )
+    warmup.add_argument(
+        "--processes", type=int, default=2, help="compile in this many processes (default: 2)"
+    )
     return parser
 
 
@@ -183,12 +189,26 @@ def _inspect(args):
             print(f"{key}: {value}")
 
 
+def _warmup(args):
+    from .compilation import warmup
+
+    if args.processes < 1:
+        raise ConfigError([("--processes", f"must be at least 1, got {args.processes}")])
+    print(warmup(processes=args.processes))
+
+
 def main(argv=None):
     """Entry point of the ``dasktrees`` command; returns the exit code."""
     args = None
     try:
         args = _parser().parse_args(argv)
-        handler = {"run": _run, "validate": _validate, "predict": _predict, "inspect": _inspect}
+        handler = {
+            "run": _run,
+            "validate": _validate,
+            "predict": _predict,
+            "inspect": _inspect,
+            "warmup": _warmup,
+        }
         handler[args.command](args)
     except ConfigError as error:
         _print_problems(error.problems)

@@ -42,8 +42,9 @@ def carseats():
 
 
 @contextlib.contextmanager
-def local_client(n_workers=2, threads_per_worker=1, processes=True):
-    """A client of a new LocalCluster on 127.0.0.1, never set as the default client."""
+def local_client(n_workers=2, threads_per_worker=1, processes=True, **cluster_kwargs):
+    """A client of a new LocalCluster on 127.0.0.1, never set as the default client
+    (``cluster_kwargs``: more LocalCluster arguments, e.g. the workers' ``env``)."""
     from distributed import Client, LocalCluster
 
     with (
@@ -52,6 +53,7 @@ def local_client(n_workers=2, threads_per_worker=1, processes=True):
             threads_per_worker=threads_per_worker,
             processes=processes,
             dashboard_address=":0",
+            **cluster_kwargs,
         ) as cluster,
         Client(cluster, set_as_default=False) as c,
     ):

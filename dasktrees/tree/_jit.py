@@ -12,8 +12,12 @@ from numba import njit
 #   allocates once per tree.
 # * A numba array crosses a call as its seven or more fields, each a machine word: the split
 #   search with its tuples of arrays took some 250 words on the stack per call. The per-node
-#   steps that take those tuples (``find_split``, ``_open_node``, ``_split_node``) are therefore
-#   inlined into the growth loop; inlining the smaller kernels as well was slower (and compiled
-#   for minutes), so they stay calls.
+#   steps that take those tuples (``find_split``, ``_open_node``, ``_record_split``,
+#   ``_partition_node``) are therefore inlined into the growth loop; inlining the smaller kernels
+#   as well was slower, so they stay calls.
+# * Inlining costs compilation, once per call site: numba copies the callee's IR into the caller
+#   (in time that grows with the callee's blocks times its variables, so nested inlining of big
+#   functions took most of a minute) and the caller compiles the copy. The growth loop therefore
+#   calls each inlined step from one place only, and inlined steps do not inline each other.
 node_kernel = njit(cache=True, _nrt=False)
 inlined_node_kernel = njit(cache=True, _nrt=False, inline="always")

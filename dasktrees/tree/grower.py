@@ -14,13 +14,13 @@ says which node to split next:
 Splitting a node partitions its rows and sums each child's statistics (in the same pass for two
 classes, else over the child's now contiguous rows).
 
-The whole loop runs in numba: a full-depth tree on a million rows has some hundred thousand
-nodes, and a Python step per node would cost more than all the histograms. The kernels that run
-once per node are compiled without numba's runtime, and the split search is inlined into the
-depth-first loop (``_jit`` says why).
+The whole loop runs in numba (``_grow_nodes``): a full-depth tree on a million rows has some
+hundred thousand nodes, and a Python step per node would cost more than all the histograms.
+``grow`` prepares its arrays in Python and calls the loop, again only when the frontier or the
+bitset table needs more room. The kernels that run once per node are compiled without numba's
+runtime, and the split search is inlined into the loop (``_jit`` says why).
 """
 
-import heapq
 from typing import NamedTuple
 
 import numpy as np
@@ -30,7 +30,7 @@ from .._dtypes import BITSET_DTYPE, BITSET_WORDS, N_BIN_CODES, NODE_DTYPE, TREE_
 from .._random import new_state, next_below
 from ..criteria import SQUARED_ERROR, impurity, stats_weight
 from . import wire
-from ._jit import inlined_node_kernel, node_kernel
+from ._jit import inlined_node_kernel
 from .cost_complexity import prune_cost_complexity
 from .histogram import build_histogram, compact, node_statistics
 from .splitting import (
@@ -94,7 +94,7 @@ def find_split(rows, start, stop, node_impurity, bins, rules, scratch):
     scratch : tuple (state, candidates, features, hist, stats, vec, ibuf, keys[, buffers])
         The tree's random stream; the features it may split on (all of them, or a random
         subspace); and work space: ``features`` for the draw, and (``buffers``, the partition's
-        scratch, is read by ``_split_node`` only):
+        scratch, is read by ``_partition_node`` only):
     vec : ndarray of float64, shape (N_SCRATCH_VECTORS, n_channels)
         Scratch; on entry ``vec[_TOTAL]`` holds the node statistics; on return
         ``vec[_BEST_LEFT]`` holds the left child's statistics of the best split.
@@ -211,39 +211,19 @@ def find_split(rows, start, stop, node_impurity, bins, rules, scratch):
 
 
 @inlined_node_kernel
-def _open_node(
-    node_id,
-    parent,
-    depth,
-    start,
-    stop,
-    total,
-    node_impurity,
-    w_root,
-    nodes,
-    values,
-    bitsets,
-    n_bitsets,
-    rows,
-    bins,
-    rules,
-    scratch,
-):
-    """Record a new node, test the stopping rules, and find and record its best split.
+def _open_node(node_id, parent, depth, start, stop, total, node_impurity, nodes, values, rules):
+    """Record a new node (a leaf until ``_record_split``) and test the stopping rules.
 
-    ``total`` holds the node's statistics; ``rows``, ``bins``, ``rules`` and ``scratch`` are
-    ``find_split``'s. The arrays must have room for ``node_id`` and one more bitset.
+    ``total`` holds the node's statistics; ``rules`` is ``find_split``'s. ``nodes`` and
+    ``values`` must have room for ``node_id``.
 
     Returns
     -------
-    n_bitsets : int
-        Bitsets used after this node.
-    splittable : bool
-        Whether the node has a split worth making (it is then put on the frontier).
+    bool
+        Whether the node may be split: ``find_split`` is then run on it.
     """
     criterion, n_classes, _, _, max_depth, min_samples_split, min_samples_leaf = rules[:7]
-    min_weight_leaf, min_impurity_decrease = rules[7:]
-    ibuf, vec = scratch[6], scratch[5]
+    min_weight_leaf = rules[7]
     classification = criterion != SQUARED_ERROR
     w_node = stats_weight(total, criterion)
     record = nodes[node_id]
@@ -268,19 +248,35 @@ def _open_node(
     else:
         values[node_id, 0] = total[2] / w_node if w_node > 0.0 else 0.0
     n_node = stop - start
-    if (
+    return not (
         depth >= max_depth
         or n_node < min_samples_split
         or n_node < 2 * min_samples_leaf
         or w_node < 2 * min_weight_leaf
         or node_impurity <= EPSILON
-    ):
-        return n_bitsets, False
-    score, feature, bin_threshold, missing_left, categorical, n_left_bins = find_split(
-        rows, start, stop, node_impurity, bins, rules, scratch
     )
+
+
+@inlined_node_kernel
+def _record_split(
+    node_id, total, node_impurity, w_root, split, nodes, bitsets, n_bitsets, rules, scratch
+):
+    """Record ``find_split``'s result ``split`` for node ``node_id`` if the split is worth
+    making (``min_impurity_decrease``); a categorical split takes the next row of ``bitsets``.
+
+    Returns
+    -------
+    n_bitsets : int
+        Bitsets used after this node.
+    splittable : bool
+        Whether the split was recorded (the node is then put on the frontier).
+    """
+    score, feature, bin_threshold, missing_left, categorical, n_left_bins = split
+    criterion, min_impurity_decrease = rules[0], rules[8]
+    ibuf, vec = scratch[6], scratch[5]
     if score == NO_SPLIT:
         return n_bitsets, False
+    w_node = stats_weight(total, criterion)
     left = vec[_BEST_LEFT]
     right = vec[_RIGHT]
     for c in range(total.shape[0]):  # not ``total - left``: no temporary array per node
@@ -294,6 +290,7 @@ def _open_node(
     )
     if improvement + EPSILON < min_impurity_decrease:
         return n_bitsets, False
+    record = nodes[node_id]
     record["feature"] = feature
     record["bin_threshold"] = bin_threshold
     record["missing_go_to_left"] = missing_left
@@ -309,7 +306,6 @@ def _open_node(
     return n_bitsets, True
 
 
-@njit(cache=True)
 def _node_capacity(n_rows, max_depth, min_samples_leaf, max_leaf_nodes):
     """Most nodes a tree on ``n_rows`` rows can have under the stopping rules.
 
@@ -321,7 +317,7 @@ def _node_capacity(n_rows, max_depth, min_samples_leaf, max_leaf_nodes):
     if max_leaf_nodes > 0:
         leaves = min(leaves, max_leaf_nodes)
     if max_depth < 62:
-        leaves = min(leaves, np.int64(1) << max_depth)
+        leaves = min(leaves, 1 << max_depth)
     return 2 * leaves - 1
 
 
@@ -370,36 +366,20 @@ class Workspace(NamedTuple):
         )
 
 
-@njit(cache=True)
-def _grown_bitsets(bitsets):
-    """The bitset table with twice the rows, the first ones copied."""
-    grown = np.empty((2 * bitsets.shape[0], BITSET_WORDS), dtype=BITSET_DTYPE)
-    grown[: bitsets.shape[0]] = bitsets
-    return grown
-
-
 @inlined_node_kernel
-def _split_node(
-    node_id, n_nodes, n_bitsets, w_root, nodes, values, bitsets, rows, bins, rules, scratch
-):
-    """Split node ``node_id`` by its recorded split and open its children.
-
-    The node's rows are partitioned (``rows[3]``, ``sample_indices``, with targets and weights),
-    then each child's statistics are summed (by the partition itself for two classes, else over
-    the child's now contiguous rows) and the child is opened
-    (``_open_node``) as node ``n_nodes`` (left) or ``n_nodes + 1`` (right). The right child is
-    opened first: the random stream's draws follow that order. ``bitsets`` must have room for
-    two more rows.
+def _partition_node(node_id, n_nodes, nodes, bitsets, rows, two_classes, scratch):
+    """Partition node ``node_id``'s rows (``rows[3]``, ``sample_indices``, with targets and
+    weights) by its recorded split, its children to be nodes ``n_nodes`` (left) and
+    ``n_nodes + 1`` (right). For two classes the partition also sums the children's statistics
+    (into ``vec[_LEFT_CHILD]`` and ``vec[_RIGHT_CHILD]``).
 
     Returns
     -------
-    n_bitsets : int
-    left_splittable, right_splittable : bool
+    start, stop, boundary : int
+        The left child's rows are ``[start:boundary]``, the right child's ``[boundary:stop]``.
     """
     codes, node_y, node_w, sample_indices = rows
     vec, buffers = scratch[5], scratch[8]
-    criterion, n_classes = rules[0], rules[1]
-    two_classes = criterion != SQUARED_ERROR and n_classes == 2
     record = nodes[node_id]
     start = record["start"]
     stop = record["stop"]
@@ -423,64 +403,191 @@ def _split_node(
     )
     record["left"] = n_nodes
     record["right"] = n_nodes + 1
-    depth = record["depth"] + 1
-    total = vec[_TOTAL]
-    splittable = False
-    for side in (1, 0):
-        lo, hi = (start, boundary) if side == 0 else (boundary, stop)
-        if two_classes:  # summed by the partition
-            for c in range(3):
-                total[c] = vec[_LEFT_CHILD + side, c]
-            child_impurity = impurity(total, criterion)
+    return start, stop, boundary
+
+
+# The best-first frontier: a binary heap in two arrays, keyed by (-improvement, node id). The
+# same sift steps as ``heapq`` (numba's port of CPython's) and the same tuple order, so the
+# nodes come out in the same order as they did from a heap of tuples.
+
+
+@inlined_node_kernel
+def _heap_less(keys, ids, i, j):
+    """Whether entry i sorts before entry j: ``(keys[i], ids[i]) < (keys[j], ids[j])`` as
+    tuples compare (the first unequal field decides, so a NaN key compares False)."""
+    if keys[i] != keys[j]:
+        return keys[i] < keys[j]
+    return ids[i] < ids[j]
+
+
+@inlined_node_kernel
+def _heap_sift_down(keys, ids, start, pos):
+    """``heapq._siftdown``: move entry ``pos`` up towards ``start`` to its place."""
+    key, node = keys[pos], ids[pos]
+    while pos > start:
+        parent = (pos - 1) >> 1
+        if keys[parent] != key:
+            before = key < keys[parent]
         else:
-            child_impurity = node_statistics(node_y, node_w, lo, hi, criterion, total)
-        right_splittable = splittable
-        n_bitsets, splittable = _open_node(
-            n_nodes + side,
-            node_id,
-            depth,
-            lo,
-            hi,
-            total,
-            child_impurity,
-            w_root,
-            nodes,
-            values,
-            bitsets,
-            n_bitsets,
-            rows,
-            bins,
-            rules,
-            scratch,
-        )
-    return n_bitsets, splittable, right_splittable
+            before = node < ids[parent]
+        if not before:
+            break
+        keys[pos], ids[pos] = keys[parent], ids[parent]
+        pos = parent
+    keys[pos], ids[pos] = key, node
 
 
-@node_kernel
-def _grow_depth_first(
-    n_nodes, n_bitsets, stack, n_stack, w_root, nodes, values, bitsets, rows, bins, rules, scratch
+@inlined_node_kernel
+def _heap_sift_up(keys, ids, pos, end):
+    """``heapq._siftup`` on the heap ``[0, end)``: fill ``pos`` from below, then sift down."""
+    start = pos
+    key, node = keys[pos], ids[pos]
+    child = 2 * pos + 1
+    while child < end:
+        right = child + 1
+        if right < end and not _heap_less(keys, ids, child, right):
+            child = right
+        keys[pos], ids[pos] = keys[child], ids[child]
+        pos = child
+        child = 2 * pos + 1
+    keys[pos], ids[pos] = key, node
+    _heap_sift_down(keys, ids, start, pos)
+
+
+@inlined_node_kernel
+def _frontier_push(best_first, ids, keys, n, node, key):
+    """Put ``node`` on the frontier of ``n`` entries (a stack, or a heap keyed by ``key``);
+    returns the new size."""
+    ids[n] = node
+    if best_first:
+        keys[n] = key
+        _heap_sift_down(keys, ids, 0, n)
+    return n + 1
+
+
+@inlined_node_kernel
+def _frontier_pop(best_first, ids, keys, n):
+    """Take the next node from the frontier of ``n`` entries: the top of the stack, or the
+    heap's smallest key (``heapq.heappop``). The size becomes ``n - 1``."""
+    last = n - 1
+    if not best_first or last == 0:
+        return ids[last]
+    node = ids[0]
+    keys[0], ids[0] = keys[last], ids[last]
+    _heap_sift_up(keys, ids, 0, last)
+    return node
+
+
+@njit(cache=True, _nrt=False, nogil=True)
+def _grow_nodes(
+    n_nodes,
+    n_bitsets,
+    n_split,
+    max_splits,
+    best_first,
+    frontier,
+    priorities,
+    n_frontier,
+    w_root,
+    nodes,
+    values,
+    bitsets,
+    rows,
+    bins,
+    rules,
+    scratch,
 ):
-    """Split the nodes on ``stack`` (depth-first, left subtree first) until it is empty, or until
-    ``bitsets`` or ``stack`` lacks room for one more split: the caller then grows them and calls
-    again. Returns ``n_nodes, n_bitsets, n_stack``."""
-    while n_stack > 0 and bitsets.shape[0] >= n_bitsets + 2 and stack.shape[0] >= n_stack + 2:
-        n_stack -= 1
-        node_id = stack[n_stack]
-        n_bitsets, left_splittable, right_splittable = _split_node(
-            node_id, n_nodes, n_bitsets, w_root, nodes, values, bitsets, rows, bins, rules, scratch
-        )
-        # Right child first on the stack, so the left subtree is grown first.
-        if right_splittable:
-            stack[n_stack] = n_nodes + 1
-            n_stack += 1
-        if left_splittable:
-            stack[n_stack] = n_nodes
-            n_stack += 1
-        n_nodes += 2
-    return n_nodes, n_bitsets, n_stack
+    """Split the nodes of the frontier until it is empty, ``max_splits`` splits are made, or
+    ``bitsets`` or the frontier lacks room for one more split: the caller then grows them and
+    calls again. The frontier (``frontier[:n_frontier]``, with ``priorities`` for best-first) is
+    a stack, left subtree first (depth-first), or a heap keyed by ``(-improvement, node_id)``
+    (best-first, as scikit-learn does); node -1 on it is the root, still to open. ``w_root``,
+    the root's weight, which scales every improvement, is set when the root is opened.
+
+    Splitting a node partitions its rows, sums each child's statistics (by the partition itself
+    for two classes, else over the child's now contiguous rows), then opens the child
+    (``_open_node``), searches its best split (``find_split``) and records it
+    (``_record_split``). The root is opened by the same steps, as the only child of node -1.
+
+    Returns ``n_nodes, n_bitsets, n_split, n_frontier, w_root``.
+    """
+    node_y, node_w, sample_indices = rows[1], rows[2], rows[3]
+    criterion, n_classes = rules[0], rules[1]
+    two_classes = criterion != SQUARED_ERROR and n_classes == 2
+    vec = scratch[5]
+    total = vec[_TOTAL]
+    while (
+        n_frontier > 0
+        and n_split < max_splits
+        and bitsets.shape[0] >= n_bitsets + 2
+        and frontier.shape[0] >= n_frontier + 2
+    ):
+        node_id = _frontier_pop(best_first, frontier, priorities, n_frontier)
+        n_frontier -= 1
+        if node_id < 0:  # the root, opened as a left child holding every row
+            start = np.int64(0)
+            stop = np.int64(sample_indices.shape[0])
+            boundary = stop
+            depth = 0
+            last_side = 0
+        else:
+            start, stop, boundary = _partition_node(
+                node_id, n_nodes, nodes, bitsets, rows, two_classes, scratch
+            )
+            depth = nodes[node_id]["depth"] + 1
+            last_side = 1
+        # One call of each step in the loop, for both children and the root: each inlined copy
+        # of the split search costs seconds of compilation.
+        splittable = False
+        right_splittable = False
+        for side in range(last_side, -1, -1):  # right child first: the random draws' order
+            child = n_nodes + side
+            lo, hi = (start, boundary) if side == 0 else (boundary, stop)
+            if two_classes and node_id >= 0:  # summed by the partition
+                for c in range(3):
+                    total[c] = vec[_LEFT_CHILD + side, c]
+                child_impurity = impurity(total, criterion)
+            else:
+                child_impurity = node_statistics(node_y, node_w, lo, hi, criterion, total)
+            if node_id < 0:
+                w_root = stats_weight(total, criterion)
+            right_splittable = splittable
+            splittable = _open_node(
+                child, node_id, depth, lo, hi, total, child_impurity, nodes, values, rules
+            )
+            if splittable:
+                split = find_split(rows, lo, hi, child_impurity, bins, rules, scratch)
+                n_bitsets, splittable = _record_split(
+                    child,
+                    total,
+                    child_impurity,
+                    w_root,
+                    split,
+                    nodes,
+                    bitsets,
+                    n_bitsets,
+                    rules,
+                    scratch,
+                )
+        # Right child first, so that on a stack the left subtree is grown first.
+        for child, pushed in ((n_nodes + 1, right_splittable), (n_nodes, splittable)):
+            if pushed:
+                n_frontier = _frontier_push(
+                    best_first,
+                    frontier,
+                    priorities,
+                    n_frontier,
+                    child,
+                    -nodes[child]["improvement"],
+                )
+        if node_id < 0:
+            n_nodes += 1
+        else:
+            n_nodes += 2
+            n_split += 1
+    return n_nodes, n_bitsets, n_split, n_frontier, w_root
 
 
-@njit(cache=True, nogil=True)
 def grow(
     codes,
     y,
@@ -546,96 +653,76 @@ def grow(
     ``nodes`` and ``values`` are views into ``workspace``: the next tree grown in it overwrites
     them.
     """
+    # Python, not a kernel: a kernel calling ``_grow_nodes`` would link the loop kernel's code
+    # and optimise and compile it all over again (seconds of compilation). The arguments get the
+    # types the kernel was compiled for, so that no other input compiles it again.
+    criterion, n_classes = int(criterion), int(n_classes)
     classification = criterion != SQUARED_ERROR
     n_channels = n_classes + 1 if classification else 4
-    n_rows = sample_indices.shape[0]
+    n_rows = len(sample_indices)
     nodes, values, buffer, node_y, node_w, y_buffer, w_buffer, _ = workspace  # see Workspace
     buffer, y_buffer, w_buffer = buffer[:n_rows], y_buffer[:n_rows], w_buffer[:n_rows]
     node_y, node_w = node_y[:n_rows], node_w[:n_rows]
-    bitsets = np.empty((16, BITSET_WORDS), dtype=BITSET_DTYPE)
-    state = new_state(seed)
-    features = np.empty(codes.shape[1], dtype=np.int64)
-    hist = np.zeros((N_BIN_CODES, n_channels))
-    stats = np.zeros((N_BIN_CODES, n_channels))
-    vec = np.zeros((N_SCRATCH_VECTORS, n_channels))
-    ibuf = np.zeros((N_INT_SCRATCH, N_BIN_CODES), dtype=np.int64)
-    keys = np.zeros(N_BIN_CODES)
+    sample_indices = np.ascontiguousarray(sample_indices, dtype=np.int64)
     # y and w in sample_indices order; the partition keeps them aligned with their rows.
-    for i in range(n_rows):
-        node_y[i] = y[sample_indices[i]]
-        node_w[i] = w[sample_indices[i]]
-    # The frontier: a stack of node ids (depth-first) or a heap keyed by improvement.
-    best_first = max_leaf_nodes > 0
-    stack = np.empty(64, dtype=np.int64)
-    n_stack = 0
-    heap = [(0.0, np.int64(0))]
-    heap.pop()
-
+    np.take(np.asarray(y, dtype=np.float64), sample_indices, out=node_y)
+    np.take(np.asarray(w, dtype=np.float64), sample_indices, out=node_w)
     # What every node's split search reads, bundled (see find_split).
-    rows = (codes, node_y, node_w, sample_indices)
-    bins = (n_bins, is_categorical, bin_values, edges)
+    rows = (np.ascontiguousarray(codes, dtype=np.uint8), node_y, node_w, sample_indices)
+    bins = (
+        np.ascontiguousarray(n_bins, dtype=np.int32),
+        np.ascontiguousarray(is_categorical, dtype=np.bool_),
+        np.ascontiguousarray(bin_values, dtype=np.float64),
+        np.ascontiguousarray(edges, dtype=np.float64),
+    )
     rules = (
         criterion,
         n_classes,
-        random_splitter,
-        max_features,
-        max_depth,
-        min_samples_split,
-        min_samples_leaf,
-        min_weight_leaf,
-        min_impurity_decrease,
+        bool(random_splitter),
+        int(max_features),
+        int(max_depth),
+        int(min_samples_split),
+        int(min_samples_leaf),
+        float(min_weight_leaf),
+        float(min_impurity_decrease),
     )
     scratch = (
-        state,
-        candidates,
-        features,
-        hist,
-        stats,
-        vec,
-        ibuf,
-        keys,
+        new_state(int(seed)),
+        np.ascontiguousarray(candidates, dtype=np.int64),
+        np.empty(codes.shape[1], dtype=np.int64),  # features
+        np.zeros((N_BIN_CODES, n_channels)),  # hist
+        np.zeros((N_BIN_CODES, n_channels)),  # stats
+        np.zeros((N_SCRATCH_VECTORS, n_channels)),  # vec
+        np.zeros((N_INT_SCRATCH, N_BIN_CODES), dtype=np.int64),  # ibuf
+        np.zeros(N_BIN_CODES),  # keys
         (buffer, y_buffer, w_buffer),
     )
-    total = vec[_TOTAL]
-    root_impurity = node_statistics(node_y, node_w, 0, n_rows, criterion, total)
-    w_root = stats_weight(total, criterion)
-    n_bitsets, splittable = _open_node(
-        0,
-        -1,
-        0,
-        0,
-        n_rows,
-        total,
-        root_impurity,
-        w_root,
-        nodes,
-        values,
-        bitsets,
-        0,
-        rows,
-        bins,
-        rules,
-        scratch,
-    )
-    n_nodes = 1
-    if splittable:
-        if best_first:
-            heapq.heappush(heap, (-nodes[0]["improvement"], np.int64(0)))
-        else:
-            stack[0] = 0
-            n_stack = 1
-    while n_stack > 0:  # depth-first
-        if bitsets.shape[0] < n_bitsets + 2:
-            bitsets = _grown_bitsets(bitsets)
-        if stack.shape[0] < n_stack + 2:
-            grown = np.empty(2 * stack.shape[0], dtype=np.int64)
-            grown[:n_stack] = stack[:n_stack]
-            stack = grown
-        n_nodes, n_bitsets, n_stack = _grow_depth_first(
+    bitsets = np.empty((16, BITSET_WORDS), dtype=BITSET_DTYPE)
+    # The frontier: node ids, and their heap keys for best-first growth; the root (-1) is opened
+    # by the loop kernel itself.
+    frontier = np.empty(64, dtype=np.int64)
+    priorities = np.empty(64)
+    frontier[0] = -1
+    best_first = max_leaf_nodes > 0
+    max_splits = int(max_leaf_nodes) - 1 if best_first else len(nodes)
+    n_nodes = n_bitsets = n_split = 0
+    n_frontier = 1
+    w_root = 0.0
+    while n_frontier > 0 and n_split < max_splits:
+        if len(bitsets) < n_bitsets + 2:
+            bitsets = _grown(bitsets, n_bitsets)
+        if len(frontier) < n_frontier + 2:
+            frontier = _grown(frontier, n_frontier)
+            priorities = _grown(priorities, n_frontier)
+        n_nodes, n_bitsets, n_split, n_frontier, w_root = _grow_nodes(
             n_nodes,
             n_bitsets,
-            stack,
-            n_stack,
+            n_split,
+            max_splits,
+            best_first,
+            frontier,
+            priorities,
+            n_frontier,
             w_root,
             nodes,
             values,
@@ -645,31 +732,31 @@ def grow(
             rules,
             scratch,
         )
-    n_split = 0
-    while len(heap) > 0 and n_split + 1 < max_leaf_nodes:  # best-first
-        node_id = heapq.heappop(heap)[1]
-        if bitsets.shape[0] < n_bitsets + 2:
-            bitsets = _grown_bitsets(bitsets)
-        n_bitsets, left_splittable, right_splittable = _split_node(
-            node_id, n_nodes, n_bitsets, w_root, nodes, values, bitsets, rows, bins, rules, scratch
-        )
-        n_split += 1
-        for child, splittable in ((n_nodes + 1, right_splittable), (n_nodes, left_splittable)):
-            if splittable:
-                heapq.heappush(heap, (-nodes[child]["improvement"], np.int64(child)))
-        n_nodes += 2
-
-    # Nodes left on the frontier (best-first growth stopped) become leaves, with a leaf's split
-    # fields (``tree.LEAF_CONSTANTS``, what a pickled tree gives back).
-    for k in range(n_nodes):
-        if nodes[k]["left"] == TREE_LEAF:
-            nodes[k]["feature"] = TREE_UNDEFINED
-            nodes[k]["bin_threshold"] = 0
-            nodes[k]["missing_go_to_left"] = 0
-            nodes[k]["is_categorical"] = 0
-            nodes[k]["bitset_idx"] = -1
-            nodes[k]["improvement"] = 0.0
+    # Nodes left on the frontier (best-first growth stopped) carry a split that was never made:
+    # they become leaves, with a leaf's split fields (``tree.LEAF_CONSTANTS``, what a pickled tree
+    # gives back). Every other leaf has them already.
+    left_over = frontier[:n_frontier]
+    for name, value in _LEAF_RECORD.items():
+        nodes[name][left_over] = value
     return nodes[:n_nodes], values[:n_nodes], bitsets[:n_bitsets]
+
+
+# A leaf's split fields in a growth record.
+_LEAF_RECORD = {
+    "feature": TREE_UNDEFINED,
+    "bin_threshold": 0,
+    "missing_go_to_left": 0,
+    "is_categorical": 0,
+    "bitset_idx": -1,
+    "improvement": 0.0,
+}
+
+
+def _grown(array, n):
+    """``array`` with twice the rows, the first ``n`` copied."""
+    grown = np.empty((2 * len(array),) + array.shape[1:], dtype=array.dtype)
+    grown[:n] = array[:n]
+    return grown
 
 
 @njit(cache=True, nogil=True)

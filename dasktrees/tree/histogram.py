@@ -15,7 +15,7 @@ import numpy as np
 
 from .._dtypes import MISSING_BIN
 from ..criteria import SQUARED_ERROR, impurity
-from ._jit import node_kernel
+from ._jit import inlined_node_kernel, node_kernel
 
 # Below this many touched bins, sorting them beats walking every bin of the feature.
 _SORT_TOUCHED_BELOW = 32
@@ -78,7 +78,7 @@ def build_histogram(codes, f, sample_indices, start, stop, y, w, criterion, hist
     return n_touched if track else -1
 
 
-@node_kernel
+@inlined_node_kernel
 def _insertion_sort(a, n):
     for i in range(1, n):
         key = a[i]

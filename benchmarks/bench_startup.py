@@ -1,0 +1,204 @@
+"""Cold and warm start: what the first forest fit on a fresh machine pays in numba compilation.
+
+Each run is a fresh Python process. Cold runs get a new empty ``NUMBA_CACHE_DIR``, so every
+kernel compiles; warm runs reuse the directory a cold run filled, so every kernel loads from the
+cache. A run imports dasktrees, then runs the workload on a LocalCluster of threads inside the
+process (``processes=False``), so that all compilation happens in the measured process:
+
+* ``forest``: a 4-tree ``RandomForestClassifier`` fit on 400 x 6 float64 rows, then
+  ``predict_proba`` (what every forest fit and prediction needs);
+* ``tree``: a ``DecisionTreeClassifier`` fit and predict on the same rows;
+* ``warmup``: ``dasktrees.warmup()``, every kernel of every estimator and option.
+
+Times are CPU seconds of the process (user + system), which other jobs on the machine do not
+inflate as they do wall time; wall seconds are printed beside them. ``--kernels`` lists each
+compilation numba made in the first cold run (its own CPU time, callees' compilations
+excluded), from numba's ``numba:compile`` events, and the kernels compiled for more than one
+signature.
+
+    python benchmarks/bench_startup.py --repeat 3 --kernels
+    python benchmarks/bench_startup.py --workload warmup --json benchmarks/results/startup.json
+"""
+
+import argparse
+import json
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+
+def _cpu():
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+class _CompileLog:
+    """Records every compilation numba makes in this process: (function, signature, own CPU
+    seconds). A compilation's callees are compiled inside it (during its type inference): their
+    time is subtracted from it, so each line counts once."""
+
+    def __init__(self):
+        from numba.core import event
+
+        self.records = []
+        self._open = []
+        log = self
+
+        class Listener(event.Listener):
+            def on_start(self, ev):
+                func = ev.data["dispatcher"].py_func
+                name = f"{func.__module__}.{func.__qualname__}"
+                log._open.append([name, str(ev.data["args"]), time.thread_time(), 0.0])
+
+            def on_end(self, ev):
+                name, args, start, callees = log._open.pop()
+                total = time.thread_time() - start
+                if log._open:
+                    log._open[-1][3] += total
+                log.records.append({"kernel": name, "signature": args, "cpu_s": total - callees})
+
+        event.register("numba:compile", Listener())
+
+
+def _workload(name):
+    import numpy as np
+
+    import dasktrees
+
+    X = np.random.default_rng(0).normal(size=(400, 6))
+    y = (X[:, 0] + X[:, 1] > 0).astype(int)
+    if name == "tree":
+        dasktrees.DecisionTreeClassifier(random_state=0).fit(X, y).predict(X)
+        return
+    if name == "warmup":
+        dasktrees.warmup()
+        return
+    from distributed import Client, LocalCluster
+
+    with (
+        LocalCluster(
+            n_workers=1, threads_per_worker=1, processes=False, dashboard_address=":0"
+        ) as cluster,
+        Client(cluster) as client,
+    ):
+        model = dasktrees.RandomForestClassifier(n_estimators=4, random_state=0, client=client)
+        model.fit(X, y).predict_proba(X)
+
+
+def child(workload, kernels):
+    """One measured run (in a fresh process); prints its figures as JSON."""
+    log = _CompileLog() if kernels else None
+    cpu0, wall0 = _cpu(), time.perf_counter()
+    import dasktrees  # noqa: F401
+
+    cpu1, wall1 = _cpu(), time.perf_counter()
+    _workload(workload)
+    cpu2, wall2 = _cpu(), time.perf_counter()
+    result = {
+        "import_cpu_s": cpu1 - cpu0,
+        "import_wall_s": wall1 - wall0,
+        "workload_cpu_s": cpu2 - cpu1,
+        "workload_wall_s": wall2 - wall1,
+    }
+    if log is not None:
+        result["compilations"] = log.records
+    print(json.dumps(result))
+
+
+def run(workload, cache_dir, kernels=False):
+    env = dict(os.environ, NUMBA_CACHE_DIR=cache_dir)
+    out = subprocess.run(
+        [sys.executable, __file__, "--child", workload] + (["--kernels"] if kernels else []),
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _summary(runs):
+    keys = ("import_cpu_s", "import_wall_s", "workload_cpu_s", "workload_wall_s")
+    return {key: statistics.median(r[key] for r in runs) for key in keys} | {
+        "runs": [{key: r[key] for key in keys} for r in runs]
+    }
+
+
+def _kernel_table(records):
+    from collections import defaultdict
+
+    by_kernel = defaultdict(lambda: {"cpu_s": 0.0, "signatures": []})
+    for r in records:
+        entry = by_kernel[r["kernel"]]
+        entry["cpu_s"] += r["cpu_s"]
+        entry["signatures"].append(r["signature"])
+    ours = {k: v for k, v in by_kernel.items() if k.startswith("dasktrees.")}
+    library = sum(v["cpu_s"] for k, v in by_kernel.items() if not k.startswith("dasktrees."))
+    print(f"\nCompilations in the first cold run: {len(records)}, own CPU seconds:")
+    for name, entry in sorted(ours.items(), key=lambda kv: -kv[1]["cpu_s"]):
+        n = len(entry["signatures"])
+        print(f"  {entry['cpu_s']:7.2f}  {name}" + (f"  ({n} signatures)" if n > 1 else ""))
+    print(f"  {library:7.2f}  numba's own library functions (array allocation, errors, heapq, ...)")
+    for name, entry in ours.items():
+        if len(entry["signatures"]) > 1:
+            print(f"\n{name} compiled for {len(entry['signatures'])} signatures:")
+            for sig in entry["signatures"]:
+                print(f"    {sig[:300]}")
+    return {k: v for k, v in by_kernel.items()}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workload", choices=["forest", "tree", "warmup"], default="forest")
+    parser.add_argument("--repeat", type=int, default=1, help="cold and warm runs each")
+    parser.add_argument("--kernels", action="store_true", help="per-kernel compile times")
+    parser.add_argument("--json", help="write the figures to this file")
+    parser.add_argument("--child", choices=["forest", "tree", "warmup"], help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        child(args.child, args.kernels)
+        return
+
+    import numba
+
+    cold, warm = [], []
+    kernels = None
+    for i in range(args.repeat):
+        with tempfile.TemporaryDirectory(prefix="dasktrees-bench-cache-") as cache:
+            first = run(args.workload, cache, kernels=args.kernels and i == 0)
+            if "compilations" in first:
+                kernels = first.pop("compilations")
+            cold.append(first)
+            warm.append(run(args.workload, cache))
+        print(
+            f"run {i + 1}: cold {first['workload_cpu_s']:.2f} s CPU "
+            f"({first['workload_wall_s']:.2f} s wall), warm {warm[-1]['workload_cpu_s']:.2f} s "
+            f"CPU ({warm[-1]['workload_wall_s']:.2f} s wall); import {first['import_cpu_s']:.2f}"
+            f" s CPU",
+            flush=True,
+        )
+    result = {
+        "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
+        "versions": {"python": platform.python_version(), "numba": numba.__version__},
+        "workload": args.workload,
+        "cold": _summary(cold),
+        "warm": _summary(warm),
+    }
+    print(
+        f"median of {args.repeat}: cold {result['cold']['workload_cpu_s']:.2f} s CPU, "
+        f"warm {result['warm']['workload_cpu_s']:.2f} s CPU"
+    )
+    if kernels is not None:
+        result["kernels"] = _kernel_table(kernels)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(result, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()

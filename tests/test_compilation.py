@@ -1,0 +1,182 @@
+"""Kernels compile once per machine: warm-up into numba's cache, per-kernel locks between
+processes, the ``dasktrees warmup`` command and the worker plugin.
+
+Every test that compiles works in a fresh, empty ``NUMBA_CACHE_DIR`` and counts compilations by
+numba's dispatcher statistics (a kernel signature missed in the cache was compiled), never by
+time. The binning group is the fast one to warm (a few kernels); the whole warm-up is slow.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import dasktrees
+from dasktrees import compilation
+from dasktrees.cli import main
+
+from .conftest import local_client
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run_python(code, cache_dir, wait=True):
+    """Run ``code`` in a new Python process whose numba cache is ``cache_dir``; returns the
+    JSON its last line prints (or the ``Popen`` when not ``wait``)."""
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(cache_dir))
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    process = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    if not wait:
+        return process
+    return result_of(process)
+
+
+def result_of(process):
+    out, err = process.communicate(timeout=600)
+    assert process.returncode == 0, err
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def compiled_here():
+    """What this process compiled: ``{"kernel signature": times}`` (numba's cache misses)."""
+    return {
+        f"{name} {sig}": n
+        for name, d in compilation.kernels().items()
+        for sig, n in d.stats.cache_misses.items()
+    }
+
+
+# The same, printed by a child process.
+COMPILED = """
+import json
+from tests.test_compilation import compiled_here
+print(json.dumps(compiled_here()))
+"""
+
+
+def test_every_kernel_compiles_under_its_lock():
+    for name, dispatcher in compilation.kernels().items():
+        assert hasattr(dispatcher.compile, "__wrapped__"), name
+
+
+def test_warmup_fills_an_empty_cache_and_the_next_process_compiles_nothing(tmp_path):
+    warm = """
+        import json, dasktrees
+        r = dasktrees.warmup(groups=["binning"])
+        print(json.dumps([r.compiled, r.loaded]))
+    """
+    compiled, loaded = run_python(warm, tmp_path)
+    assert compiled > 0 and loaded == 0
+    assert list(tmp_path.rglob("*.nbc")) and list(tmp_path.rglob("*.nbi"))
+    compiled, loaded = run_python(warm, tmp_path)
+    assert compiled == 0 and loaded > 0
+
+
+def test_processes_started_at_once_compile_each_kernel_once(tmp_path):
+    # Both processes import dasktrees, meet at a barrier (two files), then bin the same data: the
+    # first to take a kernel's lock compiles it, the other waits and loads it from the cache.
+    code = f"""
+        import os, sys, time
+        import numpy as np
+        import dasktrees
+        barrier = {str(tmp_path / "barrier")!r}
+        os.makedirs(barrier, exist_ok=True)
+        open(os.path.join(barrier, str(os.getpid())), "w").close()
+        while len(os.listdir(barrier)) < 2:
+            time.sleep(0.01)
+        X = np.random.default_rng(0).normal(size=(300, 3))
+        mapper = dasktrees.BinMapper(subsample=100).fit(X)
+        mapper.transform(X)
+        mapper.transform(X.astype(np.float32))
+    """
+    cache = tmp_path / "cache"
+    code = textwrap.dedent(code) + COMPILED
+    processes = [run_python(code, cache, wait=False) for _ in range(2)]
+    first, second = (result_of(p) for p in processes)
+    assert first or second  # something was compiled
+    assert set(first).isdisjoint(second), (first, second)  # by one process only
+    assert all(n == 1 for n in {**first, **second}.values())
+
+
+def test_warmup_in_two_processes_compiles_each_group_once(tmp_path):
+    code = """
+        import json, dasktrees
+        r = dasktrees.warmup(processes=2, groups=["binning"])
+        print(json.dumps([r.compiled, r.loaded]))
+    """
+    compiled, loaded = run_python(code, tmp_path)
+    alone, _ = run_python(
+        """
+        import json, dasktrees
+        r = dasktrees.warmup(groups=["binning"])
+        print(json.dumps([r.compiled, r.loaded]))
+        """,
+        tmp_path / "alone",
+    )
+    assert compiled == alone  # between them, the two processes compiled what one does alone
+    assert loaded > 0
+
+
+def test_unknown_group_is_an_error():
+    with pytest.raises(ValueError, match="unknown warmup groups"):
+        dasktrees.warmup(groups=["nope"])
+
+
+def test_cli_warmup(monkeypatch, capsys):
+    # The command as a user runs it, on the binning group only (the whole warm-up is slow).
+    monkeypatch.setattr(compilation, "WARMUP_GROUPS", {"binning": compilation._warm_binning})
+    assert main(["warmup", "--processes", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "kernel signatures" in out and "cache:" in out
+    assert main(["warmup", "--processes", "0"]) == 2
+    assert "--processes" in capsys.readouterr().err
+
+
+def test_plugin_warms_every_worker_of_a_local_cluster(tmp_path):
+    env = {"NUMBA_CACHE_DIR": str(tmp_path)}
+    with local_client(n_workers=2, env=env) as client:
+        client.register_plugin(dasktrees.WarmupPlugin(groups=["binning"]))
+        reports = client.run(lambda dask_worker: vars(dask_worker.dasktrees_warmup))
+        compiled = client.run(compiled_here)
+    assert len(reports) == 2
+    first, second = compiled.values()
+    assert first or second
+    assert set(first).isdisjoint(second), compiled  # each kernel compiled by one worker only
+    assert sum(r["compiled"] for r in reports.values()) == sum(
+        sum(c.values()) for c in compiled.values()
+    )
+
+
+@pytest.mark.slow
+def test_full_warmup_covers_every_kernel_and_real_use_then_compiles_nothing(tmp_path):
+    code = """
+        import json, dasktrees
+        from dasktrees import compilation
+        r = dasktrees.warmup()
+        print(json.dumps(sorted(n for n, d in compilation.kernels().items() if not d.overloads)))
+    """
+    assert run_python(code, tmp_path) == []
+    use = """
+        import numpy as np
+        from distributed import Client, LocalCluster
+        import dasktrees
+        X = np.random.default_rng(1).normal(size=(500, 5))
+        y = (X[:, 0] > 0).astype(int)
+        dasktrees.DecisionTreeClassifier().fit(X, y).predict(X)
+        with LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
+                          dashboard_address=None) as cluster, Client(cluster) as client:
+            forest = dasktrees.RandomForestClassifier(n_estimators=3, client=client)
+            forest.fit(X, y).predict_proba(X)
+            forest.fit(X.astype(np.float32), y).predict_proba(X.astype(np.float32))
+    """
+    assert run_python(textwrap.dedent(use) + COMPILED, tmp_path) == {}
