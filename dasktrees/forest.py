@@ -281,7 +281,7 @@ _ROWS_WALKED_ALONE = 8
 
 
 @njit(cache=True, nogil=True)
-def _route_block(codes, n_rows, nodes, bitsets, root, rows, spare, stack, values, how, out, t):
+def _route_block(codes, n_rows, nodes, bitsets, root, rows, stack, values, how, out, t):
     """Route the first ``n_rows`` rows of ``codes`` through the tree at ``root``, and write
     each row's leaf value to its row of ``out``.
 
@@ -300,10 +300,10 @@ def _route_block(codes, n_rows, nodes, bitsets, root, rows, spare, stack, values
         The packed forest (``Forest``).
     root : int
         A ``Forest.roots`` entry.
-    rows, spare : ndarray of int64, shape (>= n_rows,)
-        Scratch.
-    stack : ndarray of int64, shape (>= tree depth + 2, 3)
-        Scratch: (node, first, stop) of the row ranges still to route.
+    rows : ndarray of int64, shape (2, >= n_rows)
+        Scratch: two buffers of row numbers, each partition reading one and writing the other.
+    stack : ndarray of int64, shape (>= tree depth + 2, 4)
+        Scratch: (node, first, stop, buffer) of the row ranges still to route.
     how : int
         SOFT or HARD: add the tree's vote to ``out[i]``; TREE_VALUE: write the leaf's value
         (first column) to ``out[i, t]``.
@@ -313,37 +313,41 @@ def _route_block(codes, n_rows, nodes, bitsets, root, rows, spare, stack, values
         The tree's column of ``out`` (TREE_VALUE).
     """
     for j in range(n_rows):
-        rows[j] = j
+        rows[0, j] = j
     stack[0, 0] = root
     stack[0, 1] = 0
     stack[0, 2] = n_rows
+    stack[0, 3] = 0
     depth = 1
     while depth > 0:
         depth -= 1
-        k, first, stop = stack[depth, 0], stack[depth, 1], stack[depth, 2]
+        k, first, stop, side = stack[depth, 0], stack[depth, 1], stack[depth, 2], stack[depth, 3]
+        src = rows[side]
         if k < 0 or stop - first <= _ROWS_WALKED_ALONE:
             # One loop per kind of output: the choice is made once per range, not per row.
             if how == SOFT:
                 for j in range(first, stop):
-                    leaf = _leaf(codes, rows[j], nodes, bitsets, k, -1, 0)
+                    leaf = _leaf(codes, src[j], nodes, bitsets, k, -1, 0)
                     for c in range(values.shape[1]):
-                        out[rows[j], c] += values[leaf, c]
+                        out[src[j], c] += values[leaf, c]
             elif how == HARD:
                 for j in range(first, stop):
-                    leaf = _leaf(codes, rows[j], nodes, bitsets, k, -1, 0)
-                    out[rows[j], np.argmax(values[leaf])] += 1.0
+                    leaf = _leaf(codes, src[j], nodes, bitsets, k, -1, 0)
+                    out[src[j], np.argmax(values[leaf])] += 1.0
             else:
                 for j in range(first, stop):
-                    out[rows[j], t] = values[_leaf(codes, rows[j], nodes, bitsets, k, -1, 0), 0]
+                    out[src[j], t] = values[_leaf(codes, src[j], nodes, bitsets, k, -1, 0), 0]
             continue
-        # Stable partition without branches: left rows in place, right rows to ``spare``.
+        # Partition without branches into the other row buffer: left rows up from ``first``,
+        # right rows down from ``stop`` (each row is written to both ends; the wrong write is
+        # overwritten by a later row or holds the same row).
+        dst = rows[1 - side]
         node = nodes[k]
         word = node["feature"]
         column = codes[:, word & PACKED_FEATURE_MASK]
         n_left = 0
-        n_right = 0
         for j in range(first, stop):
-            r = rows[j]
+            r = src[j]
             code = np.int64(column[r])
             if code == MISSING_BIN:
                 left = (word & PACKED_MISSING_LEFT) != 0
@@ -351,18 +355,17 @@ def _route_block(codes, n_rows, nodes, bitsets, root, rows, spare, stack, values
                 left = (bitsets[node["split"], code >> 5] >> (code & 31)) & 1 == 1
             else:
                 left = code <= node["split"]
-            rows[first + n_left] = r
-            spare[n_right] = r
+            dst[first + n_left] = r
+            dst[stop - 1 - (j - first - n_left)] = r
             n_left += left
-            n_right += 1 - left
-        for j in range(n_right):
-            rows[first + n_left + j] = spare[j]
         stack[depth, 0] = node["right"]
         stack[depth, 1] = first + n_left
         stack[depth, 2] = stop
+        stack[depth, 3] = 1 - side
         stack[depth + 1, 0] = node["left"]
         stack[depth + 1, 1] = first
         stack[depth + 1, 2] = first + n_left
+        stack[depth + 1, 3] = 1 - side
         depth += 2
 
 
@@ -389,14 +392,14 @@ def _vote_rows(
     n = min(_ROWS_PER_BLOCK, stop - start)
     # Feature by feature (Fortran order): a node's partition reads one feature of many rows.
     codes = np.empty((X.shape[1], n), dtype=X_BINNED_DTYPE).T
-    rows, spare = np.empty(n, np.int64), np.empty(n, np.int64)
-    stack = np.empty((max_depth + 2, 3), dtype=np.int64)
+    rows = np.empty((2, n), dtype=np.int64)
+    stack = np.empty((max_depth + 2, 4), dtype=np.int64)
     for block in range(start, stop, _ROWS_PER_BLOCK):
         n = min(_ROWS_PER_BLOCK, stop - block)
         _bin_rows(X, block, block + n, thresholds, is_categorical, codes)
         for t in range(roots.shape[0]):
             _route_block(
-                codes, n, nodes, bitsets, roots[t], rows, spare, stack, values, how, out[block:], t
+                codes, n, nodes, bitsets, roots[t], rows, stack, values, how, out[block:], t
             )
 
 
