@@ -223,10 +223,9 @@ def category_order(stats, n_bins, criterion, target_class, keys, order, merge_bu
             keys[k] = stats[k, 1 + target_class] / w if w > 0.0 else 0.0
     for k in range(n_bins):
         order[k] = k
-    if n_bins < _INSERTION_SORT_BELOW:
-        _insertion_argsort(keys, order, 0, n_bins)
-    else:
-        _merge_argsort(keys, order, n_bins, merge_buffer)
+    # Fewer than _INSERTION_SORT_BELOW categories are one run: an insertion sort, no merges
+    # (one inlined copy of the insertion sort, not two).
+    _merge_argsort(keys, order, n_bins, merge_buffer)
 
 
 @njit(cache=True, inline="always")
