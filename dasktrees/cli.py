@@ -62,7 +62,7 @@ def _parser():
         "warmup", help="compile the numba kernels into the cache once, before the first fit"
     )
     warmup.add_argument(
-        "--processes", type=int, default=2, help="compile in this many processes (default: 2)"
+        "--processes", type=int, default=1, help="compile in this many processes (default: 1)"
     )
     return parser
 

@@ -219,7 +219,8 @@ def _warm_binning():
 
 def _warm_trees():
     """Single trees: binning (float64 and float32, contiguous and strided columns, categories),
-    growth, pruning, and prediction (``predict``, ``apply``, ``decision_path``)."""
+    growth, pruning, and prediction (``predict``, ``apply``, ``decision_path``, and
+    ``Tree.apply_binned`` on binned codes)."""
     import numpy as np
 
     from .estimators import DecisionTreeClassifier, DecisionTreeRegressor
@@ -238,6 +239,7 @@ def _warm_trees():
             model.apply(data)
             model.decision_path(data)
     model = DecisionTreeClassifier(random_state=0).fit(X, y)
+    model.tree_.apply_binned(model.bin_mapper_.transform(X))
     model.cost_complexity_pruning_path(X, y)
     reduced_error_prune(model, X, y)
 
@@ -351,7 +353,8 @@ def warmup(processes=1, groups=None):
     processes : int, default=1
         Warm up in this many new processes at once, each starting with a different group of
         kernels (``WARMUP_GROUPS``), then loading the others' from the cache; 1 warms up in this
-        process. Two processes on two cores roughly halve the wall-clock time.
+        process. Every group needs the growth kernel, which one process compiles while the others
+        wait: on two cores two processes were slower than one (``docs/benchmarks.md``).
     groups : list of str, optional
         Only these groups of ``WARMUP_GROUPS``; all by default.
 

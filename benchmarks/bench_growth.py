@@ -1,0 +1,77 @@
+"""Growth speed in CPU seconds: run before and after a kernel change, in turns.
+
+Grows one tree at a time (``grower.grow``, single thread) on fixed data and prints the median and
+the best of ``--repeat`` growths per case, in CPU seconds of the growing thread: on a shared
+machine wall time also counts the other jobs. The cases:
+
+* ``full``: a full-depth classification tree, ``max_features="sqrt"``, on 1,000,000 x 50
+  ``make_classification`` (float32), as ``bench_tree.py``;
+* ``bestfirst``: best-first growth to 20,000 leaves on the first 300,000 rows and 20 features;
+* ``regression``: a full-depth regression tree, ``max_features=0.5``, on 300,000 x 20
+  ``make_regression``.
+
+    python benchmarks/bench_growth.py --repeat 5
+"""
+
+import argparse
+import os
+import statistics
+import time
+
+os.environ.setdefault("NUMBA_NUM_THREADS", "1")
+
+import numpy as np  # noqa: E402
+from sklearn.datasets import make_classification, make_regression  # noqa: E402
+
+from dasktrees import BinMapper, DecisionTreeClassifier, DecisionTreeRegressor  # noqa: E402
+from dasktrees._params import check_tree_params  # noqa: E402
+from dasktrees.tree.grower import Workspace, _grow_records  # noqa: E402
+
+
+def cases():
+    X, y = make_classification(n_samples=1_000_000, n_features=50, n_informative=25, random_state=0)
+    X = X.astype(np.float32)
+    Xr, yr = make_regression(n_samples=300_000, n_features=20, noise=10.0, random_state=0)
+    return {
+        "full": (X, y, DecisionTreeClassifier(max_features="sqrt"), True),
+        "bestfirst": (
+            X[:300_000, :20],
+            y[:300_000],
+            DecisionTreeClassifier(max_features="sqrt", max_leaf_nodes=20000),
+            True,
+        ),
+        "regression": (Xr.astype(np.float32), yr, DecisionTreeRegressor(max_features=0.5), False),
+    }
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--cases", default="full,bestfirst,regression")
+    args = parser.parse_args()
+    all_cases = cases()
+    for name in args.cases.split(","):
+        X, y, model, is_classifier = all_cases[name]
+        mapper = BinMapper(random_state=0).fit(X)
+        codes = mapper.transform(X)
+        n_classes = 2 if is_classifier else 1
+        params = check_tree_params(model, len(y), codes.shape[1], is_classifier)
+        y = y.astype(np.float64)
+        w = np.ones(len(y))
+        workspace = Workspace.for_rows(len(y), n_classes, params)
+        grow = (codes, y, w, mapper.kernel_arrays(), params, n_classes)
+        _grow_records(*grow, 0, None, workspace)  # compile, or load the cache
+        times = []
+        for seed in range(args.repeat):
+            start = time.thread_time()
+            nodes = _grow_records(*grow, seed, None, workspace)[0]
+            times.append(time.thread_time() - start)
+        print(
+            f"{name:10s} median {statistics.median(times):.3f} s, best {min(times):.3f} s CPU "
+            f"({len(nodes)} nodes, seed {args.repeat - 1})",
+            flush=True,
+        )
+
+
+if __name__ == "__main__":
+    main()
