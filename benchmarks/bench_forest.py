@@ -254,8 +254,8 @@ def overhead(args):
 
 def _spec_of(model, data):
     from dasktrees._params import check_tree_params
-    from dasktrees.distributed.train import ForestSpec
     from dasktrees.distributed.sampling import sampling_rate
+    from dasktrees.distributed.train import ForestSpec
 
     return ForestSpec(
         params=check_tree_params(
