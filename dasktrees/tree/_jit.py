@@ -18,6 +18,7 @@ from numba import njit
 # * Inlining costs compilation, once per call site: numba copies the callee's IR into the caller
 #   (in time that grows with the callee's blocks times its variables, so nested inlining of big
 #   functions took most of a minute) and the caller compiles the copy. The growth loop therefore
-#   calls each inlined step from one place only, and inlined steps do not inline each other.
+#   calls each inlined step from one place only, and the big steps do not inline each other
+#   (only small helpers, such as the random stream's and the heap's, are inlined into them).
 node_kernel = njit(cache=True, _nrt=False)
 inlined_node_kernel = njit(cache=True, _nrt=False, inline="always")
