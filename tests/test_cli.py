@@ -91,15 +91,19 @@ def test_quickstart_config_on_its_own_local_cluster(capfd, tmp_path):
     assert "Dask dashboard: http" in err
     assert "trees [" in err and "300/300" in err  # the progress bar
     # A normal run is quiet: no warning from distributed (or anyone) in the log or the terminal.
-    # One exception: on a host loaded beyond its cores (other jobs beside the tests), a worker
-    # process can take over the nanny's 4 s to exit when the cluster closes, after the run's
-    # results are written, and the nanny says so before killing it.
-    slow_exit = "Worker process still alive after"
+    # Two known exceptions, both distributed's, both harmless, neither from a warm run on an idle
+    # host (issue 10 keeps the second open):
+    # * on a host loaded beyond its cores, a worker process can take over the nanny's 4 s to
+    #   exit when the cluster closes, after the results are written, and the nanny says so;
+    # * while the workers compile the kernels (a machine's first run), a message a worker sends
+    #   is too deeply nested for dask's sizeof ("Sizeof calculation for object of type 'dict'
+    #   failed", from distributed's comm; most likely its statistical profiles of numba's deep
+    #   compiler stacks), and distributed serialises it anyway.
+    known = ("Worker process still alive after", "Sizeof calculation for object of type 'dict'")
     log = (run_dir / "run.log").read_text()
-    assert not [line for line in log.splitlines() if " WARNING " in line and slow_exit not in line]
-    assert not [
-        line for line in err.splitlines() if "warn" in line.lower() and slow_exit not in line
-    ]
+    warnings = [line for line in log.splitlines() if " WARNING " in line]
+    warnings += [line for line in err.splitlines() if "warn" in line.lower()]
+    assert not [line for line in warnings if not any(k in line for k in known)], warnings
     # the saved model predicts the test rows as the run's metrics say
     model = dasktrees.load(run_dir / "model")
     assert len(model.estimators_) == 300
