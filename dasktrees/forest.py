@@ -248,14 +248,20 @@ def _leaf(codes, i, nodes, bitsets, k, override_feature, override_code):
         word = node["feature"]
         f = np.int64(word & PACKED_FEATURE_MASK)
         code = override_code if f == override_feature else np.int64(codes[i, f])
-        if code == MISSING_BIN:
-            goes = (word & PACKED_MISSING_LEFT) != 0
-        elif word & PACKED_CATEGORICAL:
-            goes = (bitsets[node["split"], code >> 5] >> (code & 31)) & 1 == 1
-        else:
-            goes = code <= node["split"]
-        k = node["left"] if goes else node["right"]
+        k = node["left"] if _goes_left(word, node["split"], code, bitsets) else node["right"]
     return ~k
+
+
+@njit(cache=True, inline="always")
+def _goes_left(word, split, code, bitsets):
+    """Whether a row whose bin code is ``code`` goes to the left child of a packed node, given
+    the node's ``feature`` word (feature and flags) and ``split`` (bin threshold, or bitset row
+    of a categorical split)."""
+    if code == MISSING_BIN:
+        return (word & PACKED_MISSING_LEFT) != 0
+    if word & PACKED_CATEGORICAL:
+        return (bitsets[split, code >> 5] >> (code & 31)) & 1 == 1
+    return code <= split
 
 
 @njit(cache=True, inline="always")
@@ -344,17 +350,12 @@ def _route_block(codes, n_rows, nodes, bitsets, root, rows, stack, values, how, 
         dst = rows[1 - side]
         node = nodes[k]
         word = node["feature"]
+        split = node["split"]
         column = codes[:, word & PACKED_FEATURE_MASK]
         n_left = 0
         for j in range(first, stop):
             r = src[j]
-            code = np.int64(column[r])
-            if code == MISSING_BIN:
-                left = (word & PACKED_MISSING_LEFT) != 0
-            elif word & PACKED_CATEGORICAL:
-                left = (bitsets[node["split"], code >> 5] >> (code & 31)) & 1 == 1
-            else:
-                left = code <= node["split"]
+            left = _goes_left(word, split, np.int64(column[r]), bitsets)
             dst[first + n_left] = r
             dst[stop - 1 - (j - first - n_left)] = r
             n_left += left
