@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-from sklearn.utils.validation import column_or_1d
+from sklearn.utils.validation import column_or_1d, validate_data
 
 
 @dataclass
@@ -201,3 +201,16 @@ def check_sample_weight(sample_weight, n_samples):
     if sample_weight.sum() <= 0:
         raise ValueError("sample_weight sums to zero: there is nothing to fit")
     return sample_weight
+
+
+def check_predict_columns(estimator, X):
+    """scikit-learn's prediction-time check of X's features (their number, and their names
+    against ``feature_names_in_``), for a checked 2-d X.
+
+    A DataFrame whose columns are exactly the fitted names passes both checks, so it skips
+    ``validate_data``'s name comparison, which costs more than a one-row prediction itself.
+    """
+    names = getattr(estimator, "feature_names_in_", None)
+    if isinstance(X, pd.DataFrame) and names is not None and list(X.columns) == list(names):
+        return
+    validate_data(estimator, X, reset=False, skip_check_array=True)

@@ -21,7 +21,7 @@ from sklearn.utils import Bunch, check_random_state
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from ._params import check_forest_params, check_tree_params, resolve_max_features
-from ._validation import check_2d
+from ._validation import check_2d, check_predict_columns
 from .binning import BinMapper
 from .distributed.client import client_for, find_client
 from .distributed.data import is_dask_collection, prepare
@@ -360,7 +360,7 @@ class BaseForest(BaseEstimator):
                 _array_rows, model, dtype=np.float64, chunks=(X.chunks[0], (n_columns,))
             )
         X = check_2d(X)
-        validate_data(self, X, reset=False, skip_check_array=True)
+        check_predict_columns(self, X)
         return rows_fn(self.bin_mapper_.encode(X), True)
 
 

@@ -15,7 +15,7 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_consistent_length, check_is_fitted, validate_data
 
 from ._params import check_tree_params
-from ._validation import check_2d, check_sample_weight, check_target
+from ._validation import check_2d, check_predict_columns, check_sample_weight, check_target
 from .binning import BinMapper
 from .modelfile.writing import save as save_model
 from .tree.cost_complexity import pruning_path
@@ -130,7 +130,7 @@ class BaseDecisionTree(BaseEstimator):
     def _encode(self, X):
         check_is_fitted(self, "tree_")
         X = check_2d(X)
-        validate_data(self, X, reset=False, skip_check_array=True)
+        check_predict_columns(self, X)
         return self.bin_mapper_.encode(X)
 
     def apply(self, X: ArrayLike) -> np.ndarray:
