@@ -126,13 +126,7 @@ def _locked(dispatcher):
 
     compile_unlocked = dispatcher.compile
 
-    def compile(sig):
-        args, _ = sigutils.normalize_signature(sig)
-        if tuple(args) in dispatcher.overloads:  # compiled or loaded in this process already
-            return compile_unlocked(sig)
-        path = _lock_path(dispatcher)
-        if path is None:
-            return compile_unlocked(sig)
+    def compile_locked(sig, path):
         # numba's own in-process lock first, as its compile takes it: a thread waiting for the
         # file lock must not hold up a thread of this process that compiles under numba's lock
         # and then wants the same file lock.
@@ -142,8 +136,57 @@ def _locked(dispatcher):
                 # one waited is loaded, not compiled again.
                 return compile_unlocked(sig)
 
+    def compile(sig):
+        args, _ = sigutils.normalize_signature(sig)
+        if tuple(args) in dispatcher.overloads:  # compiled or loaded in this process already
+            return compile_unlocked(sig)
+        path = _lock_path(dispatcher)
+        if path is None:
+            return compile_unlocked(sig)
+        # A kernel called from Python (not from a kernel being compiled, which holds numba's
+        # lock) inside a Dask task compiles in a thread of its own: see _off_task_thread.
+        if not global_compiler_lock.is_locked() and _in_worker_task():
+            return _off_task_thread(compile_locked, sig, path)
+        return compile_locked(sig, path)
+
     compile.__wrapped__ = compile_unlocked
     dispatcher.compile = compile
+
+
+def _in_worker_task():
+    """Whether this thread runs a task of a ``distributed`` worker."""
+    try:
+        from distributed import get_worker
+
+        get_worker()
+    except (ImportError, ValueError):
+        return False
+    return True
+
+
+def _off_task_thread(func, *args):
+    """``func(*args)`` in a new thread, waited for: its result, or its exception raised here.
+
+    A ``distributed`` worker samples the stacks of its task threads every 10 ms for its
+    profiler and walks each frame. numba's compiler runs hundreds of frames deep, so a kernel
+    compiled in a task thread compiled about a third slower (``docs/benchmarks.md``), and the
+    worker's profile grew too deep for distributed to measure its size ("Sizeof calculation for
+    object of type 'dict' failed"). The worker does not sample other threads.
+    """
+    outcome = {}
+
+    def run():
+        try:
+            outcome["value"] = func(*args)
+        except BaseException as error:  # re-raised in the calling thread
+            outcome["error"] = error
+
+    thread = threading.Thread(target=run, name="dasktrees-compile")
+    thread.start()
+    thread.join()
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"]
 
 
 def kernels():

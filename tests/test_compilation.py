@@ -180,3 +180,103 @@ def test_full_warmup_covers_every_kernel_and_real_use_then_compiles_nothing(tmp_
             forest.fit(X.astype(np.float32), y).predict_proba(X.astype(np.float32))
     """
     assert run_python(textwrap.dedent(use) + COMPILED, tmp_path) == {}
+
+
+def test_a_kernel_called_in_a_worker_task_compiles_outside_the_task_thread(tmp_path):
+    # A worker samples its task threads' stacks for its profiler; compiling there was slow and
+    # made profiles too deep for distributed. The task still gets the kernel's result, and a
+    # compilation error still reaches it.
+    code = """
+        import json, threading
+        import numpy as np
+        from numba.core import event
+        from distributed import Client, LocalCluster
+        from dasktrees import _random
+
+        threads = []
+
+        class Listener(event.Listener):
+            def on_start(self, ev):
+                threads.append(threading.current_thread().name)
+
+            def on_end(self, ev):
+                pass
+
+        event.register("numba:compile", Listener())
+
+        def uniforms():
+            out = np.empty(3)
+            _random.row_uniforms(7, 1, np.arange(3), out)
+            return out.tolist()
+
+        def task():
+            return [uniforms(), threading.current_thread().name]
+
+        def bad_task():
+            return _random.row_uniforms(7, 1, "rows", np.empty(3))
+
+        with LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
+                          dashboard_address=None) as cluster, Client(cluster) as client:
+            value, task_thread = client.submit(task, pure=False).result()
+            try:
+                client.submit(bad_task, pure=False).result()
+                error = None
+            except Exception as e:
+                error = type(e).__name__
+        print(json.dumps([value, task_thread, threads, error, uniforms()]))
+    """
+    value, task_thread, threads, error, expected = run_python(code, tmp_path)
+    assert value == expected
+    assert threads and set(threads) == {"dasktrees-compile"} != {task_thread}
+    assert error == "TypingError"
+
+
+def test_the_client_compiles_the_signatures_its_trees_need_from_a_stump(tmp_path):
+    # While workers compile, the client decodes and packs a stump of the forest's shape
+    # (distributed.train._compile_client_kernels). Its kernels must then need no other
+    # signature for the real trees: each fit below finds them already there.
+    code = """
+        import json
+        import numpy as np
+        import dasktrees
+        from dasktrees import compilation, ensemble
+        from dasktrees.distributed import train
+
+        CLIENT_KERNELS = [
+            "dasktrees.tree.wire._split_thresholds",
+            "dasktrees.tree.wire._class_impurities",
+            "dasktrees.tree.tree._expand_split_fields",
+            "dasktrees.tree.tree._fill_depths",
+            "dasktrees.forest._pack_tree",
+        ]
+
+        def signatures():
+            found = compilation.kernels()
+            return {k: sorted(map(str, found[k].signatures)) for k in CLIENT_KERNELS}
+
+        steps = []
+        grow_forest = ensemble.grow_forest
+
+        def stump_first(client, data, spec, *args, **kwargs):
+            steps.append(signatures())  # what the fits before needed
+            train._compile_client_kernels(data, spec)
+            steps.append(signatures())
+            return grow_forest(client, data, spec, *args, **kwargs)
+
+        ensemble.grow_forest = stump_first
+        rng = np.random.default_rng(0)
+        X = rng.normal(size=(300, 4))
+        X[rng.random(X.shape) < 0.1] = np.nan
+        y = (np.nan_to_num(X[:, 0]) > 0).astype(int)
+        for Forest, target in ((dasktrees.RandomForestClassifier, y),
+                               (dasktrees.RandomForestRegressor, np.nan_to_num(X[:, 1]) * 2.0),
+                               (dasktrees.ExtraTreesClassifier, (y + (X[:, 2] > 1)))):
+            Forest(n_estimators=3, random_state=0).fit(X.astype(np.float32), target)
+        steps.append(signatures())
+        print(json.dumps(steps))
+    """
+    # The test session's cache: loading is enough to see which signatures a kernel needs.
+    steps = run_python(code, compilation.cache_dir())
+    assert any(steps[1].values())  # the stump needed kernels
+    for stumped, after_fit in zip(steps[1::2], steps[2::2]):
+        assert after_fit == stumped

@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import pickle
+import threading
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -29,6 +30,7 @@ import numpy as np
 
 from .._params import GrowthParams
 from ..binning import BinArrays
+from ..forest import Forest
 from ..tree import wire
 from ..tree.grower import Workspace, grow_tree_state
 from ..tree.tree import Tree
@@ -207,6 +209,14 @@ def choose_mode(mode: str, data: TrainingData, lam: float, worker_memory: float)
     return "replicated"
 
 
+def _compile_client_kernels(data: TrainingData, spec: ForestSpec) -> None:
+    """Decode and pack a stump of the forest's shape (``wire.stump``): the client's kernels of
+    a fit (decoding the shipped trees, packing the forest) compile, or load from numba's cache,
+    for the signatures the forest's trees need."""
+    state = wire.stump(spec.bins.thresholds, spec.n_classes, spec.params.criterion)
+    Forest([wire.decode(state, spec.bins.thresholds)], data.bin_mapper)
+
+
 def grow_forest(
     client: Client,
     data: TrainingData,
@@ -230,6 +240,16 @@ def grow_forest(
     batches = tree_batches(tree_ids, trees_per_task, len(workers))
     token = uuid.uuid4().hex[:8]
     ship = not is_in_process(client)  # pickled only to cross a process boundary
+    if ship:
+        # On a cold cache the workers compile their kernels for seconds while the client
+        # waits: it compiles its own meanwhile, off the fit's critical path. (Its thread and
+        # the fit's take numba's compiler lock in turn: a kernel compiles once.)
+        threading.Thread(
+            target=_compile_client_kernels,
+            args=(data, spec),
+            name="dasktrees-client-kernels",
+            daemon=True,
+        ).start()
     futures = []
     for k, batch in enumerate(batches):
         key = f"dasktrees-trees-{batch[0]}-{token}"

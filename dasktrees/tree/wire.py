@@ -21,7 +21,7 @@ fresh arrays than it saved in receiving: no faster fit.
 import numpy as np
 from numba import njit
 
-from .._dtypes import BITSET_DTYPE, BITSET_WORDS, TREE_LEAF, TREE_UNDEFINED
+from .._dtypes import BITSET_DTYPE, BITSET_WORDS, NODE_DTYPE, TREE_LEAF, TREE_UNDEFINED
 from ..criteria import SQUARED_ERROR, class_impurity
 from .tree import LEAF_CONSTANTS, NODE_ARRAY_DTYPES, Tree, fields_from_records
 
@@ -80,6 +80,26 @@ def decode(state, thresholds):
     tree = Tree.__new__(Tree)
     tree.__setstate__(state)
     return tree
+
+
+def stump(thresholds, n_values, criterion):
+    """The ``encode`` state of a three-node tree (a root split on feature 0 at bin 0, and two
+    leaves) with ``n_values`` values per node: what ``decode`` and packing compile their
+    kernels for, without growing a tree."""
+    nodes = np.zeros(3, dtype=NODE_DTYPE)
+    nodes["feature"] = [0, TREE_UNDEFINED, TREE_UNDEFINED]
+    nodes["bitset_idx"] = -1
+    nodes["left"] = [1, TREE_LEAF, TREE_LEAF]
+    nodes["right"] = [2, TREE_LEAF, TREE_LEAF]
+    nodes["parent"] = [-1, 0, 0]
+    nodes["depth"] = [0, 1, 1]
+    nodes["start"] = [0, 0, 1]
+    nodes["stop"] = [2, 1, 2]
+    nodes["n_samples"] = [2, 1, 1]
+    nodes["weighted_n_samples"] = [2.0, 1.0, 1.0]
+    values = np.full((3, n_values), 1.0 / n_values)
+    no_bitsets = np.empty((0, BITSET_WORDS), dtype=BITSET_DTYPE)
+    return encode(nodes, values, no_bitsets, thresholds, len(thresholds), criterion)
 
 
 def _count_dtype(nodes):
