@@ -86,6 +86,7 @@ def import_graph():
 
 def test_no_import_cycles():
     graph = import_graph()
+
     def reach(start):
         seen, todo = set(), list(graph[start])
         while todo:
