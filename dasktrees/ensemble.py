@@ -29,8 +29,8 @@ from .distributed.reductions import oob_estimates, permutation_importance
 from .distributed.sampling import sampling_rate
 from .distributed.train import ForestSpec, grow_forest
 from .estimators import DecisionTreeClassifier, DecisionTreeRegressor
-from .forest import HARD, SOFT, Forest
 from .modelfile.writing import save as save_model
+from .predictor import HARD, SOFT, PackedForest
 
 # What fit and predict take: numpy or pandas (in this process), or dask (where it lives).
 Data = Union[np.ndarray, pd.DataFrame, pd.Series, da.Array, dd.DataFrame, dd.Series, list]
@@ -183,7 +183,7 @@ class BaseForest(BaseEstimator):
 
     @property
     def forest_(self):
-        """The trees packed for prediction (``forest.Forest``), packed when the forest was
+        """The trees packed for prediction (``predictor.PackedForest``), packed when the forest was
         fitted or loaded. If ``estimators_`` was changed since, the trees are packed again for
         the call (and not kept: predicting does not change the estimator)."""
         check_is_fitted(self, "estimators_")
@@ -193,7 +193,7 @@ class BaseForest(BaseEstimator):
         return self._pack()
 
     def _pack(self):
-        return Forest([est.tree_ for est in self.estimators_], self.bin_mapper_)
+        return PackedForest([est.tree_ for est in self.estimators_], self.bin_mapper_)
 
     @property
     def feature_importances_(self) -> np.ndarray:
@@ -382,7 +382,7 @@ def _median_rows(forest, encoded, parallel):
     return np.median(forest.tree_predictions(encoded, parallel), axis=1)[:, None]
 
 
-# Inside Dask tasks the kernels run without threads (see Forest.vote).
+# Inside Dask tasks the kernels run without threads (see PackedForest.vote).
 def _array_rows(block, model):
     mapper, rows_fn = model
     return rows_fn(mapper.encode(block), False)

@@ -247,7 +247,7 @@ def test_the_client_compiles_the_signatures_its_trees_need_from_a_stump(tmp_path
             "dasktrees.tree.wire._class_impurities",
             "dasktrees.tree.tree._expand_split_fields",
             "dasktrees.tree.tree._fill_depths",
-            "dasktrees.forest._pack_tree",
+            "dasktrees.predictor._pack_tree",
         ]
 
         def signatures():

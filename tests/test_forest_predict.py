@@ -1,6 +1,6 @@
-"""Forest prediction: the packed forest (forest.Forest) is made at fit and load time, predicting
-leaves the estimator unchanged, and its votes are bit for bit each tree's own prediction summed
-in tree order."""
+"""Forest prediction: the packed forest (predictor.PackedForest) is made at fit and load time,
+predicting leaves the estimator unchanged, and its votes are bit for bit each tree's own
+prediction summed in tree order."""
 
 import pickle
 
@@ -11,7 +11,7 @@ import pytest
 from sklearn.datasets import make_classification
 
 import dasktrees as dt
-from dasktrees.forest import Forest
+from dasktrees.predictor import PackedForest
 
 from .conftest import carseats, hitters
 
@@ -139,7 +139,7 @@ def _same_forest(a, b):
 def test_forest_packed_at_fit_equals_one_packed_later(numeric_forest):
     model, X = numeric_forest
     packed_at_fit = model.__dict__["_forest"]
-    later = Forest([est.tree_ for est in model.estimators_], model.bin_mapper_)
+    later = PackedForest([est.tree_ for est in model.estimators_], model.bin_mapper_)
     _same_forest(packed_at_fit, later)
     assert np.array_equal(packed_at_fit.vote(model.bin_mapper_.encode(X)), model.predict_proba(X))
 
@@ -164,7 +164,9 @@ def test_warm_start_packs_the_added_trees(client):
     model.fit(X, y)
     model.set_params(n_estimators=7).fit(X, y)
     assert model.forest_.n_trees == 7
-    _same_forest(model.forest_, Forest([est.tree_ for est in model.estimators_], model.bin_mapper_))
+    _same_forest(
+        model.forest_, PackedForest([est.tree_ for est in model.estimators_], model.bin_mapper_)
+    )
     assert np.array_equal(model.predict_proba(X), _tree_order_sum(model, X))
 
 

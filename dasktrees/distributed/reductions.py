@@ -10,7 +10,7 @@ import operator
 import dask.array as da
 import numpy as np
 
-from ..forest import add_oob_votes, exact_sum, from_exact, misclassified, tree_loss
+from ..predictor import add_oob_votes, exact_sum, from_exact, misclassified, tree_loss
 from .client import is_in_process, sending_large_data
 from .sampling import tree_counts
 

@@ -30,7 +30,7 @@ import numpy as np
 
 from .._params import GrowthParams
 from ..binning import BinArrays
-from ..forest import Forest
+from ..predictor import PackedForest
 from ..tree import wire
 from ..tree.grower import Workspace, grow_tree_state
 from ..tree.tree import Tree
@@ -214,7 +214,7 @@ def _compile_client_kernels(data: TrainingData, spec: ForestSpec) -> None:
     a fit (decoding the shipped trees, packing the forest) compile, or load from numba's cache,
     for the signatures the forest's trees need."""
     state = wire.stump(spec.bins.thresholds, spec.n_classes, spec.params.criterion)
-    Forest([wire.decode(state, spec.bins.thresholds)], data.bin_mapper)
+    PackedForest([wire.decode(state, spec.bins.thresholds)], data.bin_mapper)
 
 
 def grow_forest(

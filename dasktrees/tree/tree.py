@@ -97,7 +97,8 @@ class Tree:
 
     def write_routing(self, out, node_offset, bitset_offset):
         """Write the routing records into ``out[node_offset:node_offset + node_count]``, with
-        children and bitset rows shifted by the offsets (how ``Forest`` packs its trees)."""
+        children and bitset rows shifted by the offsets (how ``predictor.PackedForest`` packs
+        its trees)."""
         _write_routing(
             out,
             node_offset,

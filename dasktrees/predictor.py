@@ -1,4 +1,4 @@
-"""Forest: fitted trees packed in flat arrays, and the kernels that vote with them.
+"""PackedForest: fitted trees packed in flat arrays, and the kernels that vote with them.
 
 All trees' split nodes are concatenated into one table of 16-byte records, and their leaves'
 values into another; ``roots[t]`` is tree t's root (``~leaf`` for a tree that is one leaf):
@@ -42,7 +42,7 @@ HARD = 1  # one vote per tree for its majority class
 TREE_VALUE = 2  # each tree's value, one column per tree
 
 
-class Forest:
+class PackedForest:
     """Trees packed for prediction.
 
     Parameters
@@ -303,9 +303,9 @@ def _route_block(codes, n_rows, nodes, bitsets, root, rows, stack, values, how, 
     codes : ndarray of uint8, shape (>= n_rows, n_features)
         Fortran order, so that the rows' codes of a node's feature are contiguous.
     nodes, bitsets, values :
-        The packed forest (``Forest``).
+        The packed forest (``PackedForest``).
     root : int
-        A ``Forest.roots`` entry.
+        A ``PackedForest.roots`` entry.
     rows : ndarray of int64, shape (2, >= n_rows)
         Scratch: two buffers of row numbers, each partition reading one and writing the other.
     stack : ndarray of int64, shape (>= tree depth + 2, 4)
@@ -383,7 +383,7 @@ def _vote_rows(
     start, stop : int
         The rows to vote for.
     thresholds, is_categorical, nodes, bitsets, roots, max_depth, values :
-        The packed forest (``Forest``).
+        The packed forest (``PackedForest``).
     how : int
         SOFT (sum leaf values), HARD (one vote per tree for its argmax), or TREE_VALUE.
     out : ndarray of float64, shape (n_samples, n_values), or (n_samples, n_trees)
@@ -449,7 +449,7 @@ def add_oob_votes(codes, nodes, bitsets, root, values, voting, counts, votes, n_
     ----------
     codes : ndarray of uint8, shape (n_rows, n_features)
     root : int
-        The tree's root in the packed node table (``Forest.roots``).
+        The tree's root in the packed node table (``PackedForest.roots``).
     counts : ndarray of float64, shape (n_rows,)
         The tree's row counts (``sampling.tree_counts``).
     votes : ndarray of float64, shape (n_rows, n_values)
