@@ -29,6 +29,10 @@ from dasktrees.tree.grower import (  # noqa: E402
     _TOTAL,
     N_INT_SCRATCH,
     N_SCRATCH_VECTORS,
+    BinTables,
+    NodeRows,
+    Rules,
+    Scratch,
     Workspace,
     find_split,
     grow,
@@ -39,33 +43,40 @@ BUCKETS = [(2, 4), (4, 8), (8, 32), (32, 256), (256, 1024), (1024, 2**62)]
 
 
 @njit
-def replay_split_search(codes, y, w, rows, nodes, bins, max_features, low, high):
+def replay_split_search(rows, nodes, tables, rules, scratch, low, high):
     """Run ``find_split`` again on every internal node with ``low <= rows < high``."""
-    n_channels = 3  # binary classification
-    candidates = np.arange(codes.shape[1], dtype=np.int64)
-    features = np.empty(codes.shape[1], np.int64)
-    hist = np.zeros((N_BIN_CODES, n_channels))
-    stats = np.zeros((N_BIN_CODES, n_channels))
-    vec = np.zeros((N_SCRATCH_VECTORS, n_channels))
-    ibuf = np.zeros((N_INT_SCRATCH, N_BIN_CODES), np.int64)
-    keys = np.zeros(N_BIN_CODES)
-    state = new_state(1)
     total = 0.0
     for k in range(nodes.shape[0]):
         start, stop = nodes[k]["start"], nodes[k]["stop"]
         if nodes[k]["left"] == TREE_LEAF or not low <= stop - start < high:
             continue
-        impurity = node_statistics(y, w, start, stop, GINI, vec[_TOTAL])
-        total += find_split(
-            (codes, y, w, rows),
-            start,
-            stop,
-            impurity,
-            bins,
-            (GINI, 2, False, max_features, 0, 0, 1, 0.0, 0.0),
-            (state, candidates, features, hist, stats, vec, ibuf, keys),
-        )[0]
+        impurity = node_statistics(rows.y, rows.w, start, stop, GINI, scratch.vec[_TOTAL])
+        total += find_split(rows, start, stop, impurity, tables, rules, scratch)[0]
     return total
+
+
+def replay_bundles(codes, y, w, rows, arrays, max_features):
+    """``find_split``'s arguments for the grown tree's rows, binary classification."""
+    n_channels = 3
+    n_features = codes.shape[1]
+    return (
+        NodeRows(codes, y, w, rows),
+        BinTables(arrays.n_bins, arrays.is_categorical, arrays.bin_values, arrays.thresholds),
+        Rules(GINI, 2, False, int(max_features), 0, 0, 1, 0.0, 0.0),
+        Scratch(
+            new_state(1),
+            np.arange(n_features, dtype=np.int64),
+            np.empty(n_features, np.int64),
+            np.zeros((N_BIN_CODES, n_channels)),
+            np.zeros((N_BIN_CODES, n_channels)),
+            np.zeros((N_SCRATCH_VECTORS, n_channels)),
+            np.zeros((N_INT_SCRATCH, N_BIN_CODES), np.int64),
+            np.zeros(N_BIN_CODES),
+            np.empty(len(rows), np.int64),
+            np.empty(len(rows)),
+            np.empty(len(rows)),
+        ),
+    )
 
 
 @njit
@@ -117,7 +128,6 @@ def main():
     mapper = BinMapper(random_state=0).fit(X)
     codes = mapper.transform(X)
     arrays = mapper.kernel_arrays()
-    bins = (arrays.n_bins, arrays.is_categorical, arrays.bin_values, arrays.thresholds)
     params = check_tree_params(
         DecisionTreeClassifier(max_features="sqrt"), len(y), codes.shape[1], True
     )
@@ -130,27 +140,22 @@ def main():
             y,
             w,
             rows,
-            *bins,
-            GINI,
+            arrays,
+            params,
             2,
-            False,
-            params.max_features,
-            params.max_depth,
-            params.min_samples_split,
-            params.min_samples_leaf,
-            0.0,
-            0,
-            0.0,
             0,
             np.arange(codes.shape[1], dtype=np.int64),
-            tuple(Workspace.for_rows(len(rows), 2, params)),
+            Workspace.for_rows(len(rows), 2, params),
         )[0]
         return nodes.copy(), rows  # a copy: the workspace is freed
 
     grow_once()  # compile
     growth_s, (nodes, rows) = best_of(args.repeats, grow_once)
     node_y, node_w = y[rows], w[rows]
-    replay_args = (codes, node_y, node_w, rows, nodes, bins, params.max_features)
+    node_rows, tables, rules, scratch = replay_bundles(
+        codes, node_y, node_w, rows, arrays, params.max_features
+    )
+    replay_args = (node_rows, nodes, tables, rules, scratch)
     replay_split_search(*replay_args, 0, 1)  # compile
     replay_statistics(node_y, node_w, nodes[:2])
     stats_s, _ = best_of(args.repeats, lambda: replay_statistics(node_y, node_w, nodes))

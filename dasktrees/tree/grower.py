@@ -18,7 +18,9 @@ The whole loop runs in numba (``_grow_nodes``): a full-depth tree on a million r
 hundred thousand nodes, and a Python step per node would cost more than all the histograms.
 ``grow`` prepares its arrays in Python and calls the loop, again only when the frontier or the
 bitset table needs more room. The kernels that run once per node are compiled without numba's
-runtime, and the split search is inlined into the loop (``_jit`` says why).
+runtime, and the split search is inlined into the loop (``_jit`` says why). They pass the tree's
+state in named tuples (``NodeRows``, ``BinTables``, ``Rules``, ``Scratch``, ``Frontier``,
+``Progress``), which numba compiles as plain tuples.
 """
 
 from typing import NamedTuple
@@ -54,6 +56,76 @@ _TOUCHED, _BINS, _ORDER, _BEST_BINS, _MERGE = 0, 1, 2, 3, 4
 N_INT_SCRATCH = 5
 
 
+class NodeRows(NamedTuple):
+    """The rows a tree grows on. The node owning ``sample_indices[start:stop]`` finds its
+    targets and weights at ``y[start:stop]`` and ``w[start:stop]``: the partition moves them
+    with their rows (see ``histogram.build_histogram``)."""
+
+    codes: np.ndarray  # uint8 (n_rows, n_features): bin codes
+    y: np.ndarray  # float64 (n_in_bag,): class index or target, in sample_indices order
+    w: np.ndarray  # float64 (n_in_bag,): weights, in sample_indices order
+    sample_indices: np.ndarray  # int64 (n_in_bag,)
+
+
+class BinTables(NamedTuple):
+    """What the split search knows of each feature's bins (``BinMapper.kernel_arrays``)."""
+
+    n_bins: np.ndarray  # int32 (n_features,): non-missing bins
+    is_categorical: np.ndarray  # bool (n_features,)
+    bin_values: np.ndarray  # float64 (n_features, N_BIN_CODES): each bin's representative value
+    edges: np.ndarray  # float64 (n_features, N_BIN_CODES): each bin's upper edge
+
+
+class Rules(NamedTuple):
+    """The criterion and the stopping rules, resolved (``_params.GrowthParams``)."""
+
+    criterion: int
+    n_classes: int
+    random_splitter: bool  # one random cut per drawn feature (extra-trees)
+    max_features: int
+    max_depth: int
+    min_samples_split: int
+    min_samples_leaf: int
+    min_weight_leaf: float  # absolute: min_weight_fraction_leaf times the total weight
+    min_impurity_decrease: float
+
+
+class Scratch(NamedTuple):
+    """The tree's random stream, the features it may split on, and the work space of the split
+    search and the partition, reused by every node."""
+
+    state: np.ndarray  # the random stream (``_random.new_state``)
+    candidates: np.ndarray  # int64: the features the tree may split on
+    features: np.ndarray  # int64 (n_features,): the draw of features without replacement
+    hist: np.ndarray  # float64 (N_BIN_CODES, n_channels): a feature's histogram
+    stats: np.ndarray  # float64 (N_BIN_CODES, n_channels): its non-empty bins, compacted
+    vec: np.ndarray  # float64 (N_SCRATCH_VECTORS, n_channels): statistics, rows _RIGHT, ...
+    ibuf: np.ndarray  # int64 (N_INT_SCRATCH, N_BIN_CODES): bins and orders, rows _TOUCHED, ...
+    keys: np.ndarray  # float64 (N_BIN_CODES,): the categories' sort keys
+    buffer: np.ndarray  # int64 (n_in_bag,): the partition's scratch for row indices
+    y_buffer: np.ndarray  # float64 (n_in_bag,): the partition's scratch for targets
+    w_buffer: np.ndarray  # float64 (n_in_bag,): the partition's scratch for weights
+
+
+class Frontier(NamedTuple):
+    """The nodes still to split: a stack (depth-first) or a heap keyed by ``(-improvement,
+    node_id)`` (best-first, as scikit-learn grows ``max_leaf_nodes`` trees)."""
+
+    best_first: bool
+    ids: np.ndarray  # int64: node ids; -1 is the root, still to open
+    keys: np.ndarray  # float64: heap keys (best-first)
+
+
+class Progress(NamedTuple):
+    """How far a tree's growth is: what ``_grow_nodes`` takes and returns."""
+
+    n_nodes: int
+    n_bitsets: int  # rows of the bitset table used by categorical splits
+    n_split: int
+    n_frontier: int  # nodes on the frontier
+    w_root: float  # the root's weight, which scales every improvement; set when it is opened
+
+
 # Small nodes are often constant in a drawn feature: checking their few codes first spares the
 # histogram fill and compaction (measured in docs/benchmarks.md, flights).
 _CHECK_CONSTANT_BELOW = 256
@@ -70,7 +142,7 @@ def _is_constant(codes, f, sample_indices, start, stop):
 
 
 @inlined_node_kernel
-def find_split(rows, start, stop, node_impurity, bins, rules, scratch):
+def find_split(rows, start, stop, node_impurity, tables, rules, scratch):
     """Best split of one node over up to ``max_features`` features drawn from ``candidates``.
 
     Features are drawn without replacement. As in scikit-learn, every drawn feature counts
@@ -79,27 +151,16 @@ def find_split(rows, start, stop, node_impurity, bins, rules, scratch):
 
     Parameters
     ----------
-    rows : tuple (codes, y, w, sample_indices)
-        ``codes``: uint8 (n_rows, n_features); ``y``, ``w``: float64 targets and weights in
-        ``sample_indices`` order (see ``histogram.build_histogram``); the node owns
-        ``sample_indices[start:stop]``.
-    bins : tuple (n_bins, is_categorical, bin_values, edges)
-        Non-missing bins per feature; categorical mask; each bin's representative value and upper
-        edge (``BinMapper.bin_values`` and ``threshold_table``): a numeric threshold goes to the
-        edge nearest the middle of the two bins it separates in the node
-        (``splitting.middle_edge``).
-    rules : tuple
-        ``(criterion, n_classes, random_splitter, max_features, max_depth, min_samples_split,
-        min_samples_leaf, min_weight_leaf, min_impurity_decrease)``.
-    scratch : tuple (state, candidates, features, hist, stats, vec, ibuf, keys[, buffers])
-        The tree's random stream; the features it may split on (all of them, or a random
-        subspace); and work space: ``features`` for the draw, and (``buffers``, the partition's
-        scratch, is read by ``_partition_node`` only):
-    vec : ndarray of float64, shape (N_SCRATCH_VECTORS, n_channels)
-        Scratch; on entry ``vec[_TOTAL]`` holds the node statistics; on return
-        ``vec[_BEST_LEFT]`` holds the left child's statistics of the best split.
-    ibuf : ndarray of int64, shape (N_INT_SCRATCH, N_BIN_CODES)
-        Scratch; on return ``ibuf[_BEST_BINS]`` holds the codes sent left by a categorical split.
+    rows : NodeRows
+        The node owns ``rows.sample_indices[start:stop]``.
+    tables : BinTables
+        A numeric threshold goes to the bin edge nearest the middle of the two bins it separates
+        in the node (``splitting.middle_edge``).
+    rules : Rules
+    scratch : Scratch
+        On entry ``scratch.vec[_TOTAL]`` holds the node statistics; on return
+        ``scratch.vec[_BEST_LEFT]`` holds the left child's statistics of the best split, and
+        ``scratch.ibuf[_BEST_BINS]`` the codes a categorical split sends left.
 
     Returns
     -------
@@ -110,20 +171,20 @@ def find_split(rows, start, stop, node_impurity, bins, rules, scratch):
     n_left_bins : int
         Number of codes in ``ibuf[_BEST_BINS]`` (categorical splits).
     """
-    codes, y, w, sample_indices = rows
-    n_bins, is_categorical, bin_values, edges = bins
-    (
-        criterion,
-        n_classes,
-        random_splitter,
-        max_features,
-        _,
-        _,
-        min_samples_leaf,
-        min_weight_leaf,
-        _,
-    ) = rules
-    state, candidates, features, hist, stats, vec, ibuf, keys = scratch[:8]
+    codes, y, w, sample_indices = rows.codes, rows.y, rows.w, rows.sample_indices
+    n_bins, is_categorical = tables.n_bins, tables.is_categorical
+    bin_values, edges = tables.bin_values, tables.edges
+    criterion, n_classes, random_splitter = rules.criterion, rules.n_classes, rules.random_splitter
+    max_features, min_samples_leaf = rules.max_features, rules.min_samples_leaf
+    min_weight_leaf = rules.min_weight_leaf
+    state, candidates, features = scratch.state, scratch.candidates, scratch.features
+    hist, stats, vec, ibuf, keys = (
+        scratch.hist,
+        scratch.stats,
+        scratch.vec,
+        scratch.ibuf,
+        scratch.keys,
+    )
     n_features = candidates.shape[0]
     for k in range(n_features):
         features[k] = candidates[k]
@@ -214,16 +275,17 @@ def find_split(rows, start, stop, node_impurity, bins, rules, scratch):
 def _open_node(node_id, parent, depth, start, stop, total, node_impurity, nodes, values, rules):
     """Record a new node (a leaf until ``_record_split``) and test the stopping rules.
 
-    ``total`` holds the node's statistics; ``rules`` is ``find_split``'s. ``nodes`` and
-    ``values`` must have room for ``node_id``.
+    ``total`` holds the node's statistics. ``nodes`` and ``values`` must have room for
+    ``node_id``.
 
     Returns
     -------
     bool
         Whether the node may be split: ``find_split`` is then run on it.
     """
-    criterion, n_classes, _, _, max_depth, min_samples_split, min_samples_leaf = rules[:7]
-    min_weight_leaf = rules[7]
+    criterion, n_classes, max_depth = rules.criterion, rules.n_classes, rules.max_depth
+    min_samples_split, min_samples_leaf = rules.min_samples_split, rules.min_samples_leaf
+    min_weight_leaf = rules.min_weight_leaf
     classification = criterion != SQUARED_ERROR
     w_node = stats_weight(total, criterion)
     record = nodes[node_id]
@@ -272,8 +334,8 @@ def _record_split(
         Whether the split was recorded (the node is then put on the frontier).
     """
     score, feature, bin_threshold, missing_left, categorical, n_left_bins = split
-    criterion, min_impurity_decrease = rules[0], rules[8]
-    ibuf, vec = scratch[6], scratch[5]
+    criterion, min_impurity_decrease = rules.criterion, rules.min_impurity_decrease
+    ibuf, vec = scratch.ibuf, scratch.vec
     if score == NO_SPLIT:
         return n_bitsets, False
     w_node = stats_weight(total, criterion)
@@ -368,36 +430,35 @@ class Workspace(NamedTuple):
 
 @inlined_node_kernel
 def _partition_node(node_id, n_nodes, nodes, bitsets, rows, two_classes, scratch):
-    """Partition node ``node_id``'s rows (``rows[3]``, ``sample_indices``, with targets and
-    weights) by its recorded split, its children to be nodes ``n_nodes`` (left) and
-    ``n_nodes + 1`` (right). For two classes the partition also sums the children's statistics
-    (into ``vec[_LEFT_CHILD]`` and ``vec[_RIGHT_CHILD]``).
+    """Partition node ``node_id``'s rows (``rows.sample_indices``, with targets and weights)
+    by its recorded split, its children to be nodes ``n_nodes`` (left) and ``n_nodes + 1``
+    (right). For two classes the partition also sums the children's statistics (into
+    ``scratch.vec[_LEFT_CHILD]`` and ``scratch.vec[_RIGHT_CHILD]``).
 
     Returns
     -------
     start, stop, boundary : int
         The left child's rows are ``[start:boundary]``, the right child's ``[boundary:stop]``.
     """
-    codes, node_y, node_w, sample_indices = rows
-    vec, buffers = scratch[5], scratch[8]
+    vec = scratch.vec
     record = nodes[node_id]
     start = record["start"]
     stop = record["stop"]
     boundary = partition(
-        codes,
+        rows.codes,
         record["feature"],
-        sample_indices,
-        node_y,
-        node_w,
+        rows.sample_indices,
+        rows.y,
+        rows.w,
         start,
         stop,
         record["bin_threshold"],
         record["missing_go_to_left"] == 1,
         record["is_categorical"] == 1,
         bitsets[max(record["bitset_idx"], 0)],
-        buffers[0],
-        buffers[1],
-        buffers[2],
+        scratch.buffer,
+        scratch.y_buffer,
+        scratch.w_buffer,
         two_classes,
         vec[_LEFT_CHILD : _RIGHT_CHILD + 1],
     )
@@ -480,53 +541,38 @@ def _frontier_pop(best_first, ids, keys, n):
 
 @njit(cache=True, _nrt=False, nogil=True)
 def _grow_nodes(
-    n_nodes,
-    n_bitsets,
-    n_split,
-    max_splits,
-    best_first,
-    frontier,
-    priorities,
-    n_frontier,
-    w_root,
-    nodes,
-    values,
-    bitsets,
-    rows,
-    bins,
-    rules,
-    scratch,
+    progress, max_splits, frontier, nodes, values, bitsets, rows, tables, rules, scratch
 ):
-    """Split the nodes of the frontier until it is empty, ``max_splits`` splits are made, or
-    ``bitsets`` or the frontier lacks room for one more split: the caller then grows them and
-    calls again. The frontier (``frontier[:n_frontier]``, with ``priorities`` for best-first) is
-    a stack, left subtree first (depth-first), or a heap keyed by ``(-improvement, node_id)``
-    (best-first, as scikit-learn does); node -1 on it is the root, still to open. ``w_root``,
-    the root's weight, which scales every improvement, is set when the root is opened.
+    """Split the nodes of the frontier (``frontier.ids[:progress.n_frontier]``) until it is
+    empty, ``max_splits`` splits are made, or ``bitsets`` or the frontier lacks room for one more
+    split: the caller then grows them and calls again. The stack is grown left subtree first;
+    node -1 on it is the root, still to open.
 
     Splitting a node partitions its rows, sums each child's statistics (by the partition itself
     for two classes, else over the child's now contiguous rows), then opens the child
     (``_open_node``), searches its best split (``find_split``) and records it
     (``_record_split``). The root is opened by the same steps, as the only child of node -1.
 
-    Returns ``n_nodes, n_bitsets, n_split, n_frontier, w_root``.
+    Returns the new ``Progress`` as a plain tuple.
     """
-    node_y, node_w, sample_indices = rows[1], rows[2], rows[3]
-    criterion, n_classes = rules[0], rules[1]
-    two_classes = criterion != SQUARED_ERROR and n_classes == 2
-    vec = scratch[5]
+    n_nodes, n_bitsets, n_split, n_frontier, w_root = progress
+    best_first, ids, keys = frontier
+    node_y, node_w = rows.y, rows.w
+    criterion = rules.criterion
+    two_classes = criterion != SQUARED_ERROR and rules.n_classes == 2
+    vec = scratch.vec
     total = vec[_TOTAL]
     while (
         n_frontier > 0
         and n_split < max_splits
         and bitsets.shape[0] >= n_bitsets + 2
-        and frontier.shape[0] >= n_frontier + 2
+        and ids.shape[0] >= n_frontier + 2
     ):
-        node_id = _frontier_pop(best_first, frontier, priorities, n_frontier)
+        node_id = _frontier_pop(best_first, ids, keys, n_frontier)
         n_frontier -= 1
         if node_id < 0:  # the root, opened as a left child holding every row
             start = np.int64(0)
-            stop = np.int64(sample_indices.shape[0])
+            stop = np.int64(rows.sample_indices.shape[0])
             boundary = stop
             depth = 0
             last_side = 0
@@ -556,7 +602,7 @@ def _grow_nodes(
                 child, node_id, depth, lo, hi, total, child_impurity, nodes, values, rules
             )
             if splittable:
-                split = find_split(rows, lo, hi, child_impurity, bins, rules, scratch)
+                split = find_split(rows, lo, hi, child_impurity, tables, rules, scratch)
                 n_bitsets, splittable = _record_split(
                     child,
                     total,
@@ -573,12 +619,7 @@ def _grow_nodes(
         for child, pushed in ((n_nodes + 1, right_splittable), (n_nodes, splittable)):
             if pushed:
                 n_frontier = _frontier_push(
-                    best_first,
-                    frontier,
-                    priorities,
-                    n_frontier,
-                    child,
-                    -nodes[child]["improvement"],
+                    best_first, ids, keys, n_frontier, child, -nodes[child]["improvement"]
                 )
         if node_id < 0:
             n_nodes += 1
@@ -588,29 +629,7 @@ def _grow_nodes(
     return n_nodes, n_bitsets, n_split, n_frontier, w_root
 
 
-def grow(
-    codes,
-    y,
-    w,
-    sample_indices,
-    n_bins,
-    is_categorical,
-    bin_values,
-    edges,
-    criterion,
-    n_classes,
-    random_splitter,
-    max_features,
-    max_depth,
-    min_samples_split,
-    min_samples_leaf,
-    min_weight_leaf,
-    max_leaf_nodes,
-    min_impurity_decrease,
-    seed,
-    candidates,
-    workspace,
-):
+def grow(codes, y, w, sample_indices, bin_arrays, params, n_classes, seed, candidates, workspace):
     """Grow a tree on the rows ``sample_indices`` (reordered in place: leaves own slices).
 
     Parameters
@@ -619,28 +638,22 @@ def grow(
     y : ndarray of float64, shape (n_rows,)
         Class index (classification) or target (regression).
     w : ndarray of float64, shape (n_rows,)
-        Positive weights of the rows in ``sample_indices``.
+        Weights, positive on the rows of ``sample_indices``.
     sample_indices : ndarray of int64, shape (n_in_bag,)
-    n_bins : ndarray of int32, shape (n_features,)
-        Non-missing bins per feature.
-    is_categorical : ndarray of bool, shape (n_features,)
-    bin_values, edges : ndarray of float64, shape (n_features, N_BIN_CODES)
-        Representative raw value and upper edge of each bin (see ``find_split``).
-    criterion, n_classes : int
-    random_splitter : bool
-        One random cut per candidate feature (extra-trees) instead of the best one.
-    max_features, max_depth, min_samples_split, min_samples_leaf : int
-    min_weight_leaf : float
-    max_leaf_nodes : int
-        0 for no limit (depth-first growth); else best-first growth up to this many leaves.
-    min_impurity_decrease : float
+    bin_arrays : binning.BinArrays
+        The bins' tables (``BinMapper.kernel_arrays``).
+    params : _params.GrowthParams
+        The resolved tree parameters; ``max_leaf_nodes`` 0 grows depth-first with no limit, else
+        best-first up to that many leaves.
+    n_classes : int
+        1 for regression.
     seed : int
         Seed of the feature draws and random cuts.
     candidates : ndarray of int64
         Features the tree may split on.
-    workspace : tuple
-        ``tuple(Workspace)``: room for the node records and the per-row buffers
-        (``Workspace.for_rows``), at least ``_node_capacity`` nodes and ``n_in_bag`` rows.
+    workspace : Workspace
+        Room for the node records and the per-row buffers (``Workspace.for_rows``), at least
+        ``_node_capacity`` nodes and ``n_in_bag`` rows.
 
     Returns
     -------
@@ -654,91 +667,73 @@ def grow(
     them.
     """
     # Python, not a kernel: a kernel calling ``_grow_nodes`` would link the loop kernel's code
-    # and optimise and compile it all over again (seconds of compilation). The arguments get the
+    # and optimise and compile it all over again (seconds of compilation). The bundles get the
     # types the kernel was compiled for, so that no other input compiles it again.
-    criterion, n_classes = int(criterion), int(n_classes)
-    classification = criterion != SQUARED_ERROR
-    n_channels = n_classes + 1 if classification else 4
+    rules = Rules(
+        int(params.criterion),
+        int(n_classes),
+        bool(params.random_splitter),
+        int(params.max_features),
+        int(params.max_depth),
+        int(params.min_samples_split),
+        int(params.min_samples_leaf),
+        float(params.min_weight_fraction_leaf * w.sum()),
+        float(params.min_impurity_decrease),
+    )
+    n_channels = rules.n_classes + 1 if rules.criterion != SQUARED_ERROR else 4
     n_rows = len(sample_indices)
-    nodes, values, buffer, node_y, node_w, y_buffer, w_buffer, _ = workspace  # see Workspace
-    buffer, y_buffer, w_buffer = buffer[:n_rows], y_buffer[:n_rows], w_buffer[:n_rows]
-    node_y, node_w = node_y[:n_rows], node_w[:n_rows]
     sample_indices = np.ascontiguousarray(sample_indices, dtype=np.int64)
     # y and w in sample_indices order; the partition keeps them aligned with their rows.
+    node_y, node_w = workspace.node_y[:n_rows], workspace.node_w[:n_rows]
     np.take(np.asarray(y, dtype=np.float64), sample_indices, out=node_y)
     np.take(np.asarray(w, dtype=np.float64), sample_indices, out=node_w)
-    # What every node's split search reads, bundled (see find_split).
-    rows = (np.ascontiguousarray(codes, dtype=np.uint8), node_y, node_w, sample_indices)
-    bins = (
-        np.ascontiguousarray(n_bins, dtype=np.int32),
-        np.ascontiguousarray(is_categorical, dtype=np.bool_),
-        np.ascontiguousarray(bin_values, dtype=np.float64),
-        np.ascontiguousarray(edges, dtype=np.float64),
+    rows = NodeRows(np.ascontiguousarray(codes, dtype=np.uint8), node_y, node_w, sample_indices)
+    tables = BinTables(
+        np.ascontiguousarray(bin_arrays.n_bins, dtype=np.int32),
+        np.ascontiguousarray(bin_arrays.is_categorical, dtype=np.bool_),
+        np.ascontiguousarray(bin_arrays.bin_values, dtype=np.float64),
+        np.ascontiguousarray(bin_arrays.thresholds, dtype=np.float64),
     )
-    rules = (
-        criterion,
-        n_classes,
-        bool(random_splitter),
-        int(max_features),
-        int(max_depth),
-        int(min_samples_split),
-        int(min_samples_leaf),
-        float(min_weight_leaf),
-        float(min_impurity_decrease),
-    )
-    scratch = (
+    scratch = Scratch(
         new_state(int(seed)),
         np.ascontiguousarray(candidates, dtype=np.int64),
-        np.empty(codes.shape[1], dtype=np.int64),  # features
-        np.zeros((N_BIN_CODES, n_channels)),  # hist
-        np.zeros((N_BIN_CODES, n_channels)),  # stats
-        np.zeros((N_SCRATCH_VECTORS, n_channels)),  # vec
-        np.zeros((N_INT_SCRATCH, N_BIN_CODES), dtype=np.int64),  # ibuf
-        np.zeros(N_BIN_CODES),  # keys
-        (buffer, y_buffer, w_buffer),
+        np.empty(codes.shape[1], dtype=np.int64),
+        np.zeros((N_BIN_CODES, n_channels)),
+        np.zeros((N_BIN_CODES, n_channels)),
+        np.zeros((N_SCRATCH_VECTORS, n_channels)),
+        np.zeros((N_INT_SCRATCH, N_BIN_CODES), dtype=np.int64),
+        np.zeros(N_BIN_CODES),
+        workspace.buffer[:n_rows],
+        workspace.y_buffer[:n_rows],
+        workspace.w_buffer[:n_rows],
     )
+    nodes, values = workspace.nodes, workspace.values
     bitsets = np.empty((16, BITSET_WORDS), dtype=BITSET_DTYPE)
-    # The frontier: node ids, and their heap keys for best-first growth; the root (-1) is opened
-    # by the loop kernel itself.
-    frontier = np.empty(64, dtype=np.int64)
-    priorities = np.empty(64)
-    frontier[0] = -1
-    best_first = max_leaf_nodes > 0
-    max_splits = int(max_leaf_nodes) - 1 if best_first else len(nodes)
-    n_nodes = n_bitsets = n_split = 0
-    n_frontier = 1
-    w_root = 0.0
-    while n_frontier > 0 and n_split < max_splits:
-        if len(bitsets) < n_bitsets + 2:
-            bitsets = _grown(bitsets, n_bitsets)
-        if len(frontier) < n_frontier + 2:
-            frontier = _grown(frontier, n_frontier)
-            priorities = _grown(priorities, n_frontier)
-        n_nodes, n_bitsets, n_split, n_frontier, w_root = _grow_nodes(
-            n_nodes,
-            n_bitsets,
-            n_split,
-            max_splits,
-            best_first,
-            frontier,
-            priorities,
-            n_frontier,
-            w_root,
-            nodes,
-            values,
-            bitsets,
-            rows,
-            bins,
-            rules,
-            scratch,
+    # The frontier holds the root (-1), opened by the loop kernel itself.
+    frontier = Frontier(params.max_leaf_nodes > 0, np.empty(64, dtype=np.int64), np.empty(64))
+    frontier.ids[0] = -1
+    max_splits = int(params.max_leaf_nodes) - 1 if frontier.best_first else len(nodes)
+    progress = Progress(0, 0, 0, 1, 0.0)
+    while progress.n_frontier > 0 and progress.n_split < max_splits:
+        if len(bitsets) < progress.n_bitsets + 2:
+            bitsets = _grown(bitsets, progress.n_bitsets)
+        if len(frontier.ids) < progress.n_frontier + 2:
+            frontier = frontier._replace(
+                ids=_grown(frontier.ids, progress.n_frontier),
+                keys=_grown(frontier.keys, progress.n_frontier),
+            )
+        progress = Progress(
+            *_grow_nodes(
+                progress, max_splits, frontier, nodes, values, bitsets, rows, tables, rules, scratch
+            )
         )
     # Nodes left on the frontier (best-first growth stopped) carry a split that was never made:
     # they become leaves, with a leaf's split fields (``tree.LEAF_CONSTANTS``, what a pickled tree
     # gives back). Every other leaf has them already.
-    left_over = frontier[:n_frontier]
+    left_over = frontier.ids[: progress.n_frontier]
     for name, value in _LEAF_RECORD.items():
         nodes[name][left_over] = value
-    return nodes[:n_nodes], values[:n_nodes], bitsets[:n_bitsets]
+    return nodes[: progress.n_nodes], values[: progress.n_nodes], bitsets[: progress.n_bitsets]
 
 
 # A leaf's split fields in a growth record.
@@ -787,23 +782,12 @@ def _grow_records(codes, y, weights, bin_arrays, params, n_classes, seed, candid
         y,
         weights,
         sample_indices,
-        bin_arrays.n_bins,
-        bin_arrays.is_categorical,
-        bin_arrays.bin_values,
-        bin_arrays.thresholds,
-        params.criterion,
+        bin_arrays,
+        params,
         n_classes,
-        params.random_splitter,
-        params.max_features,
-        params.max_depth,
-        params.min_samples_split,
-        params.min_samples_leaf,
-        params.min_weight_fraction_leaf * weights.sum(),
-        params.max_leaf_nodes,
-        params.min_impurity_decrease,
         seed,
         candidates,
-        tuple(workspace),
+        workspace,
     )
 
 
