@@ -145,6 +145,8 @@ class BaseForest(BaseEstimator):
     def _set_fitted(self, data, params, new_trees, warm, is_classifier):
         self.bin_mapper_ = data.bin_mapper
         self._n_rows = data.n_rows
+        # For local input validate_data set the two below already, to the same values; a dask
+        # collection's columns are known from the fitted bin mapper only.
         self.n_features_in_ = data.bin_mapper.n_features_in_
         if data.bin_mapper.feature_names_in_ is not None:
             self.feature_names_in_ = data.bin_mapper.feature_names_in_

@@ -2,20 +2,30 @@
 
 Every block recomputes each tree's counts for its own rows (``sampling.tree_counts``), votes with
 the trees that did not sample a row, and returns small sums. Loss sums are exact
-(``forest.exact_sum``), so the totals the client adds up do not depend on how the rows were cut.
+(``predictor.exact_sum``), so the totals the client adds up do not depend on how the rows were cut.
 """
+
+from __future__ import annotations
 
 import operator
 
 import dask.array as da
 import numpy as np
 
-from ..predictor import add_oob_votes, exact_sum, from_exact, misclassified, tree_loss
-from .client import is_in_process, sending_large_data
+from ..predictor import PackedForest, add_oob_votes, exact_sum, from_exact, misclassified, tree_loss
+from .client import Client, is_in_process, sending_large_data
+from .data import BinnedPartition, TrainingData
 from .sampling import tree_counts
 
 
-def oob_block(forest, block, seed, lam, voting, classification):
+def oob_block(
+    forest: PackedForest,
+    block: BinnedPartition,
+    seed: int,
+    lam: float,
+    voting: int,
+    classification: bool,
+) -> tuple[np.ndarray, np.ndarray, list, tuple]:
     """Out-of-bag votes of one block and its part of the OOB curve and score.
 
     Returns
@@ -77,7 +87,15 @@ def _decision(result):
         return votes / n_oob[:, None]
 
 
-def oob_estimates(client, data, forest, seed, lam, voting, classification):
+def oob_estimates(
+    client: Client,
+    data: TrainingData,
+    forest: PackedForest,
+    seed: int,
+    lam: float,
+    voting: int,
+    classification: bool,
+) -> tuple[np.ndarray | da.Array, float, np.ndarray]:
     """Out-of-bag decision function (NaN for rows never out of bag), score and curve.
 
     Returns
@@ -128,7 +146,15 @@ def oob_estimates(client, data, forest, seed, lam, voting, classification):
     return decision, float(score), curve
 
 
-def permutation_block(forest, block, seed, lam, classification, n_repeats, permutation_seed):
+def permutation_block(
+    forest: PackedForest,
+    block: BinnedPartition,
+    seed: int,
+    lam: float,
+    classification: bool,
+    n_repeats: int,
+    permutation_seed: int,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """A block's part of Breiman's permutation importance.
 
     For every tree, its out-of-bag rows in this block are scored as they are and with each
@@ -174,8 +200,15 @@ def permutation_block(forest, block, seed, lam, classification, n_repeats, permu
 
 
 def permutation_importance(
-    client, data, forest, seed, lam, classification, n_repeats, permutation_seed
-):
+    client: Client,
+    data: TrainingData,
+    forest: PackedForest,
+    seed: int,
+    lam: float,
+    classification: bool,
+    n_repeats: int,
+    permutation_seed: int,
+) -> np.ndarray:
     """Breiman's out-of-bag permutation importance, summed over the blocks.
 
     Returns
