@@ -62,7 +62,7 @@ def replay_bundles(codes, y, w, rows, arrays, max_features):
     return (
         NodeRows(codes, y, w, rows),
         BinTables(arrays.n_bins, arrays.is_categorical, arrays.bin_values, arrays.thresholds),
-        Rules(GINI, 2, False, int(max_features), 0, 0, 1, 0.0, 0.0),
+        Rules(GINI, 2, False, int(max_features), 0, 0, 1, 0.0, 0.0, 1.0),
         Scratch(
             new_state(1),
             np.arange(n_features, dtype=np.int64),

@@ -38,6 +38,7 @@ class GrowthParams:
     max_leaf_nodes: int  # 0: no limit
     min_impurity_decrease: float
     ccp_alpha: float  # 0: no pruning after growth
+    min_samples_category: int  # rarer categories of a node are pooled with its missing values
 
 
 def _is_int(value: Any) -> bool:
@@ -130,6 +131,7 @@ PARAMETERS: dict[str, Rule] = {
     # Finite: a model file stores parameters as JSON, which has no infinity.
     "ccp_alpha": _real(0.0, finite=True),
     "max_bins": _integer(2, MAX_BINS),
+    "min_samples_category": _integer(1),
     # forests
     "n_estimators": _integer(1),
     "max_features_tree": _FEATURES,
@@ -215,6 +217,7 @@ _TREE_PARAMETERS = (
     "min_samples_leaf",
     "min_samples_split",
     "max_features",
+    "min_samples_category",
 )
 
 
@@ -226,7 +229,7 @@ def check_tree_params(est, n_samples: int, n_features: int, is_classifier: bool)
     est : estimator
         Has the attributes criterion, splitter, max_features, max_depth, min_samples_split,
         min_samples_leaf, min_weight_fraction_leaf, max_leaf_nodes, min_impurity_decrease,
-        ccp_alpha, max_bins.
+        ccp_alpha, max_bins, min_samples_category.
     n_samples, n_features : int
     is_classifier : bool
 
@@ -251,6 +254,7 @@ def check_tree_params(est, n_samples: int, n_features: int, is_classifier: bool)
         max_leaf_nodes=0 if est.max_leaf_nodes is None else int(est.max_leaf_nodes),
         min_impurity_decrease=float(est.min_impurity_decrease),
         ccp_alpha=float(est.ccp_alpha),
+        min_samples_category=int(est.min_samples_category),
     )
 
 

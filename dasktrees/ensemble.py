@@ -47,6 +47,7 @@ _TREE_PARAMS = (
     "ccp_alpha",
     "max_bins",
     "categorical_features",
+    "min_samples_category",
 )
 
 
@@ -409,6 +410,10 @@ _FOREST_DOC = """
     criterion, max_depth, min_samples_split, min_samples_leaf, min_weight_fraction_leaf,
     max_leaf_nodes, min_impurity_decrease, max_bins, categorical_features :
         As for the single trees.
+    min_samples_category : int >= 1, default=5
+        Categories with fewer rows than this in a node (distinct rows: a row the bootstrap draws
+        twice counts once) are pooled with the node's missing values, as for the single trees,
+        whose default is 1 (docs/trees.md: measured on twelve real tables).
     ccp_alpha : float >= 0, default=0.0
         Minimal cost-complexity pruning of each tree, in the task that grows it, on its own
         (bootstrap-weighted) rows: as for the single trees.
@@ -537,6 +542,7 @@ def _forest_init(
     warm_start,
     max_bins,
     categorical_features,
+    min_samples_category,
     client,
     trees_per_task,
     n_blocks,
@@ -560,6 +566,7 @@ def _forest_init(
     self.warm_start = warm_start
     self.max_bins = max_bins
     self.categorical_features = categorical_features
+    self.min_samples_category = min_samples_category
     self.client = client
     self.trees_per_task = trees_per_task
     self.n_blocks = n_blocks
@@ -603,6 +610,7 @@ class RandomForestClassifier(_ForestClassifierMixin, BaseForest):
         voting="soft",
         max_bins=255,
         categorical_features=None,
+        min_samples_category=5,
         client=None,
         trees_per_task=None,
         n_blocks=None,
@@ -628,6 +636,7 @@ class RandomForestClassifier(_ForestClassifierMixin, BaseForest):
             warm_start,
             max_bins,
             categorical_features,
+            min_samples_category,
             client,
             trees_per_task,
             n_blocks,
@@ -667,6 +676,7 @@ class ExtraTreesClassifier(RandomForestClassifier):
         voting="soft",
         max_bins=255,
         categorical_features=None,
+        min_samples_category=5,
         client=None,
         trees_per_task=None,
         n_blocks=None,
@@ -693,6 +703,7 @@ class ExtraTreesClassifier(RandomForestClassifier):
             voting=voting,
             max_bins=max_bins,
             categorical_features=categorical_features,
+            min_samples_category=min_samples_category,
             client=client,
             trees_per_task=trees_per_task,
             n_blocks=n_blocks,
@@ -736,6 +747,7 @@ class RandomForestRegressor(_ForestRegressorMixin, BaseForest):
         aggregation="mean",
         max_bins=255,
         categorical_features=None,
+        min_samples_category=5,
         client=None,
         trees_per_task=None,
         n_blocks=None,
@@ -761,6 +773,7 @@ class RandomForestRegressor(_ForestRegressorMixin, BaseForest):
             warm_start,
             max_bins,
             categorical_features,
+            min_samples_category,
             client,
             trees_per_task,
             n_blocks,
@@ -795,6 +808,7 @@ class ExtraTreesRegressor(RandomForestRegressor):
         aggregation="mean",
         max_bins=255,
         categorical_features=None,
+        min_samples_category=5,
         client=None,
         trees_per_task=None,
         n_blocks=None,
@@ -820,6 +834,7 @@ class ExtraTreesRegressor(RandomForestRegressor):
             aggregation=aggregation,
             max_bins=max_bins,
             categorical_features=categorical_features,
+            min_samples_category=min_samples_category,
             client=client,
             trees_per_task=trees_per_task,
             n_blocks=n_blocks,

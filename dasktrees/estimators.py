@@ -41,6 +41,7 @@ class BaseDecisionTree(BaseEstimator):
         ccp_alpha=0.0,
         max_bins=255,
         categorical_features=None,
+        min_samples_category=1,
     ):
         self.criterion = criterion
         self.splitter = splitter
@@ -55,6 +56,7 @@ class BaseDecisionTree(BaseEstimator):
         self.ccp_alpha = ccp_alpha
         self.max_bins = max_bins
         self.categorical_features = categorical_features
+        self.min_samples_category = min_samples_category
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -202,6 +204,12 @@ class DecisionTreeClassifier(ClassifierMixin, BaseDecisionTree):
         Bins per feature (numeric quantiles or categories), plus one for missing values.
     categorical_features : list of str or int, bool mask, or None
         Columns to treat as categorical, besides pandas category / object / string / bool ones.
+    min_samples_category : int >= 1, default=1
+        Categories with fewer rows than this in a node are not split on their own there: they
+        are pooled with the node's missing values and go where those go. 1 splits every
+        category on its own, as classical CART and C4.5 do (and their textbook examples); the
+        forests default to 5, where subset splits on rare categories fit noise
+        (docs/trees.md).
 
     Attributes
     ----------
@@ -233,6 +241,7 @@ class DecisionTreeClassifier(ClassifierMixin, BaseDecisionTree):
         class_weight=None,
         max_bins=255,
         categorical_features=None,
+        min_samples_category=1,
     ):
         super().__init__(
             criterion=criterion,
@@ -248,6 +257,7 @@ class DecisionTreeClassifier(ClassifierMixin, BaseDecisionTree):
             ccp_alpha=ccp_alpha,
             max_bins=max_bins,
             categorical_features=categorical_features,
+            min_samples_category=min_samples_category,
         )
         self.class_weight = class_weight
 
@@ -298,6 +308,7 @@ class DecisionTreeRegressor(RegressorMixin, BaseDecisionTree):
         ccp_alpha=0.0,
         max_bins=255,
         categorical_features=None,
+        min_samples_category=1,
     ):
         super().__init__(
             criterion=criterion,
@@ -313,6 +324,7 @@ class DecisionTreeRegressor(RegressorMixin, BaseDecisionTree):
             ccp_alpha=ccp_alpha,
             max_bins=max_bins,
             categorical_features=categorical_features,
+            min_samples_category=min_samples_category,
         )
 
     def fit(

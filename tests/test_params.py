@@ -22,6 +22,7 @@ CASES = {
     "min_impurity_decrease": (-1.0, 0.01),
     "ccp_alpha": (float("inf"), 0.01),
     "max_bins": (256, 16),
+    "min_samples_category": (0, 3),
     "n_estimators": ("ten", 3),
     "max_features_tree": (0, 0.5),
     "bootstrap": ("yes", False),

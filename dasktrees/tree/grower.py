@@ -52,8 +52,8 @@ EPSILON = np.finfo(np.float64).eps
 _RIGHT, _PREFIX, _MISSING, _BEST_LEFT, _TOTAL, _LEFT_CHILD, _RIGHT_CHILD = range(7)
 N_SCRATCH_VECTORS = 7
 # Rows of the integer scratch matrix ``ibuf`` (N_BIN_CODES wide each).
-_TOUCHED, _BINS, _ORDER, _BEST_BINS, _MERGE = 0, 1, 2, 3, 4
-N_INT_SCRATCH = 5
+_TOUCHED, _BINS, _ORDER, _BEST_BINS, _MERGE, _RARE = 0, 1, 2, 3, 4, 5
+N_INT_SCRATCH = 6
 
 
 class NodeRows(NamedTuple):
@@ -88,6 +88,7 @@ class Rules(NamedTuple):
     min_samples_leaf: int
     min_weight_leaf: float  # absolute: min_weight_fraction_leaf times the total weight
     min_impurity_decrease: float
+    min_samples_category: float  # rarer categories of a node go with its missing values
 
 
 class Scratch(NamedTuple):
@@ -142,6 +143,28 @@ def _is_constant(codes, f, sample_indices, start, stop):
 
 
 @inlined_node_kernel
+def _pool_rare_categories(stats, bins, n_touched, min_rows, missing, rare):
+    """Move the categories with fewer than ``min_rows`` rows (``stats[:, 0]``) out of the
+    compacted ``stats[:n_touched]`` / ``bins[:n_touched]`` (in order) into ``missing``'s
+    statistics, their codes into ``rare``. Returns ``(n_kept, n_rare)``."""
+    n_kept = 0
+    n_rare = 0
+    for j in range(n_touched):
+        if stats[j, 0] < min_rows:
+            for c in range(stats.shape[1]):
+                missing[c] += stats[j, c]
+            rare[n_rare] = bins[j]
+            n_rare += 1
+        else:
+            if n_kept != j:
+                bins[n_kept] = bins[j]
+                for c in range(stats.shape[1]):
+                    stats[n_kept, c] = stats[j, c]
+            n_kept += 1
+    return n_kept, n_rare
+
+
+@inlined_node_kernel
 def find_split(rows, start, stop, node_impurity, tables, rules, scratch):
     """Best split of one node over up to ``max_features`` features drawn from ``candidates``.
 
@@ -161,6 +184,10 @@ def find_split(rows, start, stop, node_impurity, tables, rules, scratch):
         On entry ``scratch.vec[_TOTAL]`` holds the node statistics; on return
         ``scratch.vec[_BEST_LEFT]`` holds the left child's statistics of the best split, and
         ``scratch.ibuf[_BEST_BINS]`` the codes a categorical split sends left.
+
+    A categorical feature's categories with fewer than ``rules.min_samples_category`` rows in
+    the node are pooled with its missing values before the categories are ordered: they go to
+    the missing values' side, and their codes join the left set when that side is left.
 
     Returns
     -------
@@ -207,6 +234,11 @@ def find_split(rows, start, stop, node_impurity, tables, rules, scratch):
             codes, f, sample_indices, start, stop, y, w, criterion, hist, ibuf[_TOUCHED]
         )
         n_touched = compact(hist, ibuf[_TOUCHED], n_touched, n_bins[f], bins, stats, vec[_MISSING])
+        n_rare = 0
+        if is_categorical[f] and rules.min_samples_category > 1.0:
+            n_touched, n_rare = _pool_rare_categories(
+                stats, bins, n_touched, rules.min_samples_category, vec[_MISSING], ibuf[_RARE]
+            )
         if n_touched + (vec[_MISSING, 0] > 0.0) < 2:
             continue  # constant in this node
         n_nonconstant += 1
@@ -267,7 +299,12 @@ def find_split(rows, start, stop, node_impurity, tables, rules, scratch):
                         bin_threshold = middle_edge(
                             bins[position], bins[position + 1], bin_values[f], edges[f]
                         )
-                best = (score, f, bin_threshold, missing_left, is_categorical[f], position + 1)
+                n_left_bins = position + 1
+                if is_categorical[f] and missing_left:  # the pooled rare categories too
+                    for j in range(n_rare):
+                        ibuf[_BEST_BINS, n_left_bins + j] = ibuf[_RARE, j]
+                    n_left_bins += n_rare
+                best = (score, f, bin_threshold, missing_left, is_categorical[f], n_left_bins)
     return best
 
 
@@ -679,6 +716,7 @@ def grow(codes, y, w, sample_indices, bin_arrays, params, n_classes, seed, candi
         int(params.min_samples_leaf),
         float(params.min_weight_fraction_leaf * w.sum()),
         float(params.min_impurity_decrease),
+        float(params.min_samples_category),
     )
     n_channels = rules.n_classes + 1 if rules.criterion != SQUARED_ERROR else 4
     n_rows = len(sample_indices)

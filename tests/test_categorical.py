@@ -1,0 +1,123 @@
+"""Categorical splits: rare categories of a node are pooled with its missing values
+(``min_samples_category``), checked against an exhaustive search over the partitions of the
+categories, and an identifier-like column does not take over a forest."""
+
+import itertools
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from dasktrees import DecisionTreeClassifier, RandomForestClassifier, load
+
+
+def gini(counts):
+    total = counts.sum()
+    return 1.0 - ((counts / total) ** 2).sum() if total else 0.0
+
+
+def best_partition(codes, y, min_rows):
+    """The best Gini split of one categorical column (codes, -1 missing) for binary y, by
+    trying every partition: categories with fewer than ``min_rows`` rows travel with the
+    missing rows as one block. Returns (impurity decrease in weight units, left codes set)."""
+    levels, sizes = np.unique(codes[codes >= 0], return_counts=True)
+    kept = [c for c, n in zip(levels, sizes) if n >= min_rows]
+    pooled = np.isin(codes, [c for c in levels if c not in kept]) | (codes < 0)
+    total = np.bincount(y, minlength=2)
+    best = (-np.inf, None)
+    for k in range(len(kept) + 1):
+        for subset in itertools.combinations(kept, k):
+            for pooled_left in (False, True):
+                left = np.isin(codes, subset) | (pooled & pooled_left)
+                n_left = int(left.sum())
+                if n_left == 0 or n_left == len(y):
+                    continue
+                l_counts = np.bincount(y[left], minlength=2)
+                r_counts = total - l_counts
+                gain = len(y) * gini(total) - n_left * gini(l_counts)
+                gain -= (len(y) - n_left) * gini(r_counts)
+                if gain > best[0] + 1e-9:
+                    chosen = set(subset) | (
+                        {c for c in levels if c not in kept} if pooled_left else set()
+                    )
+                    best = (gain, chosen)
+    return best
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("min_rows", [1, 4, 12])
+def test_a_stump_finds_the_best_partition_with_rare_categories_pooled(seed, min_rows):
+    rng = np.random.default_rng(seed)
+    n_levels = 7
+    sizes = rng.integers(1, 30, n_levels)  # some levels rarer than min_rows
+    codes = np.repeat(np.arange(n_levels), sizes)
+    codes[rng.random(len(codes)) < 0.1] = -1  # missing values
+    p = rng.random(n_levels)
+    y = (rng.random(len(codes)) < np.where(codes >= 0, p[codes], 0.5)).astype(np.int64)
+    column = pd.Categorical.from_codes(codes, categories=[f"l{c}" for c in range(n_levels)])
+    X = pd.DataFrame({"c": column})
+    tree = DecisionTreeClassifier(max_depth=1, min_samples_category=min_rows).fit(X, y)
+    gain, left = best_partition(codes, y, min_rows)
+    t = tree.tree_
+    assert t.node_count == 3
+    achieved = t.weighted_n_node_samples[0] * t.impurity[0] - sum(
+        t.weighted_n_node_samples[k] * t.impurity[k] for k in (1, 2)
+    )
+    assert achieved == pytest.approx(gain, rel=1e-9, abs=1e-9)
+    # Rare categories and missing values share a side; unseen categories follow it too.
+    sizes_seen = np.bincount(codes[codes >= 0], minlength=n_levels)
+    rare = [f"l{c}" for c in range(n_levels) if 0 < sizes_seen[c] < min_rows]
+    leaf_of = dict(
+        zip(
+            ["missing", *column.categories],
+            tree.apply(
+                pd.DataFrame(
+                    {"c": pd.Categorical([None, *column.categories], categories=column.categories)}
+                )
+            ),
+        )
+    )
+    assert all(leaf_of[level] == leaf_of["missing"] for level in rare)
+    unseen = pd.DataFrame({"c": pd.Categorical(["never seen"])})
+    assert tree.apply(unseen)[0] == leaf_of["missing"]
+    # The split sends the optimal set left, or its complement (the same partition).
+    went_left = {c for c in range(n_levels) if sizes_seen[c] and leaf_of[f"l{c}"] == 1}
+    seen = {c for c in range(n_levels) if sizes_seen[c]}
+    assert went_left == left & seen or went_left == seen - left
+
+
+def test_an_identifier_column_does_not_take_over_a_forest():
+    # One informative numeric column and an identifier: a category per training row (fewer
+    # than 255, so each keeps a code of its own). Split category by category, the identifier
+    # separates the classes of any node perfectly on the training rows; pooled, every one of
+    # its categories is rare in every node, and it is never split on.
+    rng = np.random.default_rng(0)
+    n = 400
+    x = rng.normal(size=n)
+    y = (x + rng.normal(scale=0.7, size=n) > 0).astype(int)
+    X = pd.DataFrame({"x": x, "id": pd.Categorical([f"row{i}" for i in range(n)])})
+    train, test = slice(0, 200), slice(200, n)
+    params = {"n_estimators": 60, "random_state": 0}
+    default = RandomForestClassifier(**params).fit(X.iloc[train], y[train])
+    unpooled = RandomForestClassifier(min_samples_category=1, **params)
+    unpooled.fit(X.iloc[train], y[train])
+    x_only = RandomForestClassifier(**params).fit(X[["x"]].iloc[train], y[train])
+    assert dict(zip(X.columns, default.feature_importances_))["id"] == 0.0
+    assert dict(zip(X.columns, unpooled.feature_importances_))["id"] > 0.3
+    # The test rows' identifiers are unseen; the forest predicts as one without the column.
+    np.testing.assert_array_equal(
+        default.predict(X.iloc[test]), x_only.predict(X[["x"]].iloc[test])
+    )
+
+
+def test_min_samples_category_travels_with_the_model_file(tmp_path):
+    rng = np.random.default_rng(1)
+    X = pd.DataFrame(
+        {"c": pd.Categorical(rng.choice(list("abcdef"), 300)), "x": rng.normal(size=300)}
+    )
+    y = (X["c"].isin(["a", "b"]) ^ (X["x"] > 1)).astype(int)
+    model = DecisionTreeClassifier(min_samples_category=9, random_state=0).fit(X, y)
+    model.save(tmp_path / "model")
+    loaded = load(tmp_path / "model")
+    assert loaded.get_params()["min_samples_category"] == 9
+    np.testing.assert_array_equal(loaded.predict_proba(X), model.predict_proba(X))
