@@ -311,29 +311,16 @@ def onehot_columns(X):
 
 
 def lightgbm_forest(classification, n_features):
-    """LightGBM's random forest, grown like the others where it allows: bootstrap-sized bags
-    (63.2 % of the rows without replacement), one row per leaf, at most 4,096 leaves (it keeps a
-    histogram per leaf), sqrt(p) features per split for classification; its own categorical
-    splits on the pandas categories, with its defaults (``max_cat_to_onehot``, ``cat_smooth``,
+    """LightGBM's random forest as ``bench_forest`` grows it (``lightgbm_rf_params``), sqrt(p)
+    features per split for classification, all for regression; its own categorical splits on
+    the pandas categories, with its defaults (``max_cat_to_onehot``, ``cat_smooth``,
     ``min_data_per_group``)."""
     import lightgbm
+    from bench_forest import lightgbm_rf_params
 
     cls = lightgbm.LGBMClassifier if classification else lightgbm.LGBMRegressor
     share = float(np.sqrt(n_features)) / n_features if classification else 1.0
-    return cls(
-        boosting_type="rf",
-        n_estimators=N_TREES,
-        num_leaves=4096,
-        max_depth=-1,
-        min_child_samples=1,
-        min_child_weight=0.0,
-        bagging_fraction=0.632,
-        bagging_freq=1,
-        feature_fraction_bynode=share,
-        n_jobs=2,
-        random_state=0,
-        verbose=-1,
-    )
+    return cls(**lightgbm_rf_params(N_TREES, share))
 
 
 def model_and_data(variant, classification, X):

@@ -91,6 +91,28 @@ def fit_predict(name, model, X_train, y_train, X_test, y_test, repeat=1):
     return row
 
 
+def lightgbm_rf_params(n_trees, share):
+    """LightGBM's random forest grown like dasktrees' where it allows: bootstrap-sized bags (63.2 %
+    of the rows, without replacement), one row per leaf, ``share`` of the features per split.
+    LightGBM allocates a histogram per leaf: at full depth (131,072 leaves) it runs out of 24 GiB,
+    so it is capped at 4,096 leaves, with a 4 GB histogram pool."""
+    return dict(
+        boosting_type="rf",
+        n_estimators=n_trees,
+        num_leaves=4096,
+        max_depth=-1,
+        histogram_pool_size=4096,
+        min_child_samples=1,
+        min_child_weight=0.0,
+        bagging_fraction=0.632,
+        bagging_freq=1,
+        feature_fraction_bynode=share,
+        n_jobs=2,
+        random_state=0,
+        verbose=-1,
+    )
+
+
 def competitors(n_trees, n_features, categorical=None):
     import lightgbm
     import xgboost
@@ -99,23 +121,7 @@ def competitors(n_trees, n_features, categorical=None):
     share = float(np.sqrt(n_features)) / n_features
     return {
         "scikit-learn": RandomForestClassifier(n_estimators=n_trees, n_jobs=2, random_state=0),
-        # LightGBM allocates a histogram per leaf: at full depth (131,072 leaves) it runs out of
-        # 24 GiB, so it is capped at 4,096 leaves, with a 4 GB histogram pool.
-        "LightGBM rf": lightgbm.LGBMClassifier(
-            boosting_type="rf",
-            n_estimators=n_trees,
-            num_leaves=4096,
-            max_depth=-1,
-            histogram_pool_size=4096,
-            min_child_samples=1,
-            min_child_weight=0.0,
-            bagging_fraction=0.632,
-            bagging_freq=1,
-            feature_fraction_bynode=share,
-            n_jobs=2,
-            random_state=0,
-            verbose=-1,
-        ),
+        "LightGBM rf": lightgbm.LGBMClassifier(**lightgbm_rf_params(n_trees, share)),
         "XGBoost XGBRF": xgboost.XGBRFClassifier(
             n_estimators=n_trees,
             max_depth=0,
