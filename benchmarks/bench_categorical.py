@@ -335,12 +335,8 @@ def model_and_data(variant, classification, X):
     import dasktrees
 
     cls = dasktrees.RandomForestClassifier if classification else dasktrees.RandomForestRegressor
-    data = {
-        "native": X,
-        "codes": as_codes(X),
-        "onehot": as_onehot(X) if variant == "onehot" else None,
-    }
-    return cls(n_estimators=N_TREES, random_state=0), data[variant]
+    prepare = {"native": lambda table: table, "codes": as_codes, "onehot": as_onehot}[variant]
+    return cls(n_estimators=N_TREES, random_state=0), prepare(X)
 
 
 def cross_validate(variant, spec):
@@ -351,8 +347,9 @@ def cross_validate(variant, spec):
 
     X, y = load_table(spec)
     classification = spec["task"] == "classification"
-    if variant == "onehot" and onehot_columns(X) > MAX_ONEHOT_COLUMNS:
-        return {"skipped": f"{onehot_columns(X)} one-hot columns"}
+    n_columns = onehot_columns(X)
+    if variant == "onehot" and n_columns > MAX_ONEHOT_COLUMNS:
+        return {"skipped": f"{n_columns} one-hot columns"}
     model, data = model_and_data(variant, classification, X)
     folds = (StratifiedKFold if classification else KFold)(N_FOLDS, shuffle=True, random_state=0)
     errors, fit_s = [], 0.0
