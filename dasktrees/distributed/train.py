@@ -30,6 +30,7 @@ import numpy as np
 
 from .._params import GrowthParams
 from ..binning import BinArrays
+from ..criteria import SQUARED_ERROR
 from ..predictor import PackedForest
 from ..tree import wire
 from ..tree.grower import Workspace, grow_tree_state
@@ -209,12 +210,18 @@ def choose_mode(mode: str, data: TrainingData, lam: float, worker_memory: float)
     return "replicated"
 
 
+# Whether this process has compiled its kernels of a fit (``_compile_client_kernels``), by
+# task: classification trees decode through one more kernel (their impurities).
+_client_kernels_ready = set()
+
+
 def _compile_client_kernels(data: TrainingData, spec: ForestSpec) -> None:
     """Decode and pack a stump of the forest's shape (``wire.stump``): the client's kernels of
     a fit (decoding the shipped trees, packing the forest) compile, or load from numba's cache,
     for the signatures the forest's trees need."""
     state = wire.stump(spec.bins.thresholds, spec.n_classes, spec.params.criterion)
     PackedForest([wire.decode(state, spec.bins.thresholds)], data.bin_mapper)
+    _client_kernels_ready.add(spec.params.criterion != SQUARED_ERROR)
 
 
 def grow_forest(
@@ -240,7 +247,7 @@ def grow_forest(
     batches = tree_batches(tree_ids, trees_per_task, len(workers))
     token = uuid.uuid4().hex[:8]
     ship = not is_in_process(client)  # pickled only to cross a process boundary
-    if ship:
+    if ship and (spec.params.criterion != SQUARED_ERROR) not in _client_kernels_ready:
         # On a cold cache the workers compile their kernels for seconds while the client
         # waits: it compiles its own meanwhile, off the fit's critical path. (Its thread and
         # the fit's take numba's compiler lock in turn: a kernel compiles once.)
