@@ -97,18 +97,43 @@ def bin_numeric(values, padded_edges, out):
 def category_bins(categories, counts, max_bins):
     """Bin of each known category.
 
-    Categories keep their order and get bins 0, 1, ...; when there are more than ``max_bins``
-    the ``max_bins - 1`` most frequent keep a bin of their own and the rest share the last bin,
-    ``max_bins - 1``, an "other" category.
+    Categories keep their order and get bins 0, 1, ...; when there are more than ``max_bins``,
+    runs of neighbouring categories share a bin, as quantile bins share neighbouring values: the
+    categories, in their order, are cut into at most ``max_bins`` runs that hold as few rows as
+    possible each (the largest run as small as it can be), so a category with more than a bin's
+    share of the rows keeps a bin of its own. Neighbours in the natural order of a many-level
+    column are often related (tail numbers of one fleet, zip codes of one region, identifiers
+    given out in ranges), which one "other" bin of all the rarer categories would lose
+    (docs/benchmarks.md, "Categorical features").
     """
     n = len(categories)
     if n <= max_bins:
         return np.arange(n, dtype=np.int32)
-    by_frequency = np.argsort(-np.asarray(counts), kind="stable")
-    kept = np.sort(by_frequency[: max_bins - 1])
-    bins = np.full(n, max_bins - 1, dtype=np.int32)
-    bins[kept] = np.arange(max_bins - 1, dtype=np.int32)
-    return bins
+    counts = np.asarray(counts, dtype=np.int64)
+    # The smallest ``cap`` for which runs of at most ``cap`` rows (or one heavier category),
+    # filled in order, number at most max_bins; their number falls as the cap grows.
+    low, high = 1, int(counts.sum())
+    while low < high:
+        cap = (low + high) // 2
+        if _runs(counts, cap)[-1] < max_bins:
+            high = cap
+        else:
+            low = cap + 1
+    return _runs(counts, low)
+
+
+def _runs(counts, cap):
+    """Run of each category when the categories, in order, are put in runs of at most ``cap``
+    rows: a category starts a new run when its rows would overflow the current one, and a
+    category of more than ``cap`` rows has a run of its own."""
+    runs = np.empty(len(counts), dtype=np.int32)
+    run, rows = 0, 0
+    for i, count in enumerate(counts.tolist()):
+        if rows > 0 and rows + count > cap:
+            run, rows = run + 1, 0
+        rows += count
+        runs[i] = run
+    return runs
 
 
 def category_counts(values):
@@ -155,7 +180,7 @@ class BinMapper:
     Numeric features get quantile bins (see ``numeric_bin_edges``) computed on at most
     ``subsample`` rows, chosen by a hash of (random_state, global row id) so that the edges do
     not depend on how the data is partitioned. Categorical features get one code per category,
-    rare ones merged into an "other" code beyond the bin budget (see ``category_bins``). NaN, and
+    runs of neighbouring ones sharing a code beyond the bin budget (see ``category_bins``). NaN, and
     at transform time categories never seen in ``fit``, get the missing code ``MISSING_BIN``.
 
     Parameters

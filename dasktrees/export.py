@@ -2,10 +2,11 @@
 
 Everything here reads ``Tree``'s arrays and the bin mapper's categories, never the kernels: a
 categorical split's bitset holds bin codes, turned back into category names through
-``BinMapper.categories_`` / ``category_bins_`` (an "other" bin shared by rare categories stands
-for all of them). Missing values (NaN, and categories not seen in ``fit``) are written on the
-side they go, so that rules stay exact on any input: ``Rule.matches`` evaluates a rule's own
-conditions on raw X and routes every row as the tree does.
+``BinMapper.categories_`` / ``category_bins_`` (a bin shared by a run of neighbouring
+categories, beyond ``max_bins``, stands for all of them). Missing values (NaN, and categories not
+seen in ``fit``) are written on the side they go, so that rules stay exact on any input:
+``Rule.matches`` evaluates a rule's own conditions on raw X and routes every row as the tree
+does.
 """
 
 import dataclasses
@@ -495,7 +496,7 @@ def _split_conditions(source, node):
         )
     known = tuple(source.mapper.categories_[f])
     goes_left = _bits(tree.categorical_bitsets[tree.bitset_idx[node]])
-    # A category goes where its bin goes: all the categories of a shared "other" bin together.
+    # A category goes where its bin goes: all the categories of a shared bin together.
     bins = source.mapper.category_bins_[f]
     left = tuple(c for c, b in zip(known, bins) if goes_left[b])
     right = tuple(c for c, b in zip(known, bins) if not goes_left[b])

@@ -1,5 +1,7 @@
 """BinMapper: exact and quantile edges, categories, missing values, partition independence."""
 
+import itertools
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -8,7 +10,7 @@ from hypothesis import strategies as st
 
 from dasktrees import BinMapper
 from dasktrees._dtypes import MISSING_BIN
-from dasktrees.binning import bin_numeric, numeric_bin_edges, sample_mask
+from dasktrees.binning import bin_numeric, category_bins, numeric_bin_edges, sample_mask
 
 
 def test_few_distinct_values_get_one_bin_each_with_midpoint_edges():
@@ -116,13 +118,42 @@ def test_unseen_categories_are_missing_at_transform():
     assert encoded[0] == 1 and np.isnan(encoded[1])
 
 
-def test_rare_categories_share_the_other_bin():
+def test_many_categories_share_bins_in_runs_of_neighbours():
     values = ["common"] * 50 + ["second"] * 20 + [f"rare{i}" for i in range(10)]
     mapper = BinMapper(max_bins=3).fit(pd.DataFrame({"c": values}))
     codes = mapper.transform(pd.DataFrame({"c": values}))[:, 0]
-    assert len(set(codes[:50])) == 1 and len(set(codes[50:70])) == 1
-    assert set(codes[70:]) == {2}, "the rare categories share the last bin"
-    assert codes[0] != codes[50] and 2 not in (codes[0], codes[50])
+    # Sorted: common, rare0, ..., rare9, second. The two frequent categories keep a bin of their
+    # own; the ten rare neighbours between them share one.
+    assert mapper.categories_[0].tolist() == ["common"] + [f"rare{i}" for i in range(10)] + [
+        "second"
+    ]
+    assert mapper.category_bins_[0].tolist() == [0] + [1] * 10 + [2]
+    assert set(codes[70:]) == {1} and set(codes[:50]) == {0} and set(codes[50:70]) == {2}
+
+
+def _heaviest_shared_run(counts, bins):
+    """Rows of the heaviest run of two or more categories (a single category may be heavier)."""
+    shared = [b for b in set(bins) if (bins == b).sum() > 1]
+    return max((counts[bins == b].sum() for b in shared), default=0)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_category_runs_are_the_most_even_cut(seed):
+    """Against every way of cutting the categories, in order, into at most max_bins runs: the
+    runs are contiguous, at most max_bins, and their heaviest shared run is as light as any cut
+    allows."""
+    rng = np.random.default_rng(seed)
+    n, max_bins = int(rng.integers(4, 9)), int(rng.integers(2, 4))
+    counts = rng.integers(1, 30, n) * np.where(rng.random(n) < 0.2, 10, 1)
+    bins = category_bins(np.arange(n), counts, max_bins)
+    assert bins[0] == 0 and np.all(np.diff(bins) >= 0) and np.all(np.diff(bins) <= 1)
+    assert bins.max() < max_bins
+    best = min(
+        _heaviest_shared_run(counts, np.searchsorted(cuts, np.arange(n), side="right"))
+        for k in range(max_bins)
+        for cuts in itertools.combinations(range(1, n), k)
+    )
+    assert _heaviest_shared_run(counts, bins) == best
 
 
 def test_declared_categorical_numpy_column():

@@ -45,7 +45,7 @@ def numeric_table(seed, n=300):
 
 
 def categorical_table(seed, n=400):
-    """A category column whose two rare levels share an "other" bin under max_bins=3, and a
+    """A category column whose two rare levels share a bin under max_bins=3, and a
     numeric column; the target depends on both."""
     rng = np.random.default_rng(seed)
     levels = ["a", "b", "c", "d"]
@@ -107,13 +107,13 @@ def test_conditions_on_one_feature_merge_into_an_interval():
     assert middle.prediction == 1.0 and middle.support == 45
 
 
-def test_categorical_rules_with_an_other_bin():
+def test_categorical_rules_with_a_shared_bin():
     X, y = categorical_table(4)
     tree = DecisionTreeClassifier(max_bins=3, random_state=0).fit(X, y)
     mapper = tree.bin_mapper_
     bins = dict(zip(mapper.categories_[0], mapper.category_bins_[0]))
     other = {c for c, b in bins.items() if b == 2}
-    assert other == {"c", "d"}  # the two rarest share the last bin
+    assert other == {"c", "d"}  # the two rarest neighbours share the last bin
     rules = assert_rules_reproduce(tree, X)
     # A bin goes one way: its categories are all allowed or all excluded by every condition.
     color = [c for rule in rules for c in rule.constraints if c.feature == 0]
