@@ -10,6 +10,7 @@ everything to ``benchmarks/results/categorical.json``:
 
     python benchmarks/bench_categorical.py
     python benchmarks/bench_categorical.py --tables mpg oj --variants native codes
+    python benchmarks/bench_categorical.py --variants native --params min_samples_category=3
 
 Variants (``VARIANTS``): ``native`` (dasktrees, categoricals as pandas categories), ``codes``
 (dasktrees, each categorical replaced by its integer category code, in the categories' sorted
@@ -22,6 +23,7 @@ Every estimator is fitted in its own process without a Dask client (a thread poo
 """
 
 import argparse
+import ast
 import json
 import os
 import subprocess
@@ -323,8 +325,9 @@ def lightgbm_forest(classification, n_features):
     return cls(**lightgbm_rf_params(N_TREES, share))
 
 
-def model_and_data(variant, classification, X):
-    """The estimator of a variant and the table as it gets it."""
+def model_and_data(variant, classification, X, params=None):
+    """The estimator of a variant and the table as it gets it; ``params`` go to dasktrees'
+    estimators (the native, codes and one-hot variants)."""
     if variant == "sklearn":
         from sklearn.ensemble import RandomForestClassifier, RandomForestRegressor
 
@@ -336,10 +339,10 @@ def model_and_data(variant, classification, X):
 
     cls = dasktrees.RandomForestClassifier if classification else dasktrees.RandomForestRegressor
     prepare = {"native": lambda table: table, "codes": as_codes, "onehot": as_onehot}[variant]
-    return cls(n_estimators=N_TREES, random_state=0), prepare(X)
+    return cls(n_estimators=N_TREES, random_state=0, **(params or {})), prepare(X)
 
 
-def cross_validate(variant, spec):
+def cross_validate(variant, spec, params=None):
     """One variant on one table: the error of each fold and the fit seconds."""
     from sklearn.base import clone
     from sklearn.metrics import mean_squared_error
@@ -350,7 +353,7 @@ def cross_validate(variant, spec):
     n_columns = onehot_columns(X)
     if variant == "onehot" and n_columns > MAX_ONEHOT_COLUMNS:
         return {"skipped": f"{n_columns} one-hot columns"}
-    model, data = model_and_data(variant, classification, X)
+    model, data = model_and_data(variant, classification, X, params)
     folds = (StratifiedKFold if classification else KFold)(N_FOLDS, shuffle=True, random_state=0)
     errors, fit_s = [], 0.0
     for train, test in folds.split(data, y):
@@ -366,15 +369,29 @@ def cross_validate(variant, spec):
     return {"errors": errors, "error": float(np.mean(errors)), "fit_s": round(fit_s, 2)}
 
 
-def run_variant(variant, names):
+def run_variant(variant, names, params):
     """In a process of its own: every table for one variant, a JSON line each."""
     for spec in PANEL:
         if spec["name"] in names:
             try:
-                row = cross_validate(variant, spec)
+                row = cross_validate(variant, spec, params)
             except Exception as error:  # noqa: BLE001 - recorded in the table
                 row = {"failed": f"{type(error).__name__}: {error}"}
             print(json.dumps({"variant": variant, "table": spec["name"], **row}), flush=True)
+
+
+def parse_params(pairs):
+    """``["name=value", ...]`` as a dict, each value a Python literal (else the text itself)."""
+    params = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not name:
+            sys.exit(f"--params: expected NAME=VALUE, got {pair!r}")
+        try:
+            params[name] = ast.literal_eval(value)
+        except (ValueError, SyntaxError):
+            params[name] = value
+    return params
 
 
 def table(rows, names, variants):
@@ -414,15 +431,25 @@ def main():
     parser.add_argument("--tables", nargs="*", default=[spec["name"] for spec in PANEL])
     parser.add_argument("--variants", nargs="*", default=VARIANTS, choices=VARIANTS)
     parser.add_argument("--json", default=str(RESULTS / "categorical.json"))
+    parser.add_argument(
+        "--params",
+        nargs="*",
+        default=[],
+        metavar="NAME=VALUE",
+        help="parameters of dasktrees' estimators (a Python literal each), e.g. "
+        "min_samples_category=3",
+    )
     parser.add_argument("--variant-process", help=argparse.SUPPRESS)  # a child's one variant
     args = parser.parse_args()
     if args.variant_process:
-        run_variant(args.variant_process, set(args.tables))
+        run_variant(args.variant_process, set(args.tables), parse_params(args.params))
         return
+    parse_params(args.params)  # refused here, before any variant runs
     rows = []
     for variant in args.variants:
         child = subprocess.run(
-            [sys.executable, __file__, "--variant-process", variant, "--tables", *args.tables],
+            [sys.executable, __file__, "--variant-process", variant, "--tables", *args.tables]
+            + ["--params", *args.params],
             capture_output=True,
             text=True,
             env=dict(os.environ, PYTHONWARNINGS="ignore"),
@@ -436,7 +463,9 @@ def main():
     print(table(rows, args.tables, args.variants))
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     Path(args.json).write_text(
-        json.dumps({"n_trees": N_TREES, "folds": N_FOLDS, "rows": rows}, indent=1)
+        json.dumps(
+            {"n_trees": N_TREES, "folds": N_FOLDS, "params": args.params, "rows": rows}, indent=1
+        )
     )
 
 
