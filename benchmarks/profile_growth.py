@@ -62,7 +62,7 @@ def replay_bundles(codes, y, w, rows, arrays, max_features):
     return (
         NodeRows(codes, y, w, rows),
         BinTables(arrays.n_bins, arrays.is_categorical, arrays.bin_values, arrays.thresholds),
-        Rules(GINI, 2, False, int(max_features), 0, 0, 1, 0.0, 0.0, 1.0),
+        Rules(GINI, 2, False, int(max_features), 0, 0, 1, 0.0, 0.0, 1.0, False),
         Scratch(
             new_state(1),
             np.arange(n_features, dtype=np.int64),
@@ -75,6 +75,7 @@ def replay_bundles(codes, y, w, rows, arrays, max_features):
             np.empty(len(rows), np.int64),
             np.empty(len(rows)),
             np.empty(len(rows)),
+            np.zeros((1, 1, 1)),
         ),
     )
 

@@ -39,6 +39,7 @@ class GrowthParams:
     min_impurity_decrease: float
     ccp_alpha: float  # 0: no pruning after growth
     min_samples_category: int  # rarer categories of a node are pooled with its missing values
+    tree_order: bool  # categories ordered once per tree (categorical_order="tree"), else per node
 
 
 def _is_int(value: Any) -> bool:
@@ -132,6 +133,7 @@ PARAMETERS: dict[str, Rule] = {
     "ccp_alpha": _real(0.0, finite=True),
     "max_bins": _integer(2, MAX_BINS),
     "min_samples_category": _integer(1),
+    "categorical_order": _options("node", "tree"),
     # forests
     "n_estimators": _integer(1),
     "max_features_tree": _FEATURES,
@@ -218,6 +220,7 @@ _TREE_PARAMETERS = (
     "min_samples_split",
     "max_features",
     "min_samples_category",
+    "categorical_order",
 )
 
 
@@ -229,7 +232,7 @@ def check_tree_params(est, n_samples: int, n_features: int, is_classifier: bool)
     est : estimator
         Has the attributes criterion, splitter, max_features, max_depth, min_samples_split,
         min_samples_leaf, min_weight_fraction_leaf, max_leaf_nodes, min_impurity_decrease,
-        ccp_alpha, max_bins, min_samples_category.
+        ccp_alpha, max_bins, min_samples_category, categorical_order.
     n_samples, n_features : int
     is_classifier : bool
 
@@ -255,6 +258,7 @@ def check_tree_params(est, n_samples: int, n_features: int, is_classifier: bool)
         min_impurity_decrease=float(est.min_impurity_decrease),
         ccp_alpha=float(est.ccp_alpha),
         min_samples_category=int(est.min_samples_category),
+        tree_order=est.categorical_order == "tree",
     )
 
 

@@ -48,6 +48,7 @@ _TREE_PARAMS = (
     "max_bins",
     "categorical_features",
     "min_samples_category",
+    "categorical_order",
 )
 
 
@@ -414,6 +415,9 @@ _FOREST_DOC = """
         Categories with fewer rows than this in a node (distinct rows: a row the bootstrap draws
         twice counts once) are pooled with the node's missing values, as for the single trees,
         whose default is 1 (docs/trees.md: measured on twelve real tables).
+    categorical_order : {"node", "tree"}, default="tree"
+        Categories ordered once per tree by its in-bag rows ("tree"), or by each node's rows
+        ("node", the single trees' default); as for the single trees.
     ccp_alpha : float >= 0, default=0.0
         Minimal cost-complexity pruning of each tree, in the task that grows it, on its own
         (bootstrap-weighted) rows: as for the single trees.
@@ -543,6 +547,7 @@ def _forest_init(
     max_bins,
     categorical_features,
     min_samples_category,
+    categorical_order,
     client,
     trees_per_task,
     n_blocks,
@@ -567,6 +572,7 @@ def _forest_init(
     self.max_bins = max_bins
     self.categorical_features = categorical_features
     self.min_samples_category = min_samples_category
+    self.categorical_order = categorical_order
     self.client = client
     self.trees_per_task = trees_per_task
     self.n_blocks = n_blocks
@@ -611,6 +617,7 @@ class RandomForestClassifier(_ForestClassifierMixin, BaseForest):
         max_bins=255,
         categorical_features=None,
         min_samples_category=5,
+        categorical_order="tree",
         client=None,
         trees_per_task=None,
         n_blocks=None,
@@ -637,6 +644,7 @@ class RandomForestClassifier(_ForestClassifierMixin, BaseForest):
             max_bins,
             categorical_features,
             min_samples_category,
+            categorical_order,
             client,
             trees_per_task,
             n_blocks,
@@ -677,6 +685,7 @@ class ExtraTreesClassifier(RandomForestClassifier):
         max_bins=255,
         categorical_features=None,
         min_samples_category=5,
+        categorical_order="tree",
         client=None,
         trees_per_task=None,
         n_blocks=None,
@@ -704,6 +713,7 @@ class ExtraTreesClassifier(RandomForestClassifier):
             max_bins=max_bins,
             categorical_features=categorical_features,
             min_samples_category=min_samples_category,
+            categorical_order=categorical_order,
             client=client,
             trees_per_task=trees_per_task,
             n_blocks=n_blocks,
@@ -748,6 +758,7 @@ class RandomForestRegressor(_ForestRegressorMixin, BaseForest):
         max_bins=255,
         categorical_features=None,
         min_samples_category=5,
+        categorical_order="tree",
         client=None,
         trees_per_task=None,
         n_blocks=None,
@@ -774,6 +785,7 @@ class RandomForestRegressor(_ForestRegressorMixin, BaseForest):
             max_bins,
             categorical_features,
             min_samples_category,
+            categorical_order,
             client,
             trees_per_task,
             n_blocks,
@@ -809,6 +821,7 @@ class ExtraTreesRegressor(RandomForestRegressor):
         max_bins=255,
         categorical_features=None,
         min_samples_category=5,
+        categorical_order="tree",
         client=None,
         trees_per_task=None,
         n_blocks=None,
@@ -835,6 +848,7 @@ class ExtraTreesRegressor(RandomForestRegressor):
             max_bins=max_bins,
             categorical_features=categorical_features,
             min_samples_category=min_samples_category,
+            categorical_order=categorical_order,
             client=client,
             trees_per_task=trees_per_task,
             n_blocks=n_blocks,

@@ -1,6 +1,7 @@
 """Categorical splits: rare categories of a node are pooled with its missing values
 (``min_samples_category``), checked against an exhaustive search over the partitions of the
-categories, and an identifier-like column does not take over a forest."""
+categories; an identifier-like column does not take over a forest; with
+``categorical_order="tree"`` every split cuts one order of the categories fixed for the tree."""
 
 import itertools
 
@@ -8,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dasktrees import DecisionTreeClassifier, RandomForestClassifier, load
+from dasktrees import DecisionTreeClassifier, DecisionTreeRegressor, RandomForestClassifier, load
 
 
 def gini(counts):
@@ -110,14 +111,74 @@ def test_an_identifier_column_does_not_take_over_a_forest():
     )
 
 
-def test_min_samples_category_travels_with_the_model_file(tmp_path):
+def tree_order_table(task, seed=3, n=1500, n_levels=12):
+    """A categorical column of ``n_levels`` levels and a numeric one, both in the target."""
+    rng = np.random.default_rng(seed)
+    codes = rng.integers(0, n_levels, n)
+    x = rng.normal(size=n)
+    signal = rng.normal(size=n_levels)[codes] + x
+    if task == "regression":
+        y = signal + rng.normal(size=n)
+    elif task == "binary":
+        y = (signal + rng.logistic(size=n) > 0).astype(np.int64)
+    else:
+        y = np.digitize(signal + rng.normal(size=n), [-0.7, 0.7])
+    column = pd.Categorical.from_codes(codes, categories=[f"l{c}" for c in range(n_levels)])
+    return pd.DataFrame({"c": column, "x": x}), y, codes
+
+
+def cuts_off_the_tree_order(tree, X, y, codes, task):
+    """For each split on the categorical column: whether the categories it sends left are the
+    first (or last) ones of the node's categories in an order of the whole training set (mean
+    target; for classes, the proportion of one class)."""
+    if task == "regression":
+        keys = [np.bincount(codes, weights=y) / np.bincount(codes)]
+    else:
+        keys = [np.bincount(codes, weights=y == k) / np.bincount(codes) for k in np.unique(y)]
+    t = tree.tree_
+    path = tree.decision_path(X).tocsc()
+    verdicts = []
+    for node in np.flatnonzero((t.children_left >= 0) & (t.feature == 0)):
+        rows = path[:, node].nonzero()[0]
+        went_left = path[:, t.children_left[node]].nonzero()[0]
+        present, left = np.unique(codes[rows]), set(codes[went_left].tolist())
+        orders = [present[np.argsort(key[present], kind="stable")].tolist() for key in keys]
+        verdicts.append(
+            any(
+                set(order[: len(left)]) == left or set(order[len(order) - len(left) :]) == left
+                for order in orders
+            )
+        )
+    return verdicts
+
+
+@pytest.mark.parametrize("task", ["binary", "regression", "multiclass"])
+def test_categorical_order_tree_cuts_one_order_for_the_whole_tree(task):
+    X, y, codes = tree_order_table(task)
+    cls = DecisionTreeRegressor if task == "regression" else DecisionTreeClassifier
+    # No bootstrap: the tree's rows are the whole table, whose order the oracle computes.
+    tree = cls(categorical_order="tree", max_depth=8, random_state=0).fit(X, y)
+    verdicts = cuts_off_the_tree_order(tree, X, y, codes, task)
+    assert len(verdicts) >= 3 and all(verdicts)
+    # Ordered afresh in every node, deeper splits cut other orders: the check can fail.
+    per_node = cls(categorical_order="node", max_depth=8, random_state=0).fit(X, y)
+    assert not all(cuts_off_the_tree_order(per_node, X, y, codes, task))
+    # At the root both orders are the same: the same first split.
+    for attribute in ("feature", "threshold", "bitset_idx"):
+        assert getattr(tree.tree_, attribute)[0] == getattr(per_node.tree_, attribute)[0]
+
+
+def test_categorical_parameters_travel_with_the_model_file(tmp_path):
     rng = np.random.default_rng(1)
     X = pd.DataFrame(
         {"c": pd.Categorical(rng.choice(list("abcdef"), 300)), "x": rng.normal(size=300)}
     )
     y = (X["c"].isin(["a", "b"]) ^ (X["x"] > 1)).astype(int)
-    model = DecisionTreeClassifier(min_samples_category=9, random_state=0).fit(X, y)
+    model = DecisionTreeClassifier(
+        min_samples_category=9, categorical_order="tree", random_state=0
+    ).fit(X, y)
     model.save(tmp_path / "model")
     loaded = load(tmp_path / "model")
     assert loaded.get_params()["min_samples_category"] == 9
+    assert loaded.get_params()["categorical_order"] == "tree"
     np.testing.assert_array_equal(loaded.predict_proba(X), model.predict_proba(X))

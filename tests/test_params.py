@@ -23,6 +23,7 @@ CASES = {
     "ccp_alpha": (float("inf"), 0.01),
     "max_bins": (256, 16),
     "min_samples_category": (0, 3),
+    "categorical_order": ("leaf", "node"),
     "n_estimators": ("ten", 3),
     "max_features_tree": (0, 0.5),
     "bootstrap": ("yes", False),

@@ -43,6 +43,7 @@ from .splitting import (
     random_category_cut,
     random_cut,
     scan_cuts,
+    tree_category_order,
 )
 from .tree import Tree
 
@@ -89,6 +90,7 @@ class Rules(NamedTuple):
     min_weight_leaf: float  # absolute: min_weight_fraction_leaf times the total weight
     min_impurity_decrease: float
     min_samples_category: float  # rarer categories of a node go with its missing values
+    tree_order: bool  # categories ordered by Scratch.tree_keys, not by the node's rows
 
 
 class Scratch(NamedTuple):
@@ -106,6 +108,7 @@ class Scratch(NamedTuple):
     buffer: np.ndarray  # int64 (n_in_bag,): the partition's scratch for row indices
     y_buffer: np.ndarray  # float64 (n_in_bag,): the partition's scratch for targets
     w_buffer: np.ndarray  # float64 (n_in_bag,): the partition's scratch for weights
+    tree_keys: np.ndarray  # float64 (n_orders, n_features, N_BIN_CODES): tree_category_keys
 
 
 class Frontier(NamedTuple):
@@ -255,7 +258,19 @@ def find_split(rows, start, stop, node_impurity, tables, rules, scratch):
                 target_class = (
                     t if n_orders > 1 else (next_below(state, n_classes) if n_classes > 2 else 1)
                 )
-                category_order(stats, n_touched, criterion, target_class, keys, order, ibuf[_MERGE])
+                if rules.tree_order:
+                    tree_category_order(
+                        scratch.tree_keys[target_class if criterion != SQUARED_ERROR else 0, f],
+                        bins,
+                        n_touched,
+                        keys,
+                        order,
+                        ibuf[_MERGE],
+                    )
+                else:
+                    category_order(
+                        stats, n_touched, criterion, target_class, keys, order, ibuf[_MERGE]
+                    )
             else:
                 for j in range(n_touched):
                     order[j] = j
@@ -717,6 +732,7 @@ def grow(codes, y, w, sample_indices, bin_arrays, params, n_classes, seed, candi
         float(params.min_weight_fraction_leaf * w.sum()),
         float(params.min_impurity_decrease),
         float(params.min_samples_category),
+        bool(params.tree_order),
     )
     n_channels = rules.n_classes + 1 if rules.criterion != SQUARED_ERROR else 4
     n_rows = len(sample_indices)
@@ -744,6 +760,7 @@ def grow(codes, y, w, sample_indices, bin_arrays, params, n_classes, seed, candi
         workspace.buffer[:n_rows],
         workspace.y_buffer[:n_rows],
         workspace.w_buffer[:n_rows],
+        tree_category_keys(rows, tables.is_categorical, rules),
     )
     nodes, values = workspace.nodes, workspace.values
     bitsets = np.empty((16, BITSET_WORDS), dtype=BITSET_DTYPE)
@@ -772,6 +789,47 @@ def grow(codes, y, w, sample_indices, bin_arrays, params, n_classes, seed, candi
     for name, value in _LEAF_RECORD.items():
         nodes[name][left_over] = value
     return nodes[: progress.n_nodes], values[: progress.n_nodes], bitsets[: progress.n_bitsets]
+
+
+def tree_category_keys(rows, is_categorical, rules):
+    """The keys that order each categorical feature's categories for a whole tree
+    (``categorical_order="tree"``): over the tree's in-bag rows, weighted, each category's mean
+    target (regression) or proportion of each class (classification, one row of keys per class).
+
+    Returns
+    -------
+    ndarray of float64, shape (n_orders, n_features, N_BIN_CODES)
+        ``[0, f, code]`` (regression) or ``[class, f, code]``; 0 for codes absent from the in-bag
+        rows, which no node of the tree holds. Shape (1, 1, 1) when the split search does not
+        read it (per-node order, or no categorical feature).
+    """
+    categorical = np.flatnonzero(is_categorical).astype(np.int64)
+    if not rules.tree_order or len(categorical) == 0:
+        return np.zeros((1, 1, 1))
+    regression = rules.criterion == SQUARED_ERROR
+    keys = np.zeros((1 if regression else rules.n_classes, len(is_categorical), N_BIN_CODES))
+    _category_means(rows.codes, rows.sample_indices, rows.y, rows.w, categorical, regression, keys)
+    return keys
+
+
+@njit(cache=True)
+def _category_means(codes, sample_indices, y, w, categorical, regression, keys):
+    """Fill ``keys`` (zeros on entry) as ``tree_category_keys`` returns them, in one pass over
+    the rows (a row's codes are contiguous)."""
+    weight = np.zeros((keys.shape[1], keys.shape[2]))
+    for i in range(sample_indices.shape[0]):
+        row = sample_indices[i]
+        target = 0 if regression else int(y[i])
+        value = w[i] * y[i] if regression else w[i]
+        for f in categorical:
+            code = codes[row, f]
+            weight[f, code] += w[i]
+            keys[target, f, code] += value
+    for t in range(keys.shape[0]):
+        for f in categorical:
+            for code in range(keys.shape[2]):
+                if weight[f, code] > 0.0:
+                    keys[t, f, code] /= weight[f, code]
 
 
 # A leaf's split fields in a growth record.

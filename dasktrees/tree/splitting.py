@@ -228,6 +228,20 @@ def category_order(stats, n_bins, criterion, target_class, keys, order, merge_bu
     _merge_argsort(keys, order, n_bins, merge_buffer)
 
 
+@node_kernel
+def tree_category_order(tree_keys, bins, n_bins, keys, order, merge_buffer):
+    """Order a node's categories by keys fixed for the whole tree (``categorical_order="tree"``).
+
+    ``tree_keys[code]`` is the key of the category with bin code ``code``, computed once from the
+    tree's in-bag rows (``grower.tree_category_keys``); ``bins[:n_bins]`` are the codes present in
+    the node. Writes ``order[:n_bins]`` as ``category_order`` does.
+    """
+    for k in range(n_bins):
+        keys[k] = tree_keys[bins[k]]
+        order[k] = k
+    _merge_argsort(keys, order, n_bins, merge_buffer)
+
+
 @njit(cache=True, inline="always")
 def _insertion_argsort(keys, order, lo, hi):
     """Stable insertion sort of ``order[lo:hi]`` by ``keys``."""
