@@ -423,7 +423,27 @@ def table(rows, names, variants):
                     f"{np.exp(np.mean(np.log(ratios))):.3f} over {len(ratios)} tables; "
                     f"worst {max(ratios):.3f}"
                 )
+                worse = [
+                    f"{n} (+{d:.4f}, 2 se {2 * se:.4f})"
+                    for n in names
+                    for d, se in [paired_difference(by, n, other)]
+                    if d > 2 * se
+                ]
+                lines.append(
+                    f"native worse than {other} by more than twice the standard error of the "
+                    f"paired fold differences: {', '.join(worse) or 'none'}"
+                )
     return "\n".join(lines)
+
+
+def paired_difference(by, name, other):
+    """Mean and standard error of native's error minus ``other``'s over the same folds
+    (``(-inf, 0)`` when either is missing)."""
+    a, b = by.get((name, "native"), {}), by.get((name, other), {})
+    if "errors" not in a or "errors" not in b:
+        return -np.inf, 0.0
+    d = np.asarray(a["errors"]) - np.asarray(b["errors"])
+    return float(d.mean()), float(d.std(ddof=1) / np.sqrt(len(d)))
 
 
 def main():
