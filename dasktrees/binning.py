@@ -97,7 +97,8 @@ def bin_numeric(values, padded_edges, out):
 def category_bins(categories, counts, max_bins):
     """Bin of each known category.
 
-    Categories keep their order and get bins 0, 1, ...; when there are more than ``max_bins``,
+    Categories keep their order and get bins 0, 1, ...; when there are more than ``max_bins``
+    (counting those with rows; a category of 0 rows joins the run of the one before it),
     runs of neighbouring categories share a bin, as quantile bins share neighbouring values: the
     categories, in their order, are cut into at most ``max_bins`` runs that hold as few rows as
     possible each (the largest run as small as it can be), so a category with more than a bin's
@@ -122,24 +123,27 @@ def category_bins(categories, counts, max_bins):
     return _runs(counts, low)
 
 
+@njit(cache=True)
 def _runs(counts, cap):
     """Run of each category when the categories, in order, are put in runs of at most ``cap``
     rows: a category starts a new run when its rows would overflow the current one, and a
-    category of more than ``cap`` rows has a run of its own."""
+    category of more than ``cap`` rows has a run of its own (with the categories of 0 rows after
+    it)."""
     runs = np.empty(len(counts), dtype=np.int32)
     run, rows = 0, 0
-    for i, count in enumerate(counts.tolist()):
-        if rows > 0 and rows + count > cap:
+    for i in range(len(counts)):
+        if rows > 0 and counts[i] > 0 and rows + counts[i] > cap:
             run, rows = run + 1, 0
-        rows += count
+        rows += counts[i]
         runs[i] = run
     return runs
 
 
 def category_counts(values):
-    """Counts of the observed categories of a column (a Series indexed by category)."""
-    counts = pd.Series(values).value_counts(dropna=True, sort=False)
-    return counts[counts > 0]
+    """Counts of the categories of a column (a Series indexed by category): the observed ones,
+    and a pandas categorical's declared ones with a count of 0 (``fit_from_pieces`` keeps them
+    where runs of neighbours share bins)."""
+    return pd.Series(values).value_counts(dropna=True, sort=False)
 
 
 def order_categories(counts):
@@ -268,6 +272,12 @@ class BinMapper:
         for categorical in self.is_categorical_:
             if categorical:
                 known, category_count = order_categories(next(counts))
+                if np.count_nonzero(category_count) <= self.max_bins:
+                    # A code each for the observed categories; the others are unseen (missing).
+                    seen = category_count > 0
+                    known, category_count = known[seen], category_count[seen]
+                # Else a declared category that no row has joins the run of the neighbour before
+                # it (``category_bins``), and rows of it at predict time share that bin.
                 categories.append(known)
                 bins.append(category_bins(known, category_count, self.max_bins))
                 bin_edges.append(None)

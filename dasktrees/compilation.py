@@ -248,7 +248,8 @@ def _data(n_rows=200, n_features=4, seed=0):
 
 def _warm_binning():
     """Binning: float64 and float32 columns, strided (a column of a 2-d array) and contiguous (a
-    pandas column, or an array of one column), categories, and the hashed row sample."""
+    pandas column, or an array of one column), categories (more of them than bins too), and the
+    hashed row sample."""
     import numpy as np
 
     from .binning import BinMapper
@@ -258,6 +259,7 @@ def _warm_binning():
         mapper = BinMapper(subsample=100, random_state=0).fit(data)
         mapper.transform(data)
         mapper.encode(data)
+    BinMapper(max_bins=2).fit(frame[["colour"]])  # more categories than bins: runs
 
 
 def _warm_trees():

@@ -131,9 +131,32 @@ def test_many_categories_share_bins_in_runs_of_neighbours():
     assert set(codes[70:]) == {1} and set(codes[:50]) == {0} and set(codes[50:70]) == {2}
 
 
+def test_declared_categories_without_rows_join_their_neighbours_run():
+    # 40 declared levels, 30 with rows: more than max_bins=4, so runs of neighbours share bins,
+    # and a declared level no training row has gets the bin of the run it falls in. With fewer
+    # observed levels than max_bins it is unseen: missing.
+    levels = [f"z{i:02d}" for i in range(40)]
+    observed = [c for i, c in enumerate(levels) if i % 4 != 1]
+    train = pd.DataFrame({"c": pd.Categorical(observed * 3, categories=levels)})
+    mapper = BinMapper(max_bins=4).fit(train)
+    assert mapper.categories_[0].tolist() == levels
+    bins = dict(zip(levels, mapper.category_bins_[0].tolist()))
+    assert sorted(set(bins.values())) == [0, 1, 2, 3]
+    for i in range(1, 40, 4):  # each unobserved level shares its predecessor's bin
+        assert bins[levels[i]] == bins[levels[i - 1]]
+    new = pd.DataFrame({"c": pd.Categorical(["z01", "z37", "never declared"])})
+    np.testing.assert_array_equal(
+        mapper.transform(new)[:, 0], [bins["z01"], bins["z37"], MISSING_BIN]
+    )
+    few = BinMapper(max_bins=255).fit(train)
+    assert few.categories_[0].tolist() == observed
+    assert few.transform(new)[0, 0] == MISSING_BIN
+
+
 def _heaviest_shared_run(counts, bins):
-    """Rows of the heaviest run of two or more categories (a single category may be heavier)."""
-    shared = [b for b in set(bins) if (bins == b).sum() > 1]
+    """Rows of the heaviest run of two or more categories with rows (a single category may be
+    heavier)."""
+    shared = [b for b in set(bins) if ((bins == b) & (counts > 0)).sum() > 1]
     return max((counts[bins == b].sum() for b in shared), default=0)
 
 
@@ -145,6 +168,7 @@ def test_category_runs_are_the_most_even_cut(seed):
     rng = np.random.default_rng(seed)
     n, max_bins = int(rng.integers(4, 9)), int(rng.integers(2, 4))
     counts = rng.integers(1, 30, n) * np.where(rng.random(n) < 0.2, 10, 1)
+    counts[rng.random(n) < 0.15] = 0  # declared categories without rows
     bins = category_bins(np.arange(n), counts, max_bins)
     assert bins[0] == 0 and np.all(np.diff(bins) >= 0) and np.all(np.diff(bins) <= 1)
     assert bins.max() < max_bins
