@@ -11,6 +11,7 @@ everything to ``benchmarks/results/categorical.json``:
     python benchmarks/bench_categorical.py
     python benchmarks/bench_categorical.py --tables mpg oj --variants native codes
     python benchmarks/bench_categorical.py --variants native --params min_samples_category=3
+    python benchmarks/bench_categorical.py --seed 1 --json results/categorical_seed1.json
 
 Variants (``VARIANTS``): ``native`` (dasktrees, categoricals as pandas categories), ``codes``
 (dasktrees, each categorical replaced by its integer category code, in the categories' sorted
@@ -325,24 +326,25 @@ def lightgbm_forest(classification, n_features):
     return cls(**lightgbm_rf_params(N_TREES, share))
 
 
-def model_and_data(variant, classification, X, params=None):
+def model_and_data(variant, classification, X, params=None, seed=0):
     """The estimator of a variant and the table as it gets it; ``params`` go to dasktrees'
-    estimators (the native, codes and one-hot variants)."""
+    estimators (the native, codes and one-hot variants), ``seed`` is every model's
+    ``random_state``."""
     if variant == "sklearn":
         from sklearn.ensemble import RandomForestClassifier, RandomForestRegressor
 
         cls = RandomForestClassifier if classification else RandomForestRegressor
-        return cls(n_estimators=N_TREES, n_jobs=2, random_state=0), as_codes(X)
+        return cls(n_estimators=N_TREES, n_jobs=2, random_state=seed), as_codes(X)
     if variant == "lightgbm":
-        return lightgbm_forest(classification, X.shape[1]), X
+        return lightgbm_forest(classification, X.shape[1]).set_params(random_state=seed), X
     import dasktrees
 
     cls = dasktrees.RandomForestClassifier if classification else dasktrees.RandomForestRegressor
     prepare = {"native": lambda table: table, "codes": as_codes, "onehot": as_onehot}[variant]
-    return cls(n_estimators=N_TREES, random_state=0, **(params or {})), prepare(X)
+    return cls(n_estimators=N_TREES, random_state=seed, **(params or {})), prepare(X)
 
 
-def cross_validate(variant, spec, params=None):
+def cross_validate(variant, spec, params=None, seed=0):
     """One variant on one table: the error of each fold and the fit seconds."""
     from sklearn.base import clone
     from sklearn.metrics import mean_squared_error
@@ -353,7 +355,7 @@ def cross_validate(variant, spec, params=None):
     n_columns = onehot_columns(X)
     if variant == "onehot" and n_columns > MAX_ONEHOT_COLUMNS:
         return {"skipped": f"{n_columns} one-hot columns"}
-    model, data = model_and_data(variant, classification, X, params)
+    model, data = model_and_data(variant, classification, X, params, seed)
     folds = (StratifiedKFold if classification else KFold)(N_FOLDS, shuffle=True, random_state=0)
     errors, fit_s = [], 0.0
     for train, test in folds.split(data, y):
@@ -369,12 +371,12 @@ def cross_validate(variant, spec, params=None):
     return {"errors": errors, "error": float(np.mean(errors)), "fit_s": round(fit_s, 2)}
 
 
-def run_variant(variant, names, params):
+def run_variant(variant, names, params, seed):
     """In a process of its own: every table for one variant, a JSON line each."""
     for spec in PANEL:
         if spec["name"] in names:
             try:
-                row = cross_validate(variant, spec, params)
+                row = cross_validate(variant, spec, params, seed)
             except Exception as error:  # noqa: BLE001 - recorded in the table
                 row = {"failed": f"{type(error).__name__}: {error}"}
             print(json.dumps({"variant": variant, "table": spec["name"], **row}), flush=True)
@@ -459,17 +461,23 @@ def main():
         help="parameters of dasktrees' estimators (a Python literal each), e.g. "
         "min_samples_category=3",
     )
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="random_state of every model (the folds stay the same: paired comparisons hold)",
+    )
     parser.add_argument("--variant-process", help=argparse.SUPPRESS)  # a child's one variant
     args = parser.parse_args()
     if args.variant_process:
-        run_variant(args.variant_process, set(args.tables), parse_params(args.params))
+        run_variant(args.variant_process, set(args.tables), parse_params(args.params), args.seed)
         return
     parse_params(args.params)  # refused here, before any variant runs
     rows = []
     for variant in args.variants:
         child = subprocess.run(
             [sys.executable, __file__, "--variant-process", variant, "--tables", *args.tables]
-            + ["--params", *args.params],
+            + ["--params", *args.params, "--seed", str(args.seed)],
             capture_output=True,
             text=True,
             env=dict(os.environ, PYTHONWARNINGS="ignore"),
@@ -484,7 +492,14 @@ def main():
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     Path(args.json).write_text(
         json.dumps(
-            {"n_trees": N_TREES, "folds": N_FOLDS, "params": args.params, "rows": rows}, indent=1
+            {
+                "n_trees": N_TREES,
+                "folds": N_FOLDS,
+                "params": args.params,
+                "seed": args.seed,
+                "rows": rows,
+            },
+            indent=1,
         )
     )
 
