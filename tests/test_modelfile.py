@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from sklearn.base import clone
 from sklearn.exceptions import NotFittedError
 
 import dasktrees as dt
@@ -217,6 +218,27 @@ def rewrite_manifest(path, change):
     change(manifest)
     manifest["manifest_sha256"] = model_format.manifest_checksum(manifest)
     (path / "manifest.json").write_text(json.dumps(manifest))
+
+
+def test_a_file_written_before_the_categorical_parameters_keeps_how_it_was_grown(tmp_path):
+    # Files written before min_samples_category and categorical_order existed hold forests
+    # grown without pooling, ordered per node: they load with those values, not the defaults.
+    X, y = carseats_data("frame-str")
+    forest = dt.RandomForestClassifier(
+        n_estimators=3, min_samples_category=1, categorical_order="node", random_state=0
+    ).fit(X, y)
+    forest.save(tmp_path / "model")
+
+    def drop(manifest):
+        del manifest["params"]["min_samples_category"], manifest["params"]["categorical_order"]
+
+    rewrite_manifest(tmp_path / "model", drop)
+    loaded = dt.load(tmp_path / "model")
+    assert loaded.get_params()["min_samples_category"] == 1
+    assert loaded.get_params()["categorical_order"] == "node"
+    refit = clone(loaded).fit(X, y)  # the same trees as the saved forest's
+    np.testing.assert_array_equal(refit.predict_proba(X), forest.predict_proba(X))
+    np.testing.assert_array_equal(loaded.predict_proba(X), forest.predict_proba(X))
 
 
 def rewrite_arrays(path, change):

@@ -72,14 +72,24 @@ def _read_manifest(path):
     return manifest
 
 
+# Parameters added after format version 1, with the values that grew the trees of a file written
+# before them (where that is not the class default): the file's parameters then say how its trees
+# were grown, and a refit grows the same trees.
+_BEFORE_THEY_EXISTED = {"min_samples_category": 1, "categorical_order": "node"}
+
+
 def _decode_params(params, cls, where):
     known = set(cls().get_params(deep=False)) - {"client"}
     unknown = sorted(set(params) - known)
     if unknown:
         raise ValueError(f"{where}: {cls.__name__} has no parameters {unknown}")
-    return {
+    decoded = {
         name: from_json(value, f"{where}: parameter {name!r}") for name, value in params.items()
     }
+    for name, value in _BEFORE_THEY_EXISTED.items():
+        if name in known and name not in decoded:
+            decoded[name] = value
+    return decoded
 
 
 def load(path):
