@@ -75,7 +75,7 @@ def replay_bundles(codes, y, w, rows, arrays, max_features):
             np.empty(len(rows), np.int64),
             np.empty(len(rows)),
             np.empty(len(rows)),
-            np.zeros((1, 1, 1)),
+            np.zeros((2, n_features, 0)),  # categories ordered per node
         ),
     )
 

@@ -129,9 +129,16 @@ def test_category_order_is_a_stable_argsort(n_bins, n_values, seed):
         np.zeros(N_BIN_CODES, np.int64),
         np.zeros(N_BIN_CODES, np.int64),
     )
-    category_order(stats, n_bins, GINI, 1, keys, order, scratch)
+    bins = rng.permutation(N_BIN_CODES - 1)[:n_bins].astype(np.int64)  # the node's codes
+    category_order(stats, bins, n_bins, GINI, 1, np.zeros(0), keys, order, scratch)
     share = stats[:n_bins, 2] / stats[:n_bins, 1:].sum(axis=1)
     np.testing.assert_array_equal(order[:n_bins], np.argsort(share, kind="stable"))
+    # Ordered by the tree's keys of the node's codes instead (categorical_order="tree").
+    tree_keys = rng.integers(0, n_values, N_BIN_CODES) / n_values
+    category_order(stats, bins, n_bins, GINI, 1, tree_keys, keys, order, scratch)
+    np.testing.assert_array_equal(
+        order[:n_bins], np.argsort(tree_keys[bins[:n_bins]], kind="stable")
+    )
 
 
 def brute_force_best(stats, order, n_bins, missing, total, criterion, parent_impurity, msl):

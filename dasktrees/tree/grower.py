@@ -43,7 +43,6 @@ from .splitting import (
     random_category_cut,
     random_cut,
     scan_cuts,
-    tree_category_order,
 )
 from .tree import Tree
 
@@ -90,7 +89,7 @@ class Rules(NamedTuple):
     min_weight_leaf: float  # absolute: min_weight_fraction_leaf times the total weight
     min_impurity_decrease: float
     min_samples_category: float  # rarer categories of a node go with its missing values
-    tree_order: bool  # categories ordered by Scratch.tree_keys, not by the node's rows
+    tree_order: bool  # categories ordered once per tree (Scratch.tree_keys), not per node
 
 
 class Scratch(NamedTuple):
@@ -108,7 +107,7 @@ class Scratch(NamedTuple):
     buffer: np.ndarray  # int64 (n_in_bag,): the partition's scratch for row indices
     y_buffer: np.ndarray  # float64 (n_in_bag,): the partition's scratch for targets
     w_buffer: np.ndarray  # float64 (n_in_bag,): the partition's scratch for weights
-    tree_keys: np.ndarray  # float64 (n_orders, n_features, N_BIN_CODES): tree_category_keys
+    tree_keys: np.ndarray  # float64 (n_orders, n_features, N_BIN_CODES or 0): tree_category_keys
 
 
 class Frontier(NamedTuple):
@@ -258,19 +257,17 @@ def find_split(rows, start, stop, node_impurity, tables, rules, scratch):
                 target_class = (
                     t if n_orders > 1 else (next_below(state, n_classes) if n_classes > 2 else 1)
                 )
-                if rules.tree_order:
-                    tree_category_order(
-                        scratch.tree_keys[target_class if criterion != SQUARED_ERROR else 0, f],
-                        bins,
-                        n_touched,
-                        keys,
-                        order,
-                        ibuf[_MERGE],
-                    )
-                else:
-                    category_order(
-                        stats, n_touched, criterion, target_class, keys, order, ibuf[_MERGE]
-                    )
+                category_order(
+                    stats,
+                    bins,
+                    n_touched,
+                    criterion,
+                    target_class,
+                    scratch.tree_keys[target_class if criterion != SQUARED_ERROR else 0, f],
+                    keys,
+                    order,
+                    ibuf[_MERGE],
+                )
             else:
                 for j in range(n_touched):
                     order[j] = j
@@ -800,14 +797,15 @@ def tree_category_keys(rows, is_categorical, rules):
     -------
     ndarray of float64, shape (n_orders, n_features, N_BIN_CODES)
         ``[0, f, code]`` (regression) or ``[class, f, code]``; 0 for codes absent from the in-bag
-        rows, which no node of the tree holds. Shape (1, 1, 1) when the split search does not
-        read it (per-node order, or no categorical feature).
+        rows, which no node of the tree holds. Of shape (n_orders, n_features, 0) for a per-node
+        order, or no categorical feature: ``splitting.category_order`` then orders by the node.
     """
+    regression = rules.criterion == SQUARED_ERROR
+    n_orders = 1 if regression else rules.n_classes
     categorical = np.flatnonzero(is_categorical).astype(np.int64)
     if not rules.tree_order or len(categorical) == 0:
-        return np.zeros((1, 1, 1))
-    regression = rules.criterion == SQUARED_ERROR
-    keys = np.zeros((1 if regression else rules.n_classes, len(is_categorical), N_BIN_CODES))
+        return np.zeros((n_orders, len(is_categorical), 0))
+    keys = np.zeros((n_orders, len(is_categorical), N_BIN_CODES))
     _category_means(rows.codes, rows.sample_indices, rows.y, rows.w, categorical, regression, keys)
     return keys
 

@@ -205,40 +205,41 @@ def scan_cuts(
 
 
 @node_kernel
-def category_order(stats, n_bins, criterion, target_class, keys, order, merge_buffer):
+def category_order(
+    stats, bins, n_bins, criterion, target_class, tree_keys, keys, order, merge_buffer
+):
     """Order categories by a target statistic, so that prefixes of the order are the candidates.
 
     Regression: mean target; classification: proportion of ``target_class``. For a binary class
     or a regression target with squared error, the best subset split is a prefix of this order
     (Breiman et al. 1984; Fisher 1958), so scanning prefixes is exact.
 
+    Parameters
+    ----------
+    stats : ndarray of float64, shape (>= n_bins, n_channels)
+        Statistics of the node's categories, whose codes are ``bins[:n_bins]``.
+    tree_keys : ndarray of float64, shape (N_BIN_CODES,) or (0,)
+        The statistic over the whole tree's rows, by code (``categorical_order="tree"``,
+        ``grower.tree_category_keys``): the node's categories are ordered by it. Empty: by the
+        node's own ``stats``.
+
     Writes ``order[:n_bins]``: a stable argsort of ``keys[:n_bins]`` (``merge_buffer``, of the
     same length as ``order``, is scratch).
     """
-    for k in range(n_bins):
-        w = stats_weight(stats[k], criterion)
-        if criterion == SQUARED_ERROR:
-            keys[k] = stats[k, 2] / w if w > 0.0 else 0.0
-        else:
-            keys[k] = stats[k, 1 + target_class] / w if w > 0.0 else 0.0
+    if tree_keys.shape[0] > 0:
+        for k in range(n_bins):
+            keys[k] = tree_keys[bins[k]]
+    else:
+        for k in range(n_bins):
+            w = stats_weight(stats[k], criterion)
+            if criterion == SQUARED_ERROR:
+                keys[k] = stats[k, 2] / w if w > 0.0 else 0.0
+            else:
+                keys[k] = stats[k, 1 + target_class] / w if w > 0.0 else 0.0
     for k in range(n_bins):
         order[k] = k
     # Fewer than _INSERTION_SORT_BELOW categories are one run: an insertion sort, no merges
     # (one inlined copy of the insertion sort, not two).
-    _merge_argsort(keys, order, n_bins, merge_buffer)
-
-
-@node_kernel
-def tree_category_order(tree_keys, bins, n_bins, keys, order, merge_buffer):
-    """Order a node's categories by keys fixed for the whole tree (``categorical_order="tree"``).
-
-    ``tree_keys[code]`` is the key of the category with bin code ``code``, computed once from the
-    tree's in-bag rows (``grower.tree_category_keys``); ``bins[:n_bins]`` are the codes present in
-    the node. Writes ``order[:n_bins]`` as ``category_order`` does.
-    """
-    for k in range(n_bins):
-        keys[k] = tree_keys[bins[k]]
-        order[k] = k
     _merge_argsort(keys, order, n_bins, merge_buffer)
 
 
