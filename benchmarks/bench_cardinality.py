@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from bench_categorical import as_codes
 
 RESULTS = Path(__file__).parent / "results"
 
@@ -40,12 +41,6 @@ def make_table(n_samples, n_levels, seed=0):
     X = pd.DataFrame(numeric, columns=[f"x{i}" for i in range(6)])
     X["level"] = pd.Categorical(names[level], categories=names)
     return X, y
-
-
-def as_codes(X):
-    X = X.copy()
-    X["level"] = X["level"].cat.codes.astype(float)
-    return X
 
 
 def time_fits(X_train, y_train, X_test, y_test, n_trees, repeat):
