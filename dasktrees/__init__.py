@@ -13,6 +13,7 @@ from .ensemble import (
 from .estimators import DecisionTreeClassifier, DecisionTreeRegressor
 from .export import export_graphviz, export_rules, export_text
 from .modelfile.reading import load
+from .quantile_forests import ExtraTreesQuantileRegressor, RandomForestQuantileRegressor
 
 # Every kernel imported above compiles under a per-kernel file lock: processes that start at once
 # (a LocalCluster's workers) compile each kernel once between them (``compilation``).
@@ -23,8 +24,10 @@ __all__ = [
     "DecisionTreeClassifier",
     "DecisionTreeRegressor",
     "ExtraTreesClassifier",
+    "ExtraTreesQuantileRegressor",
     "ExtraTreesRegressor",
     "RandomForestClassifier",
+    "RandomForestQuantileRegressor",
     "RandomForestRegressor",
     "WarmupPlugin",
     "__version__",

@@ -31,6 +31,7 @@ from .distributed.train import ForestSpec, grow_forest
 from .estimators import DecisionTreeClassifier, DecisionTreeRegressor
 from .modelfile.writing import save as save_model
 from .predictor import HARD, SOFT, PackedForest
+from .variance import centred_count_gram, jackknife_mean_std
 
 # What fit and predict take: numpy or pandas (in this process), or dask (where it lives).
 Data = Union[np.ndarray, pd.DataFrame, pd.Series, da.Array, dd.DataFrame, dd.Series, list]
@@ -140,6 +141,7 @@ class BaseForest(BaseEstimator):
                 self.mode,
             )
             self._set_fitted(data, params, new_trees, warm, is_classifier)
+            self._after_growth(client, data, spec)
             if self.oob_score:
                 self._set_oob(client, data, spec.lam, is_classifier)
         return self
@@ -162,6 +164,10 @@ class BaseForest(BaseEstimator):
         # Packed now, not on first use: predict must not change the estimator, nor pay for it.
         # A warm start packs every tree again (a flights forest in a fraction of its fit).
         self._forest = self._pack()
+
+    def _after_growth(self, client, data, spec):
+        """What the forest keeps of the training blocks besides its trees, while they are on
+        the cluster (quantile forests: the targets of the leaves)."""
 
     def _tree_template(self):
         """An unfitted tree estimator with the forest's tree parameters: what
@@ -382,6 +388,10 @@ def _vote_rows(forest, voting, encoded, parallel):
     return forest.vote(encoded, voting, parallel)
 
 
+def _mean_std_rows(forest, gram, n_rows, encoded, parallel):
+    return jackknife_mean_std(forest.tree_predictions(encoded, parallel), gram, n_rows)
+
+
 def _median_rows(forest, encoded, parallel):
     return np.median(forest.tree_predictions(encoded, parallel), axis=1)[:, None]
 
@@ -508,11 +518,44 @@ class _ForestRegressorMixin(RegressorMixin):
         """Grow the forest on X and numeric targets y (numpy, pandas or dask)."""
         return self._fit(X, y, sample_weight, is_classifier=False)
 
-    def predict(self, X: Data) -> np.ndarray | da.Array:
-        """Mean (or, with aggregation="median", median) of the trees' predictions."""
+    def predict(
+        self, X: Data, return_std: bool = False
+    ) -> np.ndarray | da.Array | tuple[np.ndarray | da.Array, np.ndarray | da.Array]:
+        """Mean (or, with aggregation="median", median) of the trees' predictions.
+
+        Parameters
+        ----------
+        X : array-like or dask collection, shape (n_samples, n_features)
+        return_std : bool, default=False
+            Also return the standard error of the mean prediction: the bias-corrected
+            infinitesimal jackknife of Wager, Hastie and Efron (2014) (``dasktrees.variance``),
+            from the trees' bootstrap counts, recomputed, not stored. Needs ``bootstrap=True``
+            without ``max_samples`` and ``aggregation="mean"``; with few trees it is noisy
+            (its Monte-Carlo bias is removed, its variance is not).
+
+        Returns
+        -------
+        prediction : ndarray (n_samples,), a dask array for dask input
+        std : the same, with ``return_std=True``
+        """
+        if return_std:
+            return self._mean_and_std(X)
         if self.aggregation == "mean":
             return self._votes(X, SOFT)[:, 0]
         return self._apply_by_rows(X, partial(_median_rows, self.forest_), 1)[:, 0]
+
+    def _mean_and_std(self, X):
+        check_is_fitted(self, "estimators_")
+        if not self.bootstrap or self.max_samples is not None:
+            raise ValueError(
+                "return_std=True needs the bootstrap: bootstrap=True and max_samples=None"
+            )
+        if self.aggregation != "mean":
+            raise ValueError('return_std=True needs aggregation="mean"')
+        forest = self.forest_
+        gram = centred_count_gram(self._seed, 1.0, self._n_rows, forest.n_trees)
+        out = self._apply_by_rows(X, partial(_mean_std_rows, forest, gram, self._n_rows), 2)
+        return out[:, 0], out[:, 1]
 
     def _set_oob(self, client, data, lam, is_classifier):
         decision, score, curve = oob_estimates(

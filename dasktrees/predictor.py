@@ -171,6 +171,24 @@ class PackedForest:
         _by_row_chunks(_vote_rows, X, parallel, *self._arrays(), self.values, TREE_VALUE, out)
         return out
 
+    def apply(self, X, parallel=True):
+        """The leaf each row reaches in each tree, as its row of ``values``:
+        ndarray of int64, shape (n_samples, n_trees)."""
+        # Each leaf's "value" is its own index: the block routing of tree_predictions, reused.
+        leaf_ids = np.arange(len(self.values), dtype=np.float64)[:, None]
+        out = np.empty((X.shape[0], self.n_trees))
+        _by_row_chunks(_vote_rows, X, parallel, *self._arrays(), leaf_ids, TREE_VALUE, out)
+        return out.astype(np.int64)
+
+
+@njit(cache=True, nogil=True)
+def leaves_of_codes(codes, nodes, bitsets, roots, out):
+    """The leaf (row of ``PackedForest.values``) each row of binned ``codes`` reaches in each
+    tree: ``out[i, t]``, ndarray of int64, shape (n_rows, n_trees)."""
+    for i in range(codes.shape[0]):
+        for t in range(roots.shape[0]):
+            out[i, t] = _leaf(codes, i, nodes, bitsets, roots[t], -1, 0)
+
 
 @njit(cache=True, nogil=True)
 def _pack_tree(

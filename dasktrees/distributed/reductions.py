@@ -1,4 +1,5 @@
-"""Reductions over the binned blocks: out-of-bag votes, score and curve; permutation importance.
+"""Reductions over the binned blocks: out-of-bag votes, score and curve; permutation importance;
+the targets of the leaves of a quantile forest and its out-of-bag quantiles.
 
 Every block recomputes each tree's counts for its own rows (``sampling.tree_counts``), votes with
 the trees that did not sample a row, and returns small sums. Loss sums are exact
@@ -12,7 +13,16 @@ import operator
 import dask.array as da
 import numpy as np
 
-from ..predictor import PackedForest, add_oob_votes, exact_sum, from_exact, misclassified, tree_loss
+from ..predictor import (
+    PackedForest,
+    add_oob_votes,
+    exact_sum,
+    from_exact,
+    leaves_of_codes,
+    misclassified,
+    tree_loss,
+)
+from ..quantiles import LeafTargets, predict_quantiles
 from .client import Client, is_in_process, sending_large_data
 from .data import BinnedPartition, TrainingData
 from .sampling import tree_counts
@@ -129,21 +139,24 @@ def oob_estimates(
         total = sum_y2 - sum_y * sum_y / n_scored
         score = 1.0 - from_exact(losses[-1]) / total
     decisions = [client.submit(_decision, r) for r in results]
-    n_values = forest.values.shape[1]
+    return _row_output(client, data, decisions, forest.values.shape[1]), float(score), curve
+
+
+def _row_output(client, data, futures, n_columns):
+    """Per-block results (n_rows, n_columns) as one array, or as a dask array with the input's
+    chunks when the input was a dask collection (left on the workers)."""
     if not data.is_dask:
-        decision = np.concatenate(client.gather(decisions))
-    elif is_in_process(client):  # already here: a dask array of the same chunks as the input
-        decision = da.from_array(
-            np.concatenate(client.gather(decisions)), chunks=(data.row_chunks, n_values)
+        return np.concatenate(client.gather(futures))
+    if is_in_process(client):  # already here: a dask array of the same chunks as the input
+        return da.from_array(
+            np.concatenate(client.gather(futures)), chunks=(data.row_chunks, n_columns)
         )
-    else:
-        decision = da.concatenate(
-            [
-                da.from_delayed(d, shape=(n, n_values), dtype=np.float64)
-                for d, n in zip(decisions, data.row_chunks)
-            ]
-        )
-    return decision, float(score), curve
+    return da.concatenate(
+        [
+            da.from_delayed(f, shape=(n, n_columns), dtype=np.float64)
+            for f, n in zip(futures, data.row_chunks)
+        ]
+    )
 
 
 def permutation_block(
@@ -238,3 +251,112 @@ def permutation_importance(
     n_oob = np.maximum(sum(p[2] for p in parts), 1.0)
     increase = (permuted - base[:, None, None]) / n_oob[:, None, None]
     return increase.transpose(1, 0, 2)
+
+
+def leaf_entries_block(
+    forest: PackedForest, block: BinnedPartition, seed: int, lam: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The (leaf, target, in-bag weight) of every tree's in-bag rows in one block.
+
+    Returns
+    -------
+    leaves : ndarray of int64 (n_entries,)
+        Global leaf index (``PackedForest``).
+    y, weights : ndarray of float64 (n_entries,)
+        The rows' targets and in-bag weights (count x sample_weight), rows in order within a
+        tree.
+    """
+    n = len(block.y)
+    leaves = np.empty((n, forest.n_trees), dtype=np.int64)
+    leaves_of_codes(block.codes, forest.nodes, forest.bitsets, forest.roots, leaves)
+    counts = np.empty(n)
+    parts = []
+    for t in range(forest.n_trees):
+        tree_counts(seed, t, block.first_row, lam, counts)
+        weights = block.w * counts
+        rows = np.flatnonzero(weights > 0)
+        parts.append((leaves[rows, t], block.y[rows], weights[rows]))
+    return tuple(np.concatenate([p[k] for p in parts]) for k in range(3))
+
+
+def leaf_targets(
+    client: Client, data: TrainingData, forest: PackedForest, seed: int, lam: float
+) -> LeafTargets:
+    """Every leaf's in-bag targets and weights (``quantiles.LeafTargets``), from the blocks.
+
+    Each block drops its rows down the trees and keeps, per tree, those the tree drew
+    (``sampling.tree_counts`` again, nothing stored at fit); the client gathers the entries in
+    row order, so the leaves hold the same sums however the rows were cut.
+    """
+    forest_future = _forest_task(client, forest)
+    parts = client.gather(
+        [
+            client.submit(leaf_entries_block, forest_future, part, seed, lam, pure=False)
+            for part in data.parts
+        ]
+    )
+    leaves, y, weights = (np.concatenate([p[k] for p in parts]) for k in range(3))
+    return LeafTargets.from_entries(leaves, y, weights, len(forest.values))
+
+
+def oob_quantiles_block(
+    model: tuple[PackedForest, LeafTargets],
+    block: BinnedPartition,
+    seed: int,
+    lam: float,
+    quantiles: np.ndarray,
+) -> tuple[np.ndarray, tuple[int, int]]:
+    """Out-of-bag quantiles of one block's rows, and how many fall inside the interval between
+    the lowest and the highest quantile.
+
+    Returns
+    -------
+    quantiles : ndarray (n_rows, n_quantiles)
+        NaN for a row no tree left out.
+    coverage : (rows inside, rows with out-of-bag quantiles)
+    """
+    forest, targets = model
+    n = len(block.y)
+    leaves = np.empty((n, forest.n_trees), dtype=np.int64)
+    leaves_of_codes(block.codes, forest.nodes, forest.bitsets, forest.roots, leaves)
+    out_of_bag = np.empty((n, forest.n_trees), dtype=bool)
+    counts = np.empty(n)
+    for t in range(forest.n_trees):
+        tree_counts(seed, t, block.first_row, lam, counts)
+        out_of_bag[:, t] = counts == 0
+    values = predict_quantiles(targets, leaves, quantiles, out_of_bag)
+    scored = ~np.isnan(values[:, 0])
+    low, high = values[scored, np.argmin(quantiles)], values[scored, np.argmax(quantiles)]
+    inside = (low <= block.y[scored]) & (block.y[scored] <= high)
+    return values, (int(inside.sum()), int(scored.sum()))
+
+
+def oob_quantiles(
+    client: Client,
+    data: TrainingData,
+    forest: PackedForest,
+    targets: LeafTargets,
+    seed: int,
+    lam: float,
+    quantiles: np.ndarray,
+) -> tuple[np.ndarray | da.Array, float]:
+    """Out-of-bag quantiles of every training row and the out-of-bag coverage of the interval
+    between the lowest and highest of ``quantiles``.
+
+    Returns
+    -------
+    quantiles : ndarray, or dask array when the input was a dask collection
+        Shape (n_rows, n_quantiles); NaN for rows never out of bag.
+    coverage : float
+        Share of the rows with out-of-bag quantiles whose target lies in that interval.
+    """
+    model = _forest_task(client, (forest, targets))
+    results = [
+        client.submit(oob_quantiles_block, model, part, seed, lam, quantiles, pure=False)
+        for part in data.parts
+    ]
+    sums = client.gather([client.submit(operator.itemgetter(1), r) for r in results])
+    covered, scored = (sum(s[k] for s in sums) for k in range(2))
+    coverage = covered / scored if scored else float("nan")
+    values = [client.submit(operator.itemgetter(0), r) for r in results]
+    return _row_output(client, data, values, len(quantiles)), float(coverage)

@@ -1,0 +1,240 @@
+"""Quantile regression forests on Dask (Meinshausen 2006): a regression forest whose leaves keep
+their in-bag targets, so that it predicts conditional quantiles, not only the mean.
+
+The trees are grown as the regressor grows them. Then one reduction over the training blocks
+(``distributed.reductions.leaf_targets``) drops each block's rows down the trees and returns,
+for each tree, the targets and in-bag weights of the rows it drew, recomputed from the
+counter-based sampling: only these come to the client, never the features. Prediction sends the
+forest and its leaves' targets to the workers once and computes the quantiles block by block of
+rows (``quantiles.quantile_rows``).
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+import dask.array as da
+import numpy as np
+from sklearn.utils.validation import check_is_fitted
+
+from .distributed.reductions import leaf_targets, oob_quantiles
+from .ensemble import _FOREST_DOC, Data, ExtraTreesRegressor, RandomForestRegressor
+from .quantiles import check_quantiles, is_scalar_quantile, predict_quantiles
+
+_QUANTILE_DOC = """
+    criterion : {"squared_error"}
+    max_features : default=1.0 (all features at every node, as scikit-learn)
+    aggregation : {"mean", "median"}, default="mean"
+        What ``predict`` returns without ``quantiles``: the mean or the median of the trees'
+        predictions (as the regressor).
+    default_quantiles : float or sequence of floats in [0, 1], default=(0.05, 0.5, 0.95)
+        The quantiles of the out-of-bag estimates (``oob_quantiles_``, ``oob_coverage_``) and of
+        the ``dasktrees`` command's predictions and interval plot.
+
+    Quantile attributes
+    -------------------
+    leaf_targets_ : dasktrees.quantiles.LeafTargets
+        Each leaf's distinct in-bag targets and their cumulative weights; ``nbytes`` says
+        its size (about 12 bytes per distinct in-bag row and tree).
+    oob_quantiles_ : ndarray of shape (n_samples, n_default_quantiles)
+        With ``oob_score``: each training row's quantiles from the trees that did not draw it
+        (NaN for a row every tree drew); a dask array when the input was a dask collection.
+    oob_coverage_ : float
+        With ``oob_score``: the share of those rows whose target lies between their lowest and
+        highest out-of-bag quantile; close to the nominal coverage (0.9 for the default
+        quantiles) when the intervals are calibrated.
+"""
+
+
+class _QuantileMixin:
+    """Leaf targets at fit, quantiles at predict (shared by the two quantile forests)."""
+
+    def _after_growth(self, client, data, spec):
+        check_quantiles(self.default_quantiles, "default_quantiles")
+        self.leaf_targets_ = leaf_targets(client, data, self.forest_, self._seed, spec.lam)
+
+    def _set_oob(self, client, data, lam, is_classifier):
+        super()._set_oob(client, data, lam, is_classifier)
+        self.oob_quantiles_, self.oob_coverage_ = oob_quantiles(
+            client,
+            data,
+            self.forest_,
+            self.leaf_targets_,
+            self._seed,
+            lam,
+            check_quantiles(self.default_quantiles, "default_quantiles"),
+        )
+
+    def predict(
+        self, X: Data, quantiles: float | list[float] | None = None, return_std: bool = False
+    ) -> np.ndarray | da.Array:
+        """Conditional quantiles of the target, or its mean.
+
+        Parameters
+        ----------
+        X : array-like or dask collection, shape (n_samples, n_features)
+        quantiles : float, sequence of floats in [0, 1], or None
+            None: the mean prediction (or the median of the trees', with
+            ``aggregation="median"``), as ``RandomForestRegressor.predict``. Otherwise the
+            weighted quantiles ``inf {y : F(y | x) >= q}`` of the training targets in the
+            leaves X reaches (module docstring); they never cross.
+        return_std : bool, default=False
+            With ``quantiles=None``: also return the standard error of the mean prediction
+            (``RandomForestRegressor.predict``).
+
+        Returns
+        -------
+        ndarray of shape (n_samples,) for None or a single quantile, (n_samples, n_quantiles)
+        for a sequence; dask arrays for dask input.
+        """
+        if quantiles is None:
+            return super().predict(X, return_std=return_std)
+        if return_std:
+            raise ValueError("return_std=True needs quantiles=None (the mean prediction)")
+        values = check_quantiles(quantiles)
+        check_is_fitted(self, "leaf_targets_")
+        forest = self.forest_
+        out = self._apply_by_rows(
+            X, partial(_quantile_rows, forest, self.leaf_targets_, values), len(values)
+        )
+        return out[:, 0] if is_scalar_quantile(quantiles) else out
+
+
+def _quantile_rows(forest, targets, quantiles, encoded, parallel):
+    return predict_quantiles(targets, forest.apply(encoded, parallel), quantiles)
+
+
+class RandomForestQuantileRegressor(_QuantileMixin, RandomForestRegressor):
+    __doc__ = (
+        "A quantile regression forest (Meinshausen 2006) on Dask: a random forest regressor "
+        "whose leaves keep their in-bag targets, weighted by their bootstrap counts.\n"
+        + _FOREST_DOC
+        + _QUANTILE_DOC
+    )
+
+    def __init__(
+        self,
+        n_estimators=100,
+        *,
+        criterion="squared_error",
+        max_depth=None,
+        min_samples_split=2,
+        min_samples_leaf=1,
+        min_weight_fraction_leaf=0.0,
+        max_features=1.0,
+        max_features_tree=None,
+        max_leaf_nodes=None,
+        min_impurity_decrease=0.0,
+        ccp_alpha=0.0,
+        bootstrap=True,
+        max_samples=None,
+        oob_score=False,
+        random_state=None,
+        warm_start=False,
+        aggregation="mean",
+        default_quantiles=(0.05, 0.5, 0.95),
+        max_bins=255,
+        categorical_features=None,
+        min_samples_category=5,
+        categorical_order="tree",
+        client=None,
+        trees_per_task=None,
+        n_blocks=None,
+        mode="auto",
+    ):
+        super().__init__(
+            n_estimators,
+            criterion=criterion,
+            max_depth=max_depth,
+            min_samples_split=min_samples_split,
+            min_samples_leaf=min_samples_leaf,
+            min_weight_fraction_leaf=min_weight_fraction_leaf,
+            max_features=max_features,
+            max_features_tree=max_features_tree,
+            max_leaf_nodes=max_leaf_nodes,
+            min_impurity_decrease=min_impurity_decrease,
+            ccp_alpha=ccp_alpha,
+            bootstrap=bootstrap,
+            max_samples=max_samples,
+            oob_score=oob_score,
+            random_state=random_state,
+            warm_start=warm_start,
+            aggregation=aggregation,
+            max_bins=max_bins,
+            categorical_features=categorical_features,
+            min_samples_category=min_samples_category,
+            categorical_order=categorical_order,
+            client=client,
+            trees_per_task=trees_per_task,
+            n_blocks=n_blocks,
+            mode=mode,
+        )
+        self.default_quantiles = default_quantiles
+
+
+class ExtraTreesQuantileRegressor(_QuantileMixin, ExtraTreesRegressor):
+    __doc__ = (
+        "Extremely randomized trees (Geurts et al. 2006) as a quantile regression forest: "
+        "without bootstrap (the default) every leaf keeps all its training targets.\n"
+        + _FOREST_DOC
+        + _QUANTILE_DOC
+    )
+
+    def __init__(
+        self,
+        n_estimators=100,
+        *,
+        criterion="squared_error",
+        max_depth=None,
+        min_samples_split=2,
+        min_samples_leaf=1,
+        min_weight_fraction_leaf=0.0,
+        max_features=1.0,
+        max_features_tree=None,
+        max_leaf_nodes=None,
+        min_impurity_decrease=0.0,
+        ccp_alpha=0.0,
+        bootstrap=False,
+        max_samples=None,
+        oob_score=False,
+        random_state=None,
+        warm_start=False,
+        aggregation="mean",
+        default_quantiles=(0.05, 0.5, 0.95),
+        max_bins=255,
+        categorical_features=None,
+        min_samples_category=5,
+        categorical_order="tree",
+        client=None,
+        trees_per_task=None,
+        n_blocks=None,
+        mode="auto",
+    ):
+        super().__init__(
+            n_estimators,
+            criterion=criterion,
+            max_depth=max_depth,
+            min_samples_split=min_samples_split,
+            min_samples_leaf=min_samples_leaf,
+            min_weight_fraction_leaf=min_weight_fraction_leaf,
+            max_features=max_features,
+            max_features_tree=max_features_tree,
+            max_leaf_nodes=max_leaf_nodes,
+            min_impurity_decrease=min_impurity_decrease,
+            ccp_alpha=ccp_alpha,
+            bootstrap=bootstrap,
+            max_samples=max_samples,
+            oob_score=oob_score,
+            random_state=random_state,
+            warm_start=warm_start,
+            aggregation=aggregation,
+            max_bins=max_bins,
+            categorical_features=categorical_features,
+            min_samples_category=min_samples_category,
+            categorical_order=categorical_order,
+            client=client,
+            trees_per_task=trees_per_task,
+            n_blocks=n_blocks,
+            mode=mode,
+        )
+        self.default_quantiles = default_quantiles
