@@ -135,7 +135,15 @@ PARAMETERS: dict[str, Rule] = {
     "min_samples_category": _integer(1),
     "categorical_order": _options("node", "tree"),
     # forests
-    "n_estimators": _integer(1),
+    "n_estimators": Rule(
+        '"auto" or an integer >= 1',
+        lambda v: (isinstance(v, str) and v == "auto") or (_is_int(v) and v >= 1),
+    ),
+    "max_n_estimators": _integer(1),
+    "tol": Rule("a float in (0, 1)", lambda v: _is_real(v) and 0.0 < v < 1.0),
+    "default_quantiles": Rule(
+        "a float in [0, 1] or a non-empty list of them", lambda v: _quantiles_or_none(v) is not None
+    ),
     "max_features_tree": _FEATURES,
     "bootstrap": Rule("True or False", lambda v: isinstance(v, (bool, np.bool_))),
     "max_samples": Rule(
@@ -154,6 +162,14 @@ PARAMETERS: dict[str, Rule] = {
         lambda v: v is None or isinstance(v, dict) or v in ("balanced", "balanced_subsample"),
     ),
 }
+
+
+def _quantiles_or_none(value: Any):
+    """``value`` as a list of floats in [0, 1], or None if it is not one or a list of them."""
+    values = list(value) if isinstance(value, (list, tuple, np.ndarray)) else [value]
+    if not values or not all(_is_real(v) and 0.0 <= v <= 1.0 for v in values):
+        return None
+    return values
 
 
 def criterion_rule(is_classifier: bool) -> Rule:
@@ -264,6 +280,9 @@ def check_tree_params(est, n_samples: int, n_features: int, is_classifier: bool)
 
 _FOREST_PARAMETERS = (
     "n_estimators",
+    "max_n_estimators",
+    "tol",
+    "default_quantiles",
     "bootstrap",
     "max_samples",
     "oob_score",
@@ -283,3 +302,8 @@ def check_forest_params(est) -> None:
     _check(est, [name for name in _FOREST_PARAMETERS if hasattr(est, name)])
     if est.oob_score and not (est.bootstrap or est.max_samples is not None):
         raise ValueError("oob_score needs bootstrap=True or max_samples: every row is in bag")
+    if est.n_estimators == "auto" and not (est.bootstrap or est.max_samples is not None):
+        raise ValueError(
+            'n_estimators="auto" stops on the out-of-bag error: it needs bootstrap=True or '
+            "max_samples"
+        )

@@ -24,6 +24,7 @@ from ._params import check_forest_params, check_tree_params, resolve_max_feature
 from ._validation import check_2d, check_predict_columns
 from .binning import BinMapper
 from .distributed.client import client_for, find_client
+from .distributed.convergence import WAVE, ConvergenceMonitor
 from .distributed.data import is_dask_collection, prepare
 from .distributed.reductions import oob_estimates, permutation_importance
 from .distributed.sampling import sampling_rate
@@ -82,7 +83,7 @@ class BaseForest(BaseEstimator):
         n_features = X.shape[1]
         warm = self.warm_start and hasattr(self, "estimators_")
         n_existing = len(self.estimators_) if warm else 0
-        if n_existing > self.n_estimators:
+        if self.n_estimators != "auto" and n_existing > self.n_estimators:
             raise ValueError(
                 f"n_estimators={self.n_estimators} must be at least the {n_existing} trees "
                 "already fitted with warm_start=True"
@@ -132,14 +133,19 @@ class BaseForest(BaseEstimator):
                 ),
                 balanced_subsample=class_weight == "balanced_subsample",
             )
-            new_trees, self.mode_ = grow_forest(
-                client,
-                data,
-                spec,
-                list(range(n_existing, self.n_estimators)),
-                self.trees_per_task,
-                self.mode,
-            )
+            if self.n_estimators == "auto":
+                new_trees = self._grow_until_converged(
+                    client, data, spec, n_existing, is_classifier
+                )
+            else:
+                new_trees, self.mode_ = grow_forest(
+                    client,
+                    data,
+                    spec,
+                    list(range(n_existing, self.n_estimators)),
+                    self.trees_per_task,
+                    self.mode,
+                )
             self._set_fitted(data, params, new_trees, warm, is_classifier)
             self._after_growth(client, data, spec)
             if self.oob_score:
@@ -164,6 +170,42 @@ class BaseForest(BaseEstimator):
         # Packed now, not on first use: predict must not change the estimator, nor pay for it.
         # A warm start packs every tree again (a flights forest in a fraction of its fit).
         self._forest = self._pack()
+
+    def _grow_until_converged(self, client, data, spec, n_existing, is_classifier):
+        """``n_estimators="auto"``: grow waves of trees until the out-of-bag estimate of the
+        forest's Monte-Carlo error is below ``tol`` of its error (``distributed.convergence``),
+        or ``max_n_estimators`` trees. A warm start counts its trees in the first check."""
+        monitor = ConvergenceMonitor(
+            client, data, spec.seed, spec.lam, is_classifier, float(self.tol)
+        )
+        unchecked = [est.tree_ for est in self.estimators_[:n_existing]] if n_existing else []
+        grown, n_trees = [], n_existing
+        self.mode_ = getattr(self, "mode_", self.mode)
+        while True:
+            wave = min(WAVE, self.max_n_estimators - n_trees)
+            if wave > 0:
+                trees, self.mode_ = grow_forest(
+                    client,
+                    data,
+                    spec,
+                    list(range(n_trees, n_trees + wave)),
+                    self.trees_per_task,
+                    self.mode,
+                )
+                grown += trees
+                unchecked += trees
+                n_trees += wave
+            converged = bool(unchecked) and monitor.add(PackedForest(unchecked, data.bin_mapper))
+            unchecked = []
+            if converged or n_trees >= self.max_n_estimators:
+                self.convergence_ = np.array(monitor.history).reshape(-1, 2)
+                return grown
+
+    @property
+    def n_estimators_(self) -> int:
+        """The number of trees of the fitted forest (what ``n_estimators="auto"`` chose)."""
+        check_is_fitted(self, "estimators_")
+        return len(self.estimators_)
 
     def _after_growth(self, client, data, spec):
         """What the forest keeps of the training blocks besides its trees, while they are on
@@ -417,7 +459,18 @@ _FOREST_DOC = """
 
     Parameters
     ----------
-    n_estimators : int, default=100
+    n_estimators : int or "auto", default=100
+        "auto": trees are grown in waves of 32 until the out-of-bag estimate of the part of the
+        forest's squared error (Brier score for classifiers) that comes from having finitely
+        many trees is at most ``tol`` times the error of predicting the mean (more trees could
+        raise R² or the Brier skill score by at most ``tol``), or ``max_n_estimators`` trees
+        (``dasktrees.distributed.convergence``; docs/forests.md). Needs the bootstrap or
+        ``max_samples``; the same ``random_state`` gives the same trees on any cluster.
+    max_n_estimators : int, default=1000
+        The most trees ``n_estimators="auto"`` grows.
+    tol : float in (0, 1), default=0.005
+        ``n_estimators="auto"`` stops when more trees would lower the error by at most this
+        share of the error of predicting the mean.
     criterion, max_depth, min_samples_split, min_samples_leaf, min_weight_fraction_leaf,
     max_leaf_nodes, min_impurity_decrease, max_bins, categorical_features :
         As for the single trees.
@@ -472,6 +525,11 @@ _FOREST_DOC = """
         input was a dask collection.
     mode_ : str
         The mode the fit used.
+    n_estimators_ : int
+        The number of trees.
+    convergence_ : ndarray of shape (n_checks, 2)
+        With ``n_estimators="auto"``: after each wave, the trees and the estimated excess error
+        of that many trees over infinitely many, as a share of the error of predicting the mean.
 """
 
 
@@ -587,6 +645,8 @@ def _forest_init(
     oob_score,
     random_state,
     warm_start,
+    max_n_estimators,
+    tol,
     max_bins,
     categorical_features,
     min_samples_category,
@@ -612,6 +672,8 @@ def _forest_init(
     self.oob_score = oob_score
     self.random_state = random_state
     self.warm_start = warm_start
+    self.max_n_estimators = max_n_estimators
+    self.tol = tol
     self.max_bins = max_bins
     self.categorical_features = categorical_features
     self.min_samples_category = min_samples_category
@@ -655,6 +717,8 @@ class RandomForestClassifier(_ForestClassifierMixin, BaseForest):
         oob_score=False,
         random_state=None,
         warm_start=False,
+        max_n_estimators=1000,
+        tol=0.005,
         class_weight=None,
         voting="soft",
         max_bins=255,
@@ -684,6 +748,8 @@ class RandomForestClassifier(_ForestClassifierMixin, BaseForest):
             oob_score,
             random_state,
             warm_start,
+            max_n_estimators,
+            tol,
             max_bins,
             categorical_features,
             min_samples_category,
@@ -723,6 +789,8 @@ class ExtraTreesClassifier(RandomForestClassifier):
         oob_score=False,
         random_state=None,
         warm_start=False,
+        max_n_estimators=1000,
+        tol=0.005,
         class_weight=None,
         voting="soft",
         max_bins=255,
@@ -751,6 +819,8 @@ class ExtraTreesClassifier(RandomForestClassifier):
             oob_score=oob_score,
             random_state=random_state,
             warm_start=warm_start,
+            max_n_estimators=max_n_estimators,
+            tol=tol,
             class_weight=class_weight,
             voting=voting,
             max_bins=max_bins,
@@ -797,6 +867,8 @@ class RandomForestRegressor(_ForestRegressorMixin, BaseForest):
         oob_score=False,
         random_state=None,
         warm_start=False,
+        max_n_estimators=1000,
+        tol=0.005,
         aggregation="mean",
         max_bins=255,
         categorical_features=None,
@@ -825,6 +897,8 @@ class RandomForestRegressor(_ForestRegressorMixin, BaseForest):
             oob_score,
             random_state,
             warm_start,
+            max_n_estimators,
+            tol,
             max_bins,
             categorical_features,
             min_samples_category,
@@ -860,6 +934,8 @@ class ExtraTreesRegressor(RandomForestRegressor):
         oob_score=False,
         random_state=None,
         warm_start=False,
+        max_n_estimators=1000,
+        tol=0.005,
         aggregation="mean",
         max_bins=255,
         categorical_features=None,
@@ -887,6 +963,8 @@ class ExtraTreesRegressor(RandomForestRegressor):
             oob_score=oob_score,
             random_state=random_state,
             warm_start=warm_start,
+            max_n_estimators=max_n_estimators,
+            tol=tol,
             aggregation=aggregation,
             max_bins=max_bins,
             categorical_features=categorical_features,

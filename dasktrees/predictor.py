@@ -482,6 +482,33 @@ def add_oob_votes(codes, nodes, bitsets, root, values, voting, counts, votes, n_
 
 
 @njit(cache=True, nogil=True)
+def add_oob_moments(codes, nodes, bitsets, root, values, counts, sums, squares, n_oob):
+    """Add one tree's leaf values and their squares to the rows of a block it did not sample:
+    the running moments from which ``distributed.convergence`` estimates the Monte-Carlo
+    variance of the out-of-bag votes.
+
+    Parameters
+    ----------
+    codes : ndarray of uint8, shape (n_rows, n_features)
+    root : int
+        The tree's root in the packed node table (``PackedForest.roots``).
+    counts : ndarray of float64, shape (n_rows,)
+        The tree's row counts (``sampling.tree_counts``).
+    sums, squares : ndarray of float64, shape (n_rows, n_values)
+        Summed leaf values and squared leaf values of the out-of-bag trees so far; updated.
+    n_oob : ndarray of float64, shape (n_rows,)
+        Number of out-of-bag trees so far; updated.
+    """
+    for i in range(codes.shape[0]):
+        if counts[i] == 0.0:
+            leaf = _leaf(codes, i, nodes, bitsets, root, -1, 0)
+            for c in range(values.shape[1]):
+                sums[i, c] += values[leaf, c]
+                squares[i, c] += values[leaf, c] * values[leaf, c]
+            n_oob[i] += 1.0
+
+
+@njit(cache=True, nogil=True)
 def misclassified(votes, n_oob, y):
     """Rows with at least one out-of-bag vote whose voted class is not y: (count, scored)."""
     errors = 0.0

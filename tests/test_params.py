@@ -25,6 +25,8 @@ CASES = {
     "min_samples_category": (0, 3),
     "categorical_order": ("leaf", "node"),
     "n_estimators": ("ten", 3),
+    "max_n_estimators": (0, 40),
+    "tol": (1.5, 0.02),
     "max_features_tree": (0, 0.5),
     "bootstrap": ("yes", False),
     "max_samples": (2.0, 0.5),
@@ -38,7 +40,24 @@ CASES = {
 
 
 def test_every_parameter_of_the_table_has_a_case():
-    assert set(CASES) | {"aggregation"} == set(PARAMETERS)
+    # The regressors' own: checked below.
+    assert set(CASES) | {"aggregation", "default_quantiles"} == set(PARAMETERS)
+
+
+def test_quantile_forest_and_config_refuse_the_same_default_quantiles():
+    from sklearn.datasets import load_diabetes
+
+    from dasktrees import RandomForestQuantileRegressor
+
+    X, y = load_diabetes(return_X_y=True)
+    expected = PARAMETERS["default_quantiles"].expected
+    for bad in ([0.5, 1.2], [], "median"):
+        with pytest.raises(ValueError, match=re.escape(f"default_quantiles must be {expected}")):
+            RandomForestQuantileRegressor(n_estimators=2, default_quantiles=bad).fit(X, y)
+        assert check_params(RandomForestQuantileRegressor, {"default_quantiles": bad}, False) == [
+            ("model.params.default_quantiles", f"expected {expected}, got {bad!r}")
+        ]
+    RandomForestQuantileRegressor(n_estimators=2, default_quantiles=[0.1, 0.9]).fit(X, y)
 
 
 @pytest.mark.parametrize("name", sorted(CASES))

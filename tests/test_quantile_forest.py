@@ -250,7 +250,7 @@ def test_bad_quantiles_are_refused_with_their_name():
         est.predict(X, quantiles=["median"])
     with pytest.raises(ValueError, match="return_std=True needs quantiles=None"):
         est.predict(X, quantiles=0.5, return_std=True)
-    with pytest.raises(ValueError, match="default_quantiles must be in"):
+    with pytest.raises(ValueError, match="default_quantiles must be"):
         dt.RandomForestQuantileRegressor(n_estimators=3, default_quantiles=(-0.1,)).fit(X, y)
 
 

@@ -6,8 +6,10 @@ from dasktrees import (
     DecisionTreeClassifier,
     DecisionTreeRegressor,
     ExtraTreesClassifier,
+    ExtraTreesQuantileRegressor,
     ExtraTreesRegressor,
     RandomForestClassifier,
+    RandomForestQuantileRegressor,
     RandomForestRegressor,
 )
 
@@ -21,7 +23,7 @@ EXPECTED_FAILED_CHECKS = {
         "check_sample_weight_equivalence_on_dense_data": _BOOTSTRAP_WEIGHTS,
         "check_sample_weight_equivalence_on_sparse_data": _BOOTSTRAP_WEIGHTS,
     }
-    for name in ("RandomForestClassifier", "RandomForestRegressor")
+    for name in ("RandomForestClassifier", "RandomForestRegressor", "RandomForestQuantileRegressor")
 }
 
 # Without a client: every fit runs on threads of the test process (scikit-learn's checks fit
@@ -33,6 +35,8 @@ ESTIMATORS = [
     RandomForestRegressor(n_estimators=10, random_state=0),
     ExtraTreesClassifier(n_estimators=10, random_state=0),
     ExtraTreesRegressor(n_estimators=10, random_state=0),
+    RandomForestQuantileRegressor(n_estimators=10, random_state=0),
+    ExtraTreesQuantileRegressor(n_estimators=10, random_state=0),
 ]
 
 
