@@ -51,6 +51,12 @@ def _parser():
     predict.add_argument("model", help="a saved model directory")
     predict.add_argument("input", help="CSV or Parquet file (or glob) of the features")
     predict.add_argument("--output", required=True, help="file to write, same format as input")
+    predict.add_argument(
+        "--quantiles",
+        metavar="Q,Q,...",
+        help="quantile forests: write these quantiles, one column each (q0.05, ...), e.g. "
+        "--quantiles 0.05,0.5,0.95",
+    )
     where = predict.add_mutually_exclusive_group()
     where.add_argument("--config", help="use this experiment file's cluster section")
     where.add_argument("--address", help="a running Dask scheduler, e.g. tcp://10.0.0.5:8786")
@@ -120,6 +126,11 @@ def _predict(args):
         problems.append(
             ("--output", f"{args.output} exists and is not a file of predictions; choose another")
         )
+    quantiles = None
+    if args.quantiles is not None:
+        quantiles, problem = _parse_quantiles(args.quantiles)
+        if problem is not None:
+            problems.append(("--quantiles", problem))
     if problems:
         raise ConfigError(problems)
     cluster = None  # none asked for: this process, Dask's threads
@@ -128,6 +139,16 @@ def _predict(args):
     elif args.address:
         cluster = ClusterConfig.model_validate({"address": args.address})
     model = load(args.model)
+    if quantiles is not None and not hasattr(model, "leaf_targets_"):
+        raise ConfigError(
+            [
+                (
+                    "--quantiles",
+                    f"{args.model} holds a {type(model).__name__}, not a quantile forest "
+                    "(model.kind quantile_forest); it predicts no quantiles",
+                )
+            ]
+        )
     is_forest = hasattr(model, "estimators_")
     # A single tree predicts in this process: no cluster to start.
     on_cluster = is_forest and cluster is not None
@@ -139,7 +160,7 @@ def _predict(args):
             model.client = client
         else:
             X = X.compute()
-        out = _predictions(model, X)
+        out = _predictions(model, X) if quantiles is None else _quantiles(model, X, quantiles)
         if not isinstance(out, dd.DataFrame):
             out = dd.from_pandas(out, npartitions=1)
         write_table(out, args.output)
@@ -171,6 +192,39 @@ def _predictions(model, X):
     if isinstance(prediction, da.Array):
         return dd.from_dask_array(prediction, columns="prediction").to_frame()
     return pd.DataFrame({"prediction": prediction})
+
+
+def _parse_quantiles(text):
+    """(quantiles, None) for ``--quantiles 0.05,0.5,0.95``, or (None, the problem)."""
+    import math
+
+    values = []
+    for item in text.split(","):
+        try:
+            value = float(item)
+        except ValueError:
+            return None, f"expected numbers in [0, 1] separated by commas, got {item.strip()!r}"
+        if not (math.isfinite(value) and 0.0 <= value <= 1.0):
+            return None, f"quantiles are in [0, 1], got {item.strip()}"
+        if value in values:
+            return None, f"{item.strip()} is given twice"
+        values.append(value)
+    return values, None
+
+
+def _quantiles(model, X, quantiles):
+    """A frame with one column per quantile, named ``q0.05`` and so on, per input row."""
+    import dask.array as da
+    import dask.dataframe as dd
+    import pandas as pd
+
+    from .experiment import quantile_column
+
+    columns = [quantile_column(q) for q in quantiles]
+    predicted = model.predict(X, quantiles=quantiles)
+    if isinstance(predicted, da.Array):
+        return dd.from_dask_array(predicted, columns=columns)
+    return pd.DataFrame(predicted, columns=columns)
 
 
 def _inspect(args):

@@ -3,7 +3,7 @@
 The schema is declared with pydantic models (unknown keys forbidden); this module only turns
 pydantic's errors into one line per problem, e.g.::
 
-    model.params.n_estimators: expected an integer >= 1, got 'ten'
+    model.params.n_estimators: expected "auto" or an integer >= 1, got 'ten'
     data.targte: unknown key; did you mean 'target'?
 
 Checking happens in two stages. The schema stage needs only the file. The second stage reads what
@@ -32,6 +32,10 @@ CLASSIFICATION_METRICS = (
     "confusion_matrix",
 )
 REGRESSION_METRICS = ("r2", "rmse", "mae")
+# Of a quantile forest's default quantiles: the share of rows inside the interval between the
+# lowest and the highest, and the mean pinball loss of each.
+QUANTILE_METRICS = ("coverage", "pinball_loss")
+KINDS = ("random_forest", "extra_trees", "decision_tree", "quantile_forest")
 
 
 class ConfigError(Exception):
@@ -186,12 +190,12 @@ class DataConfig(_Section):
 
 
 class ModelConfig(_Section):
-    kind: Literal["random_forest", "extra_trees", "decision_tree"] = "random_forest"
+    kind: Literal[KINDS] = "random_forest"
     task: Optional[Literal["classification", "regression"]] = None
     params: dict = {}
 
 
-Metric = Literal[CLASSIFICATION_METRICS + REGRESSION_METRICS]
+Metric = Literal[CLASSIFICATION_METRICS + REGRESSION_METRICS + QUANTILE_METRICS]
 
 
 class EvaluationConfig(_Section):
@@ -386,13 +390,15 @@ def resolved(config):
 
 
 def estimator_class(kind, task):
-    """The estimator class for ``model.kind`` and a task."""
+    """The estimator class for ``model.kind`` and a task (``kind_problem`` says whether the
+    kind has one for the task)."""
     from . import (
         DecisionTreeClassifier,
         DecisionTreeRegressor,
         ExtraTreesClassifier,
         ExtraTreesRegressor,
         RandomForestClassifier,
+        RandomForestQuantileRegressor,
         RandomForestRegressor,
     )
 
@@ -403,8 +409,45 @@ def estimator_class(kind, task):
         ("extra_trees", "regression"): ExtraTreesRegressor,
         ("decision_tree", "classification"): DecisionTreeClassifier,
         ("decision_tree", "regression"): DecisionTreeRegressor,
+        ("quantile_forest", "regression"): RandomForestQuantileRegressor,
     }
     return classes[kind, task]
+
+
+def kind_problem(kind, task, explicit):
+    """Why ``model.kind`` cannot do ``task`` (``explicit``: given as ``model.task``, else
+    inferred from the target), or None."""
+    if kind == "quantile_forest" and task == "classification":
+        why = (
+            "model.task is classification"
+            if explicit
+            else "the target is not numeric (bool, string or categorical)"
+        )
+        return (
+            f"quantile_forest predicts quantiles of a numeric target, but {why}; use "
+            "random_forest or extra_trees for classification"
+        )
+    return None
+
+
+def metric_problem(metric, kind, task):
+    """Why ``metric`` (of ``evaluation.metrics``) is not one the model gives, or None."""
+    allowed = default_metrics(kind, task)
+    if metric in allowed:
+        return None
+    if task == "regression" and metric in QUANTILE_METRICS:
+        return f"{metric!r} needs model.kind quantile_forest"
+    return f"{metric!r} is not a {task} metric; use {', '.join(allowed)}"
+
+
+def default_metrics(kind, task):
+    """Every metric the model of ``kind`` gives for ``task`` (what ``evaluation.metrics``
+    defaults to)."""
+    if task == "classification":
+        return list(CLASSIFICATION_METRICS)
+    if kind == "quantile_forest":
+        return [*REGRESSION_METRICS, *QUANTILE_METRICS]
+    return list(REGRESSION_METRICS)
 
 
 def check_params(cls, params, is_classifier):
@@ -439,15 +482,18 @@ def check_params(cls, params, is_classifier):
     return problems
 
 
-def infer_task(target):
+def infer_task(target, kind="random_forest"):
     """classification for a boolean, categorical, string or integer target with at most 50
-    distinct values, else regression (``target`` a pandas or dask Series)."""
+    distinct values, else regression (``target`` a pandas or dask Series). A quantile forest
+    regresses any integer target: its kind says the task."""
     import pandas as pd
 
     dtype = target.dtype
     if pd.api.types.is_float_dtype(dtype):
         return "regression"
     if pd.api.types.is_integer_dtype(dtype):
+        if kind == "quantile_forest":
+            return "regression"
         n_unique = target.nunique()
         n_unique = n_unique.compute() if hasattr(n_unique, "compute") else n_unique
         return "classification" if n_unique <= 50 else "regression"
@@ -501,7 +547,7 @@ def check_config(config):
                             (f"data.{key}", f"column {column!r} is not in the data{hint}")
                         )
             if task is None and target in columns:
-                task = infer_task(frame[target])
+                task = infer_task(frame[target], config.model.kind)
             if data.test is not None and data.test.path is not None:
                 test_columns = list(io.read_table(data.test.path, data.blocksize).columns)
                 needed = [target, *(data.features or [c for c in columns if c != target])]
@@ -510,10 +556,15 @@ def check_config(config):
                         problems.append(
                             ("data.test.path", f"column {column!r} is not in the test data")
                         )
-    if task is None:  # target unknown: parameter names can still be checked
+    if task is not None and (
+        problem := kind_problem(config.model.kind, task, config.model.task is not None)
+    ):
+        problems.append(("model.kind", problem))
+    elif task is None:  # target unknown: parameter names can still be checked
         names = set()
         for guess in ("classification", "regression"):
-            names |= set(estimator_class(config.model.kind, guess)().get_params(deep=False))
+            if kind_problem(config.model.kind, guess, True) is None:
+                names |= set(estimator_class(config.model.kind, guess)().get_params(deep=False))
         for name in config.model.params:
             if name not in names:
                 hint = _hint(name, names)
@@ -527,7 +578,7 @@ def check_config(config):
                 problems.append(
                     (
                         "evaluation.permutation_importance",
-                        "needs a forest (model.kind random_forest or extra_trees)",
+                        "needs a forest (model.kind random_forest, extra_trees or quantile_forest)",
                     )
                 )
             elif not param_problems and not cls(**config.model.params).samples_rows():
@@ -537,15 +588,9 @@ def check_config(config):
                         "needs out-of-bag rows: bootstrap: true or max_samples in model.params",
                     )
                 )
-        allowed = CLASSIFICATION_METRICS if task == "classification" else REGRESSION_METRICS
         for metric in config.evaluation.metrics or ():
-            if metric not in allowed:
-                problems.append(
-                    (
-                        "evaluation.metrics",
-                        f"{metric!r} is not a {task} metric; use {', '.join(allowed)}",
-                    )
-                )
+            if (problem := metric_problem(metric, config.model.kind, task)) is not None:
+                problems.append(("evaluation.metrics", problem))
     if problems:
         raise ConfigError(problems)
     return task

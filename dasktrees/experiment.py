@@ -9,7 +9,8 @@ with a ``FAILED`` file holding the error, and without a model::
         metrics.json         fit seconds, rows, features, trees, OOB score, test metrics, versions
         importances.csv      MDI mean and std over trees (+ permutation importance when asked)
         oob_curve.csv        OOB error after 1, 2, ... trees
-        plots/               importances.png, oob_curve.png, confusion_matrix.png (classifiers)
+        plots/               importances.png, oob_curve.png, confusion_matrix.png (classifiers),
+                             intervals.png (quantile forests)
         model/               the saved model (``dasktrees.load``)
         dask-report.html     Dask's performance report of the fit and evaluation
         run.log
@@ -33,7 +34,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from .config import estimator_class, infer_task, resolved
+from .config import default_metrics, estimator_class, infer_task, resolved
 from .io import read_train, split
 
 logger = logging.getLogger("dasktrees.experiment")
@@ -111,6 +112,8 @@ def build_estimator(config, task, client):
     params.setdefault("random_state", config.seed)
     if config.data.categorical:
         params.setdefault("categorical_features", list(config.data.categorical))
+    if isinstance(params.get("default_quantiles"), list):  # YAML has no tuples; the default is one
+        params["default_quantiles"] = tuple(params["default_quantiles"])
     is_forest = config.model.kind != "decision_tree"
     if is_forest:
         params["client"] = client
@@ -157,11 +160,40 @@ def _metrics(names, task, model, y_true, decision):
     return {k: (float(v) if isinstance(v, (float, np.floating)) else v) for k, v in results.items()}
 
 
-def default_metrics(task):
-    """Every metric of the task (what ``evaluation.metrics`` defaults to)."""
-    if task == "regression":
-        return ["r2", "rmse", "mae"]
-    return ["accuracy", "balanced_accuracy", "log_loss", "roc_auc", "confusion_matrix"]
+def quantile_column(q):
+    """The name of quantile ``q``'s column or entry: ``q0.05`` (the float's shortest repr, so
+    that distinct quantiles keep distinct names)."""
+    return f"q{float(q)!r}"
+
+
+def _quantile_metrics(names, y_true, predicted, quantiles):
+    """Coverage of the interval between the lowest and highest of ``quantiles`` and the mean
+    pinball loss of each, for the metrics of ``names`` among ``QUANTILE_METRICS``.
+
+    ``predicted`` holds a column per entry of ``quantiles`` (n_rows, n_quantiles); the
+    coverage is None for a single quantile (no interval).
+    """
+    from sklearn.metrics import mean_pinball_loss
+
+    results = {}
+    if "coverage" in names:
+        results["coverage"] = _coverage(y_true, predicted, quantiles)
+    if "pinball_loss" in names:
+        results["pinball_loss"] = {
+            quantile_column(q): float(mean_pinball_loss(y_true, predicted[:, k], alpha=q))
+            for k, q in enumerate(quantiles)
+        }
+    return results
+
+
+def _coverage(y_true, predicted, quantiles):
+    """Share of the rows whose target lies between their lowest and highest quantile (bounds
+    included, as ``oob_coverage_``); None without an interval or a row."""
+    low, high = int(np.argmin(quantiles)), int(np.argmax(quantiles))
+    if quantiles[low] == quantiles[high] or len(y_true) == 0:
+        return None
+    inside = (predicted[:, low] <= y_true) & (y_true <= predicted[:, high])
+    return float(np.mean(inside))
 
 
 def _finite(value):
@@ -214,16 +246,114 @@ def _plot_importances(importances, path):
     plt.close(fig)
 
 
-def _plot_oob_curve(curve, task, path):
+def _plot_oob_curve(curve, task, path, stopped_at=None):
+    """The OOB error against the number of trees; ``stopped_at``: where ``n_estimators="auto"``
+    stopped growing, marked with a vertical line."""
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6, 4))
     ax.plot(np.arange(1, len(curve) + 1), curve, color="#4c72b0")
+    if stopped_at is not None:
+        ax.axvline(
+            stopped_at, color="#c44e52", linestyle="--", label=f"stopped at {stopped_at} trees"
+        )
+        ax.legend(loc="upper right")
     ax.set_xlabel("number of trees")
     ax.set_ylabel(
         "out-of-bag error" + (" (misclassification)" if task == "classification" else " (MSE)")
     )
     ax.set_title("Out-of-bag error")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def _default_quantiles(model):
+    """A quantile forest's ``default_quantiles`` as a 1-d float array (a float gives one)."""
+    return np.atleast_1d(np.asarray(model.default_quantiles, dtype=np.float64))
+
+
+def _intervals(y_true, columns, quantiles, predicted, rows):
+    """What the interval plot and the quantile metrics take: the rows' targets, their lowest
+    and highest default quantile and median (``columns`` by quantile; the median None if not
+    predicted), ``predicted`` (a column per default quantile), and what the rows are."""
+    return {
+        "y_true": y_true,
+        "lower": columns[quantiles.min()],
+        "upper": columns[quantiles.max()],
+        "median": columns.get(0.5),
+        "predicted": predicted,
+        "quantiles": quantiles,
+        "rows": rows,
+    }
+
+
+def _test_intervals(model, X_test, y_true):
+    """The test rows' default quantiles and median, predicted in one pass."""
+    quantiles = _default_quantiles(model)
+    predicted_quantiles = sorted({*quantiles.tolist(), 0.5})
+    predicted = model.predict(X_test, quantiles=predicted_quantiles)
+    predicted = np.asarray(predicted.compute() if hasattr(predicted, "compute") else predicted)
+    columns = {q: predicted[:, k] for k, q in enumerate(predicted_quantiles)}
+    default = np.column_stack([columns[q] for q in quantiles.tolist()])
+    return _intervals(y_true, columns, quantiles, default, "test rows")
+
+
+def _oob_intervals(model, y_train):
+    """The training rows' out-of-bag default quantiles (rows no tree left out dropped); the
+    median only if it is a default quantile."""
+    quantiles = _default_quantiles(model)
+    oob = model.oob_quantiles_
+    oob = np.asarray(oob.compute() if hasattr(oob, "compute") else oob)
+    y_true = np.asarray(y_train.compute() if hasattr(y_train, "compute") else y_train, dtype=float)
+    scored = ~np.isnan(oob[:, 0])
+    oob, y_true = oob[scored], y_true[scored]
+    columns = {q: oob[:, k] for k, q in enumerate(quantiles.tolist())}
+    return _intervals(y_true, columns, quantiles, oob, "out-of-bag rows")
+
+
+# Rows drawn in the interval plot at most: beyond a few thousand the points are a blur, and the
+# figure's size grows with them.
+_MAX_PLOTTED_ROWS = 2000
+
+
+def _plot_intervals(y_true, lower, upper, median, quantiles, rows, path):
+    """The predicted interval between the lowest and highest default quantile, and the median,
+    against the true target, rows sorted by the median (the interval's centre without one)."""
+    import matplotlib.pyplot as plt
+
+    centre = median if median is not None else (lower + upper) / 2.0
+    order = np.argsort(centre, kind="stable")
+    if len(order) > _MAX_PLOTTED_ROWS:  # evenly along the sorted rows; coverage from all
+        order = order[np.linspace(0, len(order) - 1, _MAX_PLOTTED_ROWS).round().astype(int)]
+    x = np.arange(len(order))
+    inside = (lower <= y_true) & (y_true <= upper)
+    low, high = min(quantiles), max(quantiles)
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    ax.fill_between(
+        x,
+        lower[order],
+        upper[order],
+        step="mid",
+        color="#4c72b0",
+        alpha=0.3,
+        linewidth=0,
+        label=f"{low:g} to {high:g} quantile",
+    )
+    if median is not None:
+        ax.plot(x, median[order], color="#4c72b0", linewidth=1, label="median")
+    for mask, color, label in ((inside, "#222222", "inside"), (~inside, "#c44e52", "outside")):
+        shown = mask[order]
+        ax.scatter(x[shown], y_true[order][shown], s=6, color=color, label=f"target, {label}")
+    by = "predicted median" if median is not None else "interval's centre"
+    ax.set_xlabel(f"{rows} ({len(y_true)}), sorted by the {by}")
+    ax.set_ylabel("target")
+    coverage = float(np.mean(inside)) if len(y_true) else float("nan")
+    ax.set_title(
+        f"Prediction intervals: coverage {coverage:.1%} (nominal {high - low:.0%}), {rows}"
+    )
+    ax.legend(loc="upper left", fontsize="small")
     ax.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
@@ -350,7 +480,7 @@ def _run(config, task, work, progress, echo):
         target = config.target
         train, test = split(config.data, frame, config.seed)
         features = feature_columns(config, list(frame.columns))
-        task = task or infer_task(frame[target])
+        task = task or infer_task(frame[target], config.model.kind)
         X_train, y_train = train[features], train[target]
         if config.model.kind == "decision_tree":  # one tree: a local estimator
             X_train, y_train = X_train.compute(), y_train.compute()
@@ -362,7 +492,7 @@ def _run(config, task, work, progress, echo):
                 model.fit(X_train, y_train)
             fit_seconds = time.perf_counter() - start
             logger.info("fitted in %.2f s", fit_seconds)
-            test_metrics, confusion = None, None
+            test_metrics, confusion, intervals = None, None, None
             n_test = 0
             if test is not None:
                 X_test = test[features]
@@ -381,10 +511,19 @@ def _run(config, task, work, progress, echo):
                 decision = np.asarray(
                     decision.compute() if hasattr(decision, "compute") else decision
                 )
-                names = config.evaluation.metrics or default_metrics(task)
+                names = config.evaluation.metrics or default_metrics(config.model.kind, task)
                 test_metrics = _metrics(names, task, model, y_true, decision)
+                if hasattr(model, "leaf_targets_"):
+                    intervals = _test_intervals(model, X_test, y_true)
+                    test_metrics.update(
+                        _quantile_metrics(
+                            names, y_true, intervals["predicted"], intervals["quantiles"]
+                        )
+                    )
                 confusion = test_metrics.get("confusion_matrix")
                 logger.info("test metrics %s", test_metrics)
+            if intervals is None and hasattr(model, "oob_quantiles_"):
+                intervals = _oob_intervals(model, y_train)
             importances = pd.DataFrame(
                 {"feature": features, "mdi_mean": model.feature_importances_}
             )
@@ -405,9 +544,18 @@ def _run(config, task, work, progress, echo):
         pd.DataFrame({"n_trees": np.arange(1, len(curve) + 1), "oob_error": curve}).to_csv(
             work / "oob_curve.csv", index=False
         )
-        _plot_oob_curve(curve, task, plots / "oob_curve.png")
+        # n_estimators="auto" grew trees until the OOB error settled: mark where it stopped.
+        auto = model.get_params().get("n_estimators") == "auto"
+        stopped_at = len(model.estimators_) if auto else None
+        _plot_oob_curve(curve, task, plots / "oob_curve.png", stopped_at)
     if confusion is not None:
         _plot_confusion(confusion["matrix"], confusion["labels"], plots / "confusion_matrix.png")
+    # Drawn for an interval: a single default quantile has none.
+    if intervals is not None and intervals["quantiles"].min() < intervals["quantiles"].max():
+        _plot_intervals(
+            *(intervals[k] for k in ("y_true", "lower", "upper", "median", "quantiles", "rows")),
+            plots / "intervals.png",
+        )
     model.save(work / "model")
     n_trees = len(model.estimators_) if hasattr(model, "estimators_") else 1
     metrics = {
@@ -426,6 +574,9 @@ def _run(config, task, work, progress, echo):
         "test": test_metrics,
         "versions": _versions(),
     }
+    if hasattr(model, "leaf_targets_"):
+        metrics["quantiles"] = _default_quantiles(model).tolist()
+        metrics["oob_coverage"] = getattr(model, "oob_coverage_", None)
     # NaN (an undefined score) is not JSON: written as null.
     (work / "metrics.json").write_text(json.dumps(_finite(metrics), indent=2, allow_nan=False))
     return metrics

@@ -182,12 +182,38 @@ class PackedForest:
 
 
 @njit(cache=True, nogil=True)
-def leaves_of_codes(codes, nodes, bitsets, roots, out):
+def leaves_of_codes(codes, nodes, bitsets, roots, max_depth, n_leaves, out):
     """The leaf (row of ``PackedForest.values``) each row of binned ``codes`` reaches in each
-    tree: ``out[i, t]``, ndarray of int64, shape (n_rows, n_trees)."""
-    for i in range(codes.shape[0]):
+    tree: ``out[i, t]``, ndarray of int64, shape (n_rows, n_trees).
+
+    Blocks of rows go down each tree together (``_route_block``), as prediction's do; the
+    training blocks' codes are copied a block at a time into the column order it reads."""
+    n = min(_ROWS_PER_BLOCK, codes.shape[0])
+    block_codes = np.empty((codes.shape[1], n), dtype=X_BINNED_DTYPE).T
+    rows = np.empty((2, n), dtype=np.int64)
+    stack = np.empty((max_depth + 2, 4), dtype=np.int64)
+    leaf_ids = np.arange(n_leaves).astype(np.float64).reshape(n_leaves, 1)
+    tree_leaves = np.empty((n, roots.shape[0]))
+    for first in range(0, codes.shape[0], _ROWS_PER_BLOCK):
+        m = min(_ROWS_PER_BLOCK, codes.shape[0] - first)
+        block_codes[:m] = codes[first : first + m]
         for t in range(roots.shape[0]):
-            out[i, t] = _leaf(codes, i, nodes, bitsets, roots[t], -1, 0)
+            _route_block(
+                block_codes,
+                m,
+                nodes,
+                bitsets,
+                roots[t],
+                rows,
+                stack,
+                leaf_ids,
+                TREE_VALUE,
+                tree_leaves,
+                t,
+            )
+        for i in range(m):
+            for t in range(roots.shape[0]):
+                out[first + i, t] = np.int64(tree_leaves[i, t])
 
 
 @njit(cache=True, nogil=True)

@@ -196,6 +196,106 @@ def test_csv_data_with_test_file_and_decision_tree(capsys, tmp_path):
     assert metrics["test"]["accuracy"] == pytest.approx(expected)
 
 
+def test_quantile_forest_config(capsys, tmp_path, client):
+    """configs/quantiles.yaml with 10 trees: interval coverage and pinball losses of the test
+    rows as the saved model predicts them, the out-of-bag coverage, and the interval plot."""
+    code, out, err = run_cli(
+        capsys,
+        "run",
+        CONFIGS / "quantiles.yaml",
+        "--set",
+        f"cluster={{address: {client.scheduler.address}}}",
+        "--set",
+        "model.params.n_estimators=10",
+        "--output",
+        tmp_path / "run",
+    )
+    assert code == 0, err
+    run_dir = Path(out.split()[-1])
+    metrics = check_run_dir(run_dir, "regression", 10)
+    assert metrics["kind"] == "quantile_forest"
+    assert metrics["estimator"] == "RandomForestQuantileRegressor"
+    assert metrics["quantiles"] == [0.05, 0.5, 0.95]
+    assert 0.5 < metrics["oob_coverage"] <= 1.0
+    assert {p.name for p in (run_dir / "plots").iterdir()} == {
+        "importances.png",
+        "oob_curve.png",
+        "intervals.png",
+    }
+    # The oracle: the saved model on the same test rows (the run's split, done again).
+    from sklearn.metrics import mean_pinball_loss
+
+    from dasktrees.config import load_config
+    from dasktrees.io import read_train, split
+
+    config = load_config(run_dir / "config.yaml")
+    _, test = split(config.data, read_train(config.data), config.seed)
+    test = test.compute()
+    model = dasktrees.load(run_dir / "model")
+    assert model.get_params()["default_quantiles"] == (0.05, 0.5, 0.95)
+    assert model.oob_coverage_ == metrics["oob_coverage"]
+    X, y = test[list(model.feature_names_in_)], test["target"].to_numpy()
+    assert metrics["rows"]["test"] == len(y)
+    predicted = model.predict(X, quantiles=[0.05, 0.5, 0.95])
+    inside = (predicted[:, 0] <= y) & (y <= predicted[:, 2])
+    assert metrics["test"]["coverage"] == pytest.approx(inside.mean())
+    assert metrics["test"]["pinball_loss"] == pytest.approx(
+        {
+            f"q{q}": mean_pinball_loss(y, predicted[:, k], alpha=q)
+            for k, q in enumerate([0.05, 0.5, 0.95])
+        }
+    )
+    assert metrics["test"]["r2"] > 0.2  # and the mean is predicted as by any regressor
+
+
+def test_quantile_forest_without_a_test_set_plots_out_of_bag_intervals(
+    capsys, tmp_path, client, monkeypatch
+):
+    """n_estimators: auto (the shipped config's): the OOB curve marks where growth stopped; with
+    no test set the intervals are the out-of-bag ones (a median only if it is a default)."""
+    from dasktrees import experiment
+
+    marked, plotted = [], []
+    plot_curve, plot_intervals = experiment._plot_oob_curve, experiment._plot_intervals
+
+    def record_curve(curve, task, path, stopped_at=None):
+        marked.append((len(curve), stopped_at))
+        plot_curve(curve, task, path, stopped_at)
+
+    def record_intervals(y_true, lower, upper, median, quantiles, rows, path):
+        plotted.append((len(y_true), median, rows))
+        plot_intervals(y_true, lower, upper, median, quantiles, rows, path)
+
+    monkeypatch.setattr(experiment, "_plot_oob_curve", record_curve)
+    monkeypatch.setattr(experiment, "_plot_intervals", record_intervals)
+    code, out, err = run_cli(
+        capsys,
+        "run",
+        CONFIGS / "quantiles.yaml",
+        "--set",
+        f"cluster={{address: {client.scheduler.address}}}",
+        "--set",
+        "data.test=null",
+        "--set",
+        "model.params.max_n_estimators=64",
+        "--set",
+        "model.params.default_quantiles=[0.1, 0.9]",
+        "--output",
+        tmp_path / "run",
+    )
+    assert code == 0, err
+    run_dir = Path(out.split()[-1])
+    model = dasktrees.load(run_dir / "model")
+    n_trees = len(model.estimators_)
+    assert model.get_params()["n_estimators"] == "auto" and 1 <= n_trees <= 64
+    metrics = check_run_dir(run_dir, "regression", n_trees, has_test=False)
+    assert metrics["test"] is None and metrics["quantiles"] == [0.1, 0.9]
+    assert marked == [(n_trees, n_trees)]
+    [(n_rows, median, rows)] = plotted
+    assert rows == "out-of-bag rows" and median is None and 0 < n_rows <= 442
+    assert "intervals.png" in {p.name for p in (run_dir / "plots").iterdir()}
+
+
 # ---- a real scheduler and workers ------------------------------------------------------------
 
 
@@ -347,7 +447,7 @@ INVALID = [
         "n_estimators a word",
         _with({"model.params.n_estimators": "ten"}),
         "model.params.n_estimators",
-        "expected an integer >= 1, got 'ten'",
+        "expected \"auto\" or an integer >= 1, got 'ten'",
     ),
     ("seed a word", _with({"seed": "x"}), "seed", "expected an integer"),
     (
@@ -443,6 +543,43 @@ INVALID = [
         "evaluation.permutation_importance",
         "out-of-bag rows",
     ),
+    # quantile forests
+    (
+        "quantile forest for classification",
+        _with({"model.kind": "quantile_forest"}),
+        "model.kind",
+        "quantile_forest predicts quantiles of a numeric target, but model.task is classification",
+    ),
+    (
+        "quantile forest on a string target",
+        _with(
+            {
+                "data.train": {"builtin": "golf"},
+                "data.target": _DELETE,
+                "model": {"kind": "quantile_forest", "params": {"n_estimators": 5}},
+            }
+        ),
+        "model.kind",
+        "the target is not numeric",
+    ),
+    (
+        "quantile metric of a random forest",
+        _with({"model.task": "regression", "evaluation": {"metrics": ["r2", "coverage"]}}),
+        "evaluation.metrics",
+        "'coverage' needs model.kind quantile_forest",
+    ),
+    (
+        "default quantiles outside [0, 1]",
+        _with(
+            {
+                "model.kind": "quantile_forest",
+                "model.task": "regression",
+                "model.params.default_quantiles": [0.5, 2],
+            }
+        ),
+        "model.params.default_quantiles",
+        "in [0, 1]",
+    ),
     # cluster
     (
         "two clusters",
@@ -521,7 +658,7 @@ def test_bad_arguments_exit_2(capsys, tmp_path):
 
 
 def test_validate_accepts_every_shipped_config_but_slurm(capsys):
-    for name in ("quickstart", "flights", "diamonds", "cluster"):
+    for name in ("quickstart", "flights", "diamonds", "cluster", "quantiles"):
         code, out, err = run_cli(capsys, "validate", CONFIGS / f"{name}.yaml")
         assert code == 0, err
     # slurm.yaml is checked by its schema only: its data lives on a cluster's file system
@@ -627,6 +764,76 @@ def test_predict_bad_arguments(capsys, tmp_path, saved_model):
         capsys, "predict", path, tmp_path / "in.txt", "--output", tmp_path / "o.txt"
     )
     assert code == 2 and "input" in err
+
+
+@pytest.fixture(scope="module")
+def saved_quantile_forest(tmp_path_factory):
+    from sklearn.datasets import load_diabetes
+
+    X, y = load_diabetes(return_X_y=True, as_frame=True)
+    directory = tmp_path_factory.mktemp("quantile-forest")
+    model = dasktrees.RandomForestQuantileRegressor(n_estimators=5, random_state=0).fit(X, y)
+    model.save(directory / "forest")
+    return directory / "forest", model, X
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".parquet"])
+def test_predict_quantiles(capsys, tmp_path, saved_quantile_forest, suffix):
+    path, model, X = saved_quantile_forest
+    source = tmp_path / f"in{suffix}"
+    X.to_csv(source, index=False) if suffix == ".csv" else X.to_parquet(source)
+    output = tmp_path / f"out{suffix}"
+    code, out, err = run_cli(
+        capsys, "predict", path, source, "--output", output, "--quantiles", "0.05, 0.5,0.95"
+    )
+    assert code == 0, err
+    result = pd.read_csv(output) if suffix == ".csv" else pd.read_parquet(output)
+    assert list(result.columns) == ["q0.05", "q0.5", "q0.95"]
+    np.testing.assert_array_equal(result, model.predict(X, quantiles=[0.05, 0.5, 0.95]))
+
+
+@pytest.mark.parametrize(
+    "quantiles, message",
+    [
+        ("0.5,x", "expected numbers in [0, 1] separated by commas, got 'x'"),
+        ("0.5,1.5", "quantiles are in [0, 1], got 1.5"),
+        ("0.5,nan", "quantiles are in [0, 1], got nan"),
+        ("0.5,0.50", "0.50 is given twice"),
+    ],
+)
+def test_predict_bad_quantiles(capsys, tmp_path, saved_quantile_forest, quantiles, message):
+    path, _, X = saved_quantile_forest
+    X.to_csv(tmp_path / "in.csv", index=False)
+    code, out, err = run_cli(
+        capsys,
+        "predict",
+        path,
+        tmp_path / "in.csv",
+        "--output",
+        tmp_path / "o.csv",
+        "--quantiles",
+        quantiles,
+    )
+    assert code == 2 and f"--quantiles: {message}" in err, err
+    assert not (tmp_path / "o.csv").exists()
+
+
+def test_predict_quantiles_of_a_model_without_them_is_refused(capsys, tmp_path, saved_model):
+    path, _, X = saved_model
+    X.to_csv(tmp_path / "in.csv", index=False)
+    code, out, err = run_cli(
+        capsys,
+        "predict",
+        path,
+        tmp_path / "in.csv",
+        "--output",
+        tmp_path / "o.csv",
+        "--quantiles",
+        "0.1,0.9",
+    )
+    assert code == 2, err
+    assert "--quantiles: " in err and "holds a DecisionTreeClassifier, not a quantile forest" in err
+    assert not (tmp_path / "o.csv").exists()
 
 
 def test_inspect(capsys, saved_model):

@@ -13,6 +13,7 @@ from dasktrees import (
     DecisionTreeRegressor,
     ExtraTreesRegressor,
     RandomForestClassifier,
+    RandomForestQuantileRegressor,
 )
 from dasktrees.criteria import information_gain
 from dasktrees.export import apply_rules, export_graphviz, export_rules, export_text
@@ -166,6 +167,19 @@ def test_extra_trees_regressor_rules(client):
     ).fit(X, y)
     for i in range(3):
         assert_rules_reproduce(forest, X, tree_index=i)
+
+
+def test_quantile_forest_trees_export_as_regression_trees(client):
+    # A quantile forest's trees are regression trees; a leaf's value, what its rule predicts, is
+    # the mean of its in-bag targets (its quantiles come from leaf_targets_, not the tree).
+    X, y = numeric_table(10)
+    forest = RandomForestQuantileRegressor(
+        n_estimators=2, min_samples_leaf=10, random_state=0, client=client
+    ).fit(X, y)
+    for i, tree in enumerate(forest.estimators_):
+        assert_rules_reproduce(forest, X, tree_index=i)
+        assert export_text(forest, tree_index=i) == export_text(tree)
+        assert export_graphviz(forest, tree_index=i) == export_graphviz(tree)
 
 
 # ---- text and DOT mirror the tree ---------------------------------------------------------------

@@ -69,6 +69,16 @@ CASES = {
         lambda: dt.ExtraTreesRegressor(n_estimators=5, aggregation="median", random_state=0),
         "numpy-float",
     ),
+    "quantile-forest": (
+        lambda: dt.RandomForestQuantileRegressor(n_estimators=5, oob_score=True, random_state=0),
+        "frame-float",
+    ),
+    "extra-trees-quantile-forest": (
+        lambda: dt.ExtraTreesQuantileRegressor(
+            n_estimators=5, default_quantiles=(0.1, 0.9), random_state=0
+        ),
+        "numpy-float",
+    ),
 }
 
 
@@ -95,12 +105,17 @@ def assert_same_model(loaded, model, X):
     if hasattr(model, "predict_proba"):
         np.testing.assert_array_equal(loaded.predict_proba(X), model.predict_proba(X))
     np.testing.assert_array_equal(loaded.feature_importances_, model.feature_importances_)
-    for name in ("classes_", "feature_names_in_", "oob_score_", "oob_curve_"):
+    for name in ("classes_", "feature_names_in_", "oob_score_", "oob_curve_", "oob_coverage_"):
         assert hasattr(loaded, name) == hasattr(model, name), name
         if hasattr(model, name):
             np.testing.assert_array_equal(getattr(loaded, name), getattr(model, name))
     if hasattr(model, "classes_"):
         assert loaded.classes_.dtype == model.classes_.dtype
+    if hasattr(model, "leaf_targets_"):
+        for quantiles in ([0.05, 0.5, 0.95], 0.3, [1.0, 0.0]):
+            np.testing.assert_array_equal(
+                loaded.predict(X, quantiles=quantiles), model.predict(X, quantiles=quantiles)
+            )
     for name in ("n_features_in_", "max_features_", "n_outputs_"):
         assert getattr(loaded, name) == getattr(model, name)
 
@@ -112,6 +127,24 @@ def test_round_trip_predicts_bit_identically(client, tmp_path, case):
     loaded = dt.load(tmp_path / "model")
     assert_same_model(loaded, model, X)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]  # no temporary left behind
+
+
+def test_quantile_forest_keeps_its_leaf_targets_and_tuple_and_auto_parameters(client, tmp_path):
+    model, X = fitted("quantile-forest", client)
+    # "auto" is set after fitting, so that the file holds it without growing trees in waves:
+    # what is tested is that the string survives the manifest.
+    model.set_params(n_estimators="auto", default_quantiles=(0.25, 0.75))
+    model.save(tmp_path / "model")
+    stored = read_manifest(tmp_path / "model")["params"]
+    assert stored["default_quantiles"] == [0.25, 0.75] and stored["n_estimators"] == "auto"
+    loaded = dt.load(tmp_path / "model")
+    assert loaded.get_params()["default_quantiles"] == (0.25, 0.75)  # a tuple again
+    assert loaded.get_params()["n_estimators"] == "auto"
+    for field in ("offsets", "target_ids", "cum_weights", "targets"):
+        saved, read = getattr(model.leaf_targets_, field), getattr(loaded.leaf_targets_, field)
+        assert read.dtype == saved.dtype, field
+        np.testing.assert_array_equal(read, saved)
+    assert not hasattr(loaded, "oob_quantiles_")  # per training row: left out, as oob_prediction_
 
 
 def test_class_weight_keys_keep_their_type(tmp_path):
@@ -239,6 +272,23 @@ def test_a_file_written_before_the_categorical_parameters_keeps_how_it_was_grown
     refit = clone(loaded).fit(X, y)  # the same trees as the saved forest's
     np.testing.assert_array_equal(refit.predict_proba(X), forest.predict_proba(X))
     np.testing.assert_array_equal(loaded.predict_proba(X), forest.predict_proba(X))
+
+
+def test_a_file_written_before_max_n_estimators_and_tol_loads_with_their_defaults(client, tmp_path):
+    model, X = fitted("forest-regressor", client)
+    model.save(tmp_path / "model")
+
+    def drop(manifest):
+        del manifest["params"]["max_n_estimators"], manifest["params"]["tol"]
+
+    rewrite_manifest(tmp_path / "model", drop)
+    loaded = dt.load(tmp_path / "model")
+    # The class defaults: they matter only to n_estimators="auto", which such a file cannot hold.
+    defaults = dt.RandomForestRegressor().get_params()
+    for name in ("max_n_estimators", "tol"):
+        assert loaded.get_params()[name] == defaults[name], name
+    assert loaded.get_params()["n_estimators"] == model.get_params()["n_estimators"]
+    np.testing.assert_array_equal(loaded.predict(X), model.predict(X))
 
 
 def rewrite_arrays(path, change):
@@ -420,4 +470,106 @@ def test_read_manifest_needs_no_arrays(saved):
     assert manifest["classes"] == {"dtype": model.classes_.dtype.str, "values": ["high", "low"]}
     assert manifest["feature_names"] == list(model.feature_names_in_)
     with pytest.raises(ValueError, match="arrays.npz is missing"):
+        dt.load(path)
+
+
+@pytest.fixture(scope="module")
+def quantile_forest(client):
+    """A small quantile forest (model, X); each test saves it where it damages it."""
+    X, y = carseats_data("numpy-float")
+    model = dt.RandomForestQuantileRegressor(n_estimators=3, max_depth=4, random_state=0)
+    return model.set_params(client=client).fit(X, y), X
+
+
+def _set(name, index, value):
+    def change(arrays):
+        arrays[name][index] = value
+
+    return change
+
+
+def _halve_last_leaf(arrays):
+    """Every cumulative weight of the last leaf halved: still rising, ending at 0.5."""
+    arrays["leaf_cum_weights"][arrays["leaf_offsets"][-2] :] *= 0.5
+
+
+def _swap_in_a_leaf(arrays):
+    """The first two targets of the first leaf with two swapped: no longer increasing."""
+    offsets = arrays["leaf_offsets"]
+    first = offsets[:-1][np.diff(offsets) >= 2][0]
+    ids = arrays["leaf_target_ids"]
+    ids[first], ids[first + 1] = ids[first + 1], ids[first]
+
+
+def _replace(name, make):
+    def change(arrays):
+        arrays[name] = make(arrays[name])
+
+    return change
+
+
+LEAF_TARGET_DAMAGE = [
+    ("offsets-start", _set("leaf_offsets", 0, 1), "leaf_offsets'.*must start at 0, got 1"),
+    ("offsets-decrease", _set("leaf_offsets", 2, 0), "leaf_offsets'.*must not decrease"),
+    (
+        "offsets-end",
+        _set("leaf_offsets", -1, 10**9),
+        "leaf_offsets'.*must end at the number of entries",
+    ),
+    (
+        "offsets-per-leaf",
+        _replace("leaf_offsets", lambda a: a[:-1]),
+        "leaf_offsets'.*one per leaf of the forest",
+    ),
+    (
+        "target-id-outside",
+        _set("leaf_target_ids", 0, 2**31),
+        "leaf_target_ids'.*must be indices into leaf_targets",
+    ),
+    ("target-ids-swapped", _swap_in_a_leaf, "leaf_target_ids'.*must increase within each leaf"),
+    (
+        "cum-weight-zero",
+        _set("leaf_cum_weights", 0, 0.0),
+        r"leaf_cum_weights'.*must be in \(0, 1\]",
+    ),
+    (
+        "cum-weight-nan",
+        _set("leaf_cum_weights", 0, np.nan),
+        r"leaf_cum_weights'.*must be in \(0, 1\]",
+    ),
+    ("last-weight-below-1", _halve_last_leaf, "leaf_cum_weights'.*each leaf's last must be 1"),
+    (
+        "targets-unsorted",
+        _replace("leaf_targets", lambda a: a[::-1].copy()),
+        "leaf_targets'.*must be sorted",
+    ),
+    ("targets-inf", _set("leaf_targets", -1, np.inf), "leaf_targets'.*must be finite"),
+    (
+        "weights-short",
+        _replace("leaf_cum_weights", lambda a: a[:-1]),
+        "leaf_cum_weights'.*expected",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    "change, message", [c[1:] for c in LEAF_TARGET_DAMAGE], ids=[c[0] for c in LEAF_TARGET_DAMAGE]
+)
+def test_damaged_leaf_targets_are_refused_with_the_array_named(
+    quantile_forest, tmp_path, change, message
+):
+    model, X = quantile_forest
+    path = tmp_path / "model"
+    model.save(path)
+    rewrite_arrays(path, change)
+    with pytest.raises(ValueError, match=message):
+        dt.load(path)
+
+
+def test_missing_leaf_targets_are_refused(quantile_forest, tmp_path):
+    model, _ = quantile_forest
+    path = tmp_path / "model"
+    model.save(path)
+    rewrite_arrays(path, lambda arrays: arrays.pop("leaf_cum_weights"))
+    with pytest.raises(ValueError, match="lists arrays .*expected .*'leaf_cum_weights'"):
         dt.load(path)

@@ -253,6 +253,21 @@ def permutation_importance(
     return increase.transpose(1, 0, 2)
 
 
+def _block_leaves(forest, block):
+    """The leaf each row of a block reaches in each tree, (n_rows, n_trees)."""
+    leaves = np.empty((len(block.y), forest.n_trees), dtype=np.int64)
+    leaves_of_codes(
+        block.codes,
+        forest.nodes,
+        forest.bitsets,
+        forest.roots,
+        forest.max_depth,
+        len(forest.values),
+        leaves,
+    )
+    return leaves
+
+
 def leaf_entries_block(
     forest: PackedForest, block: BinnedPartition, seed: int, lam: float
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -267,8 +282,7 @@ def leaf_entries_block(
         tree.
     """
     n = len(block.y)
-    leaves = np.empty((n, forest.n_trees), dtype=np.int64)
-    leaves_of_codes(block.codes, forest.nodes, forest.bitsets, forest.roots, leaves)
+    leaves = _block_leaves(forest, block)
     counts = np.empty(n)
     parts = []
     for t in range(forest.n_trees):
@@ -317,8 +331,7 @@ def oob_quantiles_block(
     """
     forest, targets = model
     n = len(block.y)
-    leaves = np.empty((n, forest.n_trees), dtype=np.int64)
-    leaves_of_codes(block.codes, forest.nodes, forest.bitsets, forest.roots, leaves)
+    leaves = _block_leaves(forest, block)
     out_of_bag = np.empty((n, forest.n_trees), dtype=bool)
     counts = np.empty(n)
     for t in range(forest.n_trees):

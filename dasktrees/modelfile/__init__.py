@@ -9,10 +9,12 @@ A model is a directory of two files (docs/models.md):
 
                      children_left = [ tree 0: n0 nodes | tree 1: n1 nodes | ... ]  (local ids)
 
+                     and a quantile forest's leaf targets, leaf after leaf (leaf_offsets, ...)
+
 Loading parses JSON and reads plain arrays (an object array is refused from its header, before
 any of its data is read), checks every array against the manifest and the trees' structure
-against what the prediction kernels assume, and builds the estimator from an allowlist of
-dasktrees' own classes: nothing in a file names code to run.
+(and a quantile forest's leaf targets) against what the prediction kernels assume, and builds
+the estimator from an allowlist of dasktrees' own classes: nothing in a file names code to run.
 
 The modules, lowest first (none imports the estimators but ``reading``, so that the estimators'
 ``save`` can call ``writing`` without a circle):

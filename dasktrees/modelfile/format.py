@@ -26,6 +26,19 @@ ARRAY_DTYPES = {
     "bin_edges": np.dtype("<f8"),  # edges of the numeric features, concatenated
     "bin_values": np.dtype("<f8"),  # their representative values (BinMapper.bin_values_)
     "oob_curve": np.dtype("<f8"),  # forests fitted with oob_score
+    # quantile forests: their ``leaf_targets_`` (``quantiles.LeafTargets``), one field an array
+    "leaf_offsets": np.dtype("<i8"),
+    "leaf_target_ids": np.dtype("<u4"),
+    "leaf_cum_weights": np.dtype("<f8"),
+    "leaf_targets": np.dtype("<f8"),
+}
+
+# The arrays of a quantile forest's ``leaf_targets_``, by field of ``quantiles.LeafTargets``.
+LEAF_TARGET_ARRAYS = {
+    "leaf_offsets": "offsets",
+    "leaf_target_ids": "target_ids",
+    "leaf_cum_weights": "cum_weights",
+    "leaf_targets": "targets",
 }
 
 # The estimators a file may name, with what reading needs to know of each: a tree or a forest,
@@ -37,12 +50,18 @@ ESTIMATOR_KINDS = {
     "RandomForestRegressor": ("forest", "regression"),
     "ExtraTreesClassifier": ("forest", "classification"),
     "ExtraTreesRegressor": ("forest", "regression"),
+    "RandomForestQuantileRegressor": ("forest", "regression"),
+    "ExtraTreesQuantileRegressor": ("forest", "regression"),
 }
 
-# Fitted scalars stored in the manifest: a tree's, and a forest's (plus oob_score_ with
-# oob_score).
+# The estimators of ESTIMATOR_KINDS that keep their leaves' targets (``LEAF_TARGET_ARRAYS``).
+QUANTILE_FORESTS = ("RandomForestQuantileRegressor", "ExtraTreesQuantileRegressor")
+
+# Fitted scalars stored in the manifest: a tree's, and a forest's (plus, with oob_score,
+# OOB_SCORES: oob_score_, and a quantile forest's oob_coverage_).
 TREE_FITTED = ("n_features_in_", "n_outputs_", "max_features_")
 FOREST_FITTED = (*TREE_FITTED, "_seed", "_n_rows", "mode_")
+OOB_SCORES = ("oob_score_", "oob_coverage_")
 
 
 BIN_PARAMS = ("max_bins", "categorical_features", "subsample", "random_state")

@@ -20,7 +20,10 @@ from .format import (
     FOREST_FITTED,
     FORMAT,
     FORMAT_VERSION,
+    LEAF_TARGET_ARRAYS,
     MANIFEST,
+    OOB_SCORES,
+    QUANTILE_FORESTS,
     TREE_FITTED,
     array_checksum,
     from_json,
@@ -231,8 +234,11 @@ def _check_contents(manifest, where):
     for name, value in manifest["params"].items():
         from_json(value, f"{where}: parameter {name!r}")
     fitted = {name: _FITTED[name] for name in (FOREST_FITTED if is_forest else TREE_FITTED)}
-    if is_forest and "oob_score_" in manifest["fitted"]:
-        fitted["oob_score_"] = _SCORE
+    # oob_coverage_ belongs to quantile forests only, and both to forests fitted with oob_score.
+    scores = OOB_SCORES if manifest["estimator"] in QUANTILE_FORESTS else OOB_SCORES[:1]
+    for name in scores if is_forest else ():
+        if name in manifest["fitted"]:
+            fitted[name] = _SCORE
     _check_fields(manifest["fitted"], fitted, f"{where}: fitted")
     n_features = manifest["fitted"]["n_features_in_"]
     names = manifest["feature_names"]
@@ -320,6 +326,12 @@ def expected_shapes(manifest):
     if curve is not None and ESTIMATOR_KINDS[manifest["estimator"]][0] == "forest":
         # One entry per tree grown when the OOB estimates were computed (warm starts add trees).
         shapes["oob_curve"] = tuple(curve["shape"]) if len(curve["shape"]) == 1 else (-1,)
+    if manifest["estimator"] in QUANTILE_FORESTS:
+        # Their lengths follow the leaves and the training targets, which the manifest does not
+        # count: 1-d as declared here, checked against the trees by ``check_leaf_targets``.
+        for name in LEAF_TARGET_ARRAYS:
+            entry = manifest["arrays"].get(name, {"shape": []})
+            shapes[name] = tuple(entry["shape"]) if len(entry["shape"]) == 1 else (-1,)
     return shapes
 
 
@@ -440,3 +452,61 @@ def check_trees(a, node_counts, bitset_counts, feature_is_categorical, npz):
     )
     row, n_rows = a["bitset_idx"][split], np.asarray(bitset_counts)[tree[split]]
     require(~categorical | ((row >= 0) & (row < n_rows)), split, "no such categorical bitset")
+
+
+def check_leaf_targets(a, n_leaves, npz):
+    """Check that a quantile forest's leaf targets (``format.LEAF_TARGET_ARRAYS`` in ``a``) are
+    what ``quantiles.quantile_rows`` walks without checking bounds: one range of entries per leaf
+    of the forest, in order, covering every entry; within a leaf, target indices into the table
+    increasing and cumulative weights rising to exactly 1; a table of finite targets, sorted.
+    """
+    offsets, ids = a["leaf_offsets"], a["leaf_target_ids"]
+    weights, targets = a["leaf_cum_weights"], a["leaf_targets"]
+
+    def require(ok, name, problem):
+        if not ok:
+            raise ValueError(f"{npz}: array {name!r}: {problem}")
+
+    require(
+        len(offsets) == n_leaves + 1,
+        "leaf_offsets",
+        f"has {len(offsets)} entries, expected {n_leaves + 1} (one per leaf of the forest, + 1)",
+    )
+    require(offsets[0] == 0, "leaf_offsets", f"must start at 0, got {offsets[0]}")
+    require(bool(np.all(offsets[1:] >= offsets[:-1])), "leaf_offsets", "must not decrease")
+    require(
+        offsets[-1] == len(ids),
+        "leaf_offsets",
+        f"must end at the number of entries, {len(ids)}, got {offsets[-1]}",
+    )
+    require(
+        len(weights) == len(ids),
+        "leaf_cum_weights",
+        f"has {len(weights)} entries, expected {len(ids)} (one per entry of leaf_target_ids)",
+    )
+    require(bool(np.all(np.isfinite(targets))), "leaf_targets", "must be finite")
+    require(bool(np.all(targets[1:] > targets[:-1])), "leaf_targets", "must be sorted, distinct")
+    require(
+        bool(np.all(ids < len(targets))),
+        "leaf_target_ids",
+        f"must be indices into leaf_targets (< {len(targets)})",
+    )
+    # Entries after the first of their leaf; a leaf may be empty (its start is its end).
+    starts = offsets[:-1][offsets[1:] > offsets[:-1]]
+    follows = np.ones(len(ids), dtype=bool)
+    follows[starts] = False
+    require(
+        bool(np.all(ids[1:][follows[1:]] > ids[:-1][follows[1:]])),
+        "leaf_target_ids",
+        "must increase within each leaf",
+    )
+    require(
+        bool(np.all((weights > 0.0) & (weights <= 1.0))), "leaf_cum_weights", "must be in (0, 1]"
+    )
+    require(
+        bool(np.all(weights[1:][follows[1:]] >= weights[:-1][follows[1:]])),
+        "leaf_cum_weights",
+        "must not decrease within a leaf",
+    )
+    ends = offsets[1:][offsets[1:] > offsets[:-1]] - 1
+    require(bool(np.all(weights[ends] == 1.0)), "leaf_cum_weights", "each leaf's last must be 1")

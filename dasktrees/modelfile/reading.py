@@ -5,6 +5,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .._dtypes import TREE_LEAF
 from ..binning import BinMapper
 from ..ensemble import (
     ExtraTreesClassifier,
@@ -13,9 +14,26 @@ from ..ensemble import (
     RandomForestRegressor,
 )
 from ..estimators import DecisionTreeClassifier, DecisionTreeRegressor
+from ..quantile_forests import ExtraTreesQuantileRegressor, RandomForestQuantileRegressor
+from ..quantiles import LeafTargets
 from ..tree.tree import TREE_ARRAYS, Tree
-from .format import ARRAYS, ESTIMATOR_KINDS, MANIFEST, from_json
-from .integrity import check_trees, decode_classes, expected_shapes, read_arrays, read_manifest
+from .format import (
+    ARRAYS,
+    ESTIMATOR_KINDS,
+    LEAF_TARGET_ARRAYS,
+    MANIFEST,
+    OOB_SCORES,
+    QUANTILE_FORESTS,
+    from_json,
+)
+from .integrity import (
+    check_leaf_targets,
+    check_trees,
+    decode_classes,
+    expected_shapes,
+    read_arrays,
+    read_manifest,
+)
 
 # The classes a model file may name (``format.ESTIMATOR_KINDS``). The name in a file is looked
 # up here, never imported.
@@ -28,6 +46,8 @@ ESTIMATORS = {
         RandomForestRegressor,
         ExtraTreesClassifier,
         ExtraTreesRegressor,
+        RandomForestQuantileRegressor,
+        ExtraTreesQuantileRegressor,
     )
 }
 
@@ -74,20 +94,27 @@ def _read_manifest(path):
 
 # Parameters added after format version 1, with the values that grew the trees of a file written
 # before them (where that is not the class default): the file's parameters then say how its trees
-# were grown, and a refit grows the same trees.
+# were grown, and a refit grows the same trees. The class default is right for any other:
+# max_n_estimators and tol (1000, 0.01) matter only to n_estimators="auto", which no file written
+# before them can hold.
 _BEFORE_THEY_EXISTED = {"min_samples_category": 1, "categorical_order": "node"}
 
 
 def _decode_params(params, cls, where):
-    known = set(cls().get_params(deep=False)) - {"client"}
-    unknown = sorted(set(params) - known)
+    defaults = cls().get_params(deep=False)
+    defaults.pop("client", None)
+    unknown = sorted(set(params) - set(defaults))
     if unknown:
         raise ValueError(f"{where}: {cls.__name__} has no parameters {unknown}")
     decoded = {
         name: from_json(value, f"{where}: parameter {name!r}") for name, value in params.items()
     }
+    for name, value in decoded.items():
+        # JSON has no tuples: a parameter whose default is one (default_quantiles) is one again.
+        if isinstance(defaults[name], tuple) and isinstance(value, list):
+            decoded[name] = tuple(value)
     for name, value in _BEFORE_THEY_EXISTED.items():
-        if name in known and name not in decoded:
+        if name in defaults and name not in decoded:
             decoded[name] = value
     return decoded
 
@@ -108,7 +135,7 @@ def load(path):
     estimator
         Fitted, with ``client=None``; its predictions are bit-identical to the saved
         estimator's. Out-of-bag estimates per training row (``oob_decision_function_``,
-        ``oob_prediction_``) are not stored.
+        ``oob_prediction_``, ``oob_quantiles_``) are not stored.
 
     Raises
     ------
@@ -125,11 +152,19 @@ def load(path):
     mapper = _build_bin_mapper(manifest["bins"], arrays["bin_edges"], arrays["bin_values"])
     trees = manifest["trees"]
     check_trees(arrays, trees["node_counts"], trees["bitset_counts"], mapper.is_categorical_, npz)
+    leaf_targets = None
+    if manifest["estimator"] in QUANTILE_FORESTS:
+        n_leaves = int(np.count_nonzero(arrays["children_left"] == TREE_LEAF))
+        check_leaf_targets(arrays, n_leaves, npz)
+        leaf_targets = LeafTargets(
+            **{field: arrays[name] for name, field in LEAF_TARGET_ARRAYS.items()}
+        )
     return _build_estimator(
         manifest,
         mapper,
         _split_trees(arrays, trees, mapper.n_features_in_),
         arrays.get("oob_curve"),
+        leaf_targets,
     )
 
 
@@ -172,11 +207,11 @@ def _build_bin_mapper(bins, edges, values):
     return mapper.set_bins(*per_feature)
 
 
-def _build_estimator(manifest, mapper, trees, oob_curve):
+def _build_estimator(manifest, mapper, trees, oob_curve, leaf_targets):
     cls = ESTIMATORS[manifest["estimator"]]
     estimator = cls(**_decode_params(manifest["params"], cls, MANIFEST))
     for name, value in manifest["fitted"].items():
-        setattr(estimator, name, float(value) if name == "oob_score_" else value)
+        setattr(estimator, name, float(value) if name in OOB_SCORES else value)
     if manifest["feature_names"] is not None:
         estimator.feature_names_in_ = np.asarray(manifest["feature_names"], dtype=object)
     if manifest["classes"] is not None:
@@ -190,4 +225,6 @@ def _build_estimator(manifest, mapper, trees, oob_curve):
     estimator._forest = estimator._pack()  # packed once here, not by the first prediction
     if oob_curve is not None:
         estimator.oob_curve_ = oob_curve
+    if leaf_targets is not None:
+        estimator.leaf_targets_ = leaf_targets
     return estimator

@@ -19,6 +19,9 @@ from .format import (
     FOREST_FITTED,
     FORMAT,
     FORMAT_VERSION,
+    LEAF_TARGET_ARRAYS,
+    OOB_SCORES,
+    QUANTILE_FORESTS,
     TREE_FITTED,
     array_checksum,
     manifest_checksum,
@@ -28,7 +31,7 @@ from .format import (
 
 # Where the classes of ESTIMATOR_KINDS are defined: a subclass elsewhere is not saved under
 # their names.
-_ESTIMATOR_MODULES = ("dasktrees.estimators", "dasktrees.ensemble")
+_ESTIMATOR_MODULES = ("dasktrees.estimators", "dasktrees.ensemble", "dasktrees.quantile_forests")
 
 
 def save(estimator, path):
@@ -69,6 +72,10 @@ def _describe(estimator):
     bins, arrays["bin_edges"], arrays["bin_values"] = _describe_bins(estimator.bin_mapper_)
     if hasattr(estimator, "oob_curve_"):
         arrays["oob_curve"] = estimator.oob_curve_
+    if cls.__name__ in QUANTILE_FORESTS:
+        check_is_fitted(estimator, "leaf_targets_")
+        for name, field in LEAF_TARGET_ARRAYS.items():
+            arrays[name] = getattr(estimator.leaf_targets_, field)
     # "safe" casting: a tree field whose dtype changed must fail here, not be truncated
     arrays = {
         name: np.ascontiguousarray(np.asarray(a).astype(ARRAY_DTYPES[name], casting="safe"))
@@ -106,12 +113,14 @@ def _fitted_scalars(estimator, is_forest):
         name: to_json(getattr(estimator, name), f"fitted attribute {name!r}", scalar=True)
         for name in (FOREST_FITTED if is_forest else TREE_FITTED)
     }
-    if is_forest and hasattr(estimator, "oob_score_"):
-        score = estimator.oob_score_
+    for name in OOB_SCORES if is_forest else ():
+        if not hasattr(estimator, name):
+            continue
+        score = getattr(estimator, name)
         if not isinstance(score, numbers.Real):
-            raise TypeError(f"oob_score_ = {score!r} cannot be stored in a model file")
+            raise TypeError(f"{name} = {score!r} cannot be stored in a model file")
         # An OOB score is NaN when no row was ever out of bag; JSON has no NaN, hence the text.
-        fitted["oob_score_"] = float(score) if math.isfinite(score) else str(float(score))
+        fitted[name] = float(score) if math.isfinite(score) else str(float(score))
     return fitted
 
 
