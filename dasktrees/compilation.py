@@ -296,6 +296,7 @@ def _warm_forests():
     from distributed import Client, LocalCluster
 
     from .ensemble import ExtraTreesRegressor, RandomForestClassifier
+    from .quantile_forests import RandomForestQuantileRegressor
 
     X, y, frame = _data()
     with (
@@ -321,6 +322,17 @@ def _warm_forests():
             )
             regressor.fit(data, y.astype(float))
             regressor.predict(data)
+            # Quantile forests, standard errors and n_estimators="auto" (one wave of 2 trees).
+            quantile = RandomForestQuantileRegressor(
+                n_estimators="auto",
+                max_n_estimators=2,
+                oob_score=True,
+                random_state=0,
+                client=client,
+            )
+            quantile.fit(data, y.astype(float))
+            quantile.predict(data, quantiles=[0.1, 0.9])
+            quantile.predict(data, return_std=True)
 
 
 # Groups of kernels compiled together, in the order one process warms them. Separate groups can
