@@ -36,6 +36,7 @@ import yaml
 
 from .config import default_metrics, estimator_class, infer_task, resolved
 from .io import read_train, split
+from .quantiles import check_quantiles, inside_interval
 
 logger = logging.getLogger("dasktrees.experiment")
 
@@ -189,11 +190,9 @@ def _quantile_metrics(names, y_true, predicted, quantiles):
 def _coverage(y_true, predicted, quantiles):
     """Share of the rows whose target lies between their lowest and highest quantile (bounds
     included, as ``oob_coverage_``); None without an interval or a row."""
-    low, high = int(np.argmin(quantiles)), int(np.argmax(quantiles))
-    if quantiles[low] == quantiles[high] or len(y_true) == 0:
+    if min(quantiles) == max(quantiles) or len(y_true) == 0:
         return None
-    inside = (predicted[:, low] <= y_true) & (y_true <= predicted[:, high])
-    return float(np.mean(inside))
+    return float(np.mean(inside_interval(y_true, predicted, quantiles)))
 
 
 def _finite(value):
@@ -271,7 +270,12 @@ def _plot_oob_curve(curve, task, path, stopped_at=None):
 
 def _default_quantiles(model):
     """A quantile forest's ``default_quantiles`` as a 1-d float array (a float gives one)."""
-    return np.atleast_1d(np.asarray(model.default_quantiles, dtype=np.float64))
+    return check_quantiles(model.default_quantiles, "default_quantiles")
+
+
+def _here(value):
+    """A dask collection computed (with the default client), anything else as it is."""
+    return value.compute() if hasattr(value, "compute") else value
 
 
 def _intervals(y_true, columns, quantiles, predicted, rows):
@@ -294,7 +298,7 @@ def _test_intervals(model, X_test, y_true):
     quantiles = _default_quantiles(model)
     predicted_quantiles = sorted({*quantiles.tolist(), 0.5})
     predicted = model.predict(X_test, quantiles=predicted_quantiles)
-    predicted = np.asarray(predicted.compute() if hasattr(predicted, "compute") else predicted)
+    predicted = np.asarray(_here(predicted))
     columns = {q: predicted[:, k] for k, q in enumerate(predicted_quantiles)}
     default = np.column_stack([columns[q] for q in quantiles.tolist()])
     return _intervals(y_true, columns, quantiles, default, "test rows")
@@ -305,8 +309,8 @@ def _oob_intervals(model, y_train):
     median only if it is a default quantile."""
     quantiles = _default_quantiles(model)
     oob = model.oob_quantiles_
-    oob = np.asarray(oob.compute() if hasattr(oob, "compute") else oob)
-    y_true = np.asarray(y_train.compute() if hasattr(y_train, "compute") else y_train, dtype=float)
+    oob = np.asarray(_here(oob))
+    y_true = np.asarray(_here(y_train), dtype=float)
     scored = ~np.isnan(oob[:, 0])
     oob, y_true = oob[scored], y_true[scored]
     columns = {q: oob[:, k] for k, q in enumerate(quantiles.tolist())}
@@ -508,9 +512,7 @@ def _run(config, task, work, progress, echo):
                     if task == "classification"
                     else model.predict(X_test)
                 )
-                decision = np.asarray(
-                    decision.compute() if hasattr(decision, "compute") else decision
-                )
+                decision = np.asarray(_here(decision))
                 names = config.evaluation.metrics or default_metrics(config.model.kind, task)
                 test_metrics = _metrics(names, task, model, y_true, decision)
                 if hasattr(model, "leaf_targets_"):

@@ -50,7 +50,6 @@ class _QuantileMixin:
     """Leaf targets at fit, quantiles at predict (shared by the two quantile forests)."""
 
     def _after_growth(self, client, data, spec):
-        check_quantiles(self.default_quantiles, "default_quantiles")
         self.leaf_targets_ = leaf_targets(client, data, self.forest_, self._seed, spec.lam)
 
     def _set_oob(self, client, data, lam, is_classifier):

@@ -134,7 +134,27 @@ def check_quantiles(quantiles, name="quantiles"):
     return values
 
 
+def inside_interval(y, values, quantiles):
+    """Whether each target lies between its row's lowest and highest quantile, bounds included
+    (what ``oob_coverage_`` and the run directory's coverage count).
+
+    Parameters
+    ----------
+    y : ndarray of float64, shape (n_rows,)
+    values : ndarray of float64, shape (n_rows, n_quantiles)
+        A column per entry of ``quantiles``.
+    quantiles : ndarray of float64, shape (n_quantiles,)
+
+    Returns
+    -------
+    ndarray of bool, shape (n_rows,)
+    """
+    low, high = values[:, np.argmin(quantiles)], values[:, np.argmax(quantiles)]
+    return (low <= y) & (y <= high)
+
+
 def is_scalar_quantile(quantiles):
+    """Whether ``quantiles`` is one number (``predict`` then returns a 1-d array)."""
     return isinstance(quantiles, numbers.Real) or (
         isinstance(quantiles, np.ndarray) and quantiles.ndim == 0
     )

@@ -706,6 +706,16 @@ def test_debug_prints_the_traceback(capsys, tmp_path, where):
 # ---- predict and inspect -----------------------------------------------------------------------
 
 
+def write_input(frame, path):
+    """``frame`` as the CSV or Parquet file ``path`` (by its suffix), as predict reads it."""
+    frame.to_csv(path, index=False) if path.suffix == ".csv" else frame.to_parquet(path)
+    return path
+
+
+def read_output(path):
+    return pd.read_csv(path) if path.suffix == ".csv" else pd.read_parquet(path)
+
+
 @pytest.fixture(scope="module")
 def saved_model(tmp_path_factory):
     X, y = load_breast_cancer(return_X_y=True, as_frame=True)
@@ -718,15 +728,11 @@ def saved_model(tmp_path_factory):
 @pytest.mark.parametrize("suffix", [".csv", ".parquet"])
 def test_predict_writes_the_input_format(capsys, tmp_path, saved_model, suffix):
     path, model, X = saved_model
-    source = tmp_path / f"in{suffix}"
-    if suffix == ".csv":
-        X.to_csv(source, index=False)
-    else:
-        X.to_parquet(source)
+    source = write_input(X, tmp_path / f"in{suffix}")
     output = tmp_path / f"out{suffix}"
     code, out, err = run_cli(capsys, "predict", path, source, "--output", output)
     assert code == 0, err
-    result = pd.read_csv(output) if suffix == ".csv" else pd.read_parquet(output)
+    result = read_output(output)
     np.testing.assert_array_equal(result["prediction"], model.predict(X))
     np.testing.assert_allclose(
         result[["proba_0", "proba_1"]], model.predict_proba(X), rtol=0, atol=1e-15
@@ -780,14 +786,13 @@ def saved_quantile_forest(tmp_path_factory):
 @pytest.mark.parametrize("suffix", [".csv", ".parquet"])
 def test_predict_quantiles(capsys, tmp_path, saved_quantile_forest, suffix):
     path, model, X = saved_quantile_forest
-    source = tmp_path / f"in{suffix}"
-    X.to_csv(source, index=False) if suffix == ".csv" else X.to_parquet(source)
+    source = write_input(X, tmp_path / f"in{suffix}")
     output = tmp_path / f"out{suffix}"
     code, out, err = run_cli(
         capsys, "predict", path, source, "--output", output, "--quantiles", "0.05, 0.5,0.95"
     )
     assert code == 0, err
-    result = pd.read_csv(output) if suffix == ".csv" else pd.read_parquet(output)
+    result = read_output(output)
     assert list(result.columns) == ["q0.05", "q0.5", "q0.95"]
     np.testing.assert_array_equal(result, model.predict(X, quantiles=[0.05, 0.5, 0.95]))
 

@@ -32,6 +32,7 @@ import numpy as np
 from ..predictor import PackedForest, add_oob_moments, exact_sum, from_exact
 from .client import Client
 from .data import BinnedPartition, TrainingData
+from .reductions import _forest_task
 from .sampling import tree_counts
 
 # Trees added between two checks: a constant, so that where the forest stops does not depend on
@@ -134,8 +135,6 @@ class ConvergenceMonitor:
 
     def add(self, forest: PackedForest) -> bool:
         """Add the next trees (``forest`` holds only them); whether the forest has converged."""
-        from .reductions import _forest_task  # the forest sent once, as the other reductions do
-
         client = self.client
         forest_future = _forest_task(client, forest)
         self.states = [

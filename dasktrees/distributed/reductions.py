@@ -22,7 +22,7 @@ from ..predictor import (
     misclassified,
     tree_loss,
 )
-from ..quantiles import LeafTargets, predict_quantiles
+from ..quantiles import LeafTargets, inside_interval, predict_quantiles
 from .client import Client, is_in_process, sending_large_data
 from .data import BinnedPartition, TrainingData
 from .sampling import tree_counts
@@ -339,8 +339,7 @@ def oob_quantiles_block(
         out_of_bag[:, t] = counts == 0
     values = predict_quantiles(targets, leaves, quantiles, out_of_bag)
     scored = ~np.isnan(values[:, 0])
-    low, high = values[scored, np.argmin(quantiles)], values[scored, np.argmax(quantiles)]
-    inside = (low <= block.y[scored]) & (block.y[scored] <= high)
+    inside = inside_interval(block.y[scored], values[scored], quantiles)
     return values, (int(inside.sum()), int(scored.sum()))
 
 
