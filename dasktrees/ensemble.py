@@ -332,6 +332,17 @@ class BaseForest(BaseEstimator):
             importances=importances,
         )
 
+    def to_sklearn(self) -> BaseEstimator:
+        """The equivalent scikit-learn forest (``RandomForestClassifier``, ``ExtraTreesRegressor``,
+        ...), its ``estimators_`` holding ``sklearn.tree`` trees with our nodes: it predicts as
+        this forest on float32-representable input, for shap's ``TreeExplainer``, skl2onnx,
+        treelite or ``sklearn.inspection``. Refuses categorical features, ``voting="hard"`` and
+        ``aggregation="median"`` (``ValueError``); a quantile forest exports its mean
+        prediction. See ``dasktrees.sklearn_export.forest_to_sklearn``."""
+        from .sklearn_export import forest_to_sklearn
+
+        return forest_to_sklearn(self)
+
     def __sklearn_clone__(self):
         """A clone shares the client (a client cannot be copied); other parameters are cloned
         as scikit-learn does."""

@@ -164,6 +164,14 @@ class BaseDecisionTree(BaseEstimator):
         check_is_fitted(self, "tree_")
         return self.tree_.compute_feature_importances()
 
+    def to_sklearn(self) -> BaseEstimator:
+        """The equivalent ``sklearn.tree`` estimator, with our nodes in its ``tree_``: it
+        predicts as this tree on float32-representable input. Refuses categorical features
+        (``ValueError``). See ``dasktrees.sklearn_export.tree_to_sklearn``."""
+        from .sklearn_export import tree_to_sklearn
+
+        return tree_to_sklearn(self)
+
     def save(self, path: str | os.PathLike) -> None:
         """Write the fitted tree to the model directory ``path``; ``dasktrees.load`` reads it.
 
