@@ -98,7 +98,8 @@ def _run(args):
             echo=lambda line: print(line, file=sys.stderr),
         )
     except Exception as error:
-        error.traceback_in = run_dir / "run.log"  # where main() says the traceback is
+        if not hasattr(error, "traceback_in"):  # (None for an MLflow failure after the run)
+            error.traceback_in = run_dir / "run.log"  # where main() says the traceback is
         raise
     print(run_dir)
 

@@ -204,8 +204,14 @@ class EvaluationConfig(_Section):
     permutation_importance: bool = False
 
 
+class MlflowConfig(_Section):
+    tracking_uri: String
+    experiment: Optional[String] = None  # the config's name (filled in by Config)
+
+
 class OutputConfig(_Section):
     dir: Optional[String] = None
+    mlflow: Optional[MlflowConfig] = None
 
 
 class Config(_Section):
@@ -216,6 +222,13 @@ class Config(_Section):
     model: ModelConfig = ModelConfig()
     evaluation: EvaluationConfig = EvaluationConfig()
     output: OutputConfig = OutputConfig()
+
+    @model_validator(mode="after")
+    def _mlflow_experiment(self):
+        # Filled in here so that the resolved config (config.yaml) says where the run went.
+        if self.output.mlflow is not None and self.output.mlflow.experiment is None:
+            self.output.mlflow.experiment = self.name
+        return self
 
     @property
     def target(self):
@@ -517,9 +530,14 @@ def check_config(config):
     ------
     ConfigError
         Model parameters the estimator refuses, missing files or columns, metrics of the other
-        task, evaluations the model cannot give.
+        task, evaluations the model cannot give, ``output.mlflow`` without MLflow installed.
     """
     problems = []
+    if config.output.mlflow is not None:
+        from .tracking import mlflow_problem
+
+        if (problem := mlflow_problem()) is not None:
+            problems.append(("output.mlflow", problem))
     data = config.data
     if isinstance(data.train, str):
         problems += path_problems("data.train", data.train)

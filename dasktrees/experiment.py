@@ -14,6 +14,8 @@ with a ``FAILED`` file holding the error, and without a model::
         model/               the saved model (``dasktrees.load``)
         dask-report.html     Dask's performance report of the fit and evaluation
         run.log
+
+With ``output.mlflow``, the complete directory is then logged as an MLflow run (``tracking``).
 """
 
 import contextlib
@@ -37,6 +39,7 @@ import yaml
 from .config import default_metrics, estimator_class, infer_task, resolved
 from .io import read_train, split
 from .quantiles import check_quantiles, inside_interval
+from .tracking import import_mlflow, log_run
 
 logger = logging.getLogger("dasktrees.experiment")
 
@@ -449,12 +452,20 @@ def run(config, task=None, output=None, progress=None, echo=print):
     ------
     FileExistsError
         If the run directory exists.
+    ImportError
+        ``output.mlflow`` is set and MLflow is not installed (before anything runs).
+    tracking.TrackingError
+        ``output.mlflow`` is set and logging the complete run directory to MLflow failed; the
+        run directory is whole and unchanged (``error.run_dir``).
     Exception
         Whatever made the run fail, after the run directory is written as failed.
     """
     final = Path(output or config.output.dir or default_run_dir(config))
     if final.exists():
         raise FileExistsError(f"run directory {final} exists already")
+    mlflow = config.output.mlflow
+    if mlflow is not None:
+        import_mlflow()  # a missing MLflow stops the run before it starts, not after
     final.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".tmp", dir=final.parent))
     try:
@@ -468,6 +479,9 @@ def run(config, task=None, output=None, progress=None, echo=print):
         os.replace(work, final)
         raise
     os.replace(work, final)
+    if mlflow is not None:  # read from the complete directory, which stays as it is
+        run_id = log_run(final, mlflow.tracking_uri, mlflow.experiment)
+        echo(f"MLflow run {run_id} in experiment {mlflow.experiment!r} at {mlflow.tracking_uri}")
     return final
 
 
