@@ -7,6 +7,7 @@ tasks (``distributed.train``), and computes out-of-bag estimates by reductions o
 
 from __future__ import annotations
 
+import contextlib
 import numbers
 import os
 from functools import partial
@@ -23,6 +24,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from ._params import check_forest_params, check_tree_params, resolve_max_features
 from ._validation import check_2d, check_predict_columns
 from .binning import BinMapper
+from .distributed import reductions
 from .distributed.client import client_for, find_client
 from .distributed.convergence import WAVE, ConvergenceMonitor
 from .distributed.data import is_dask_collection, prepare
@@ -31,6 +33,7 @@ from .distributed.sampling import sampling_rate
 from .distributed.train import ForestSpec, grow_forest
 from .estimators import DecisionTreeClassifier, DecisionTreeRegressor
 from .modelfile.writing import save as save_model
+from .node_table import NodeTable
 from .predictor import HARD, SOFT, PackedForest
 from .variance import centred_count_gram, jackknife_mean_std
 
@@ -291,13 +294,81 @@ class BaseForest(BaseEstimator):
         Bunch with ``importances_mean`` and ``importances_std`` (n_features,) and
         ``importances`` (n_features, n_estimators * n_repeats).
         """
-        check_is_fitted(self, "estimators_")
-        if not self.samples_rows():
-            raise ValueError("oob_permutation_importance needs bootstrap=True or max_samples")
         if not isinstance(n_repeats, numbers.Integral) or n_repeats < 1:
             raise ValueError(f"n_repeats must be an int >= 1, got {n_repeats!r}")
-        is_classifier = hasattr(self, "classes_")
         permutation_seed = int(check_random_state(random_state).randint(np.iinfo(np.int32).max))
+        with self._training_blocks(X, y, sample_weight, "oob_permutation_importance") as (
+            client,
+            data,
+            lam,
+        ):
+            increase = permutation_importance(
+                client,
+                data,
+                self.forest_,
+                self._seed,
+                lam,
+                hasattr(self, "classes_"),
+                n_repeats,
+                permutation_seed,
+            )
+        return _importance_bunch(increase.reshape(increase.shape[0], -1))
+
+    def oob_impurity_importance(self, X: Data, y: Data, sample_weight: Data | None = None) -> Bunch:
+        """Debiased impurity importance on each tree's out-of-bag rows (MDI-oob, Li et al.
+        2019).
+
+        Each out-of-bag row of a tree walks from the root to its leaf; every split on feature k
+        it passes adds ``<value(child taken) - value(node), y - value(root)>`` to feature k,
+        where values are the tree's in-bag node values (class fractions, y one-hot, for
+        classifiers; mean targets for regressors). A tree's importance of k is the weighted
+        mean of these sums over its out-of-bag rows. Summed over the training rows instead, the
+        same sum is the tree's mean decrease in impurity (Gini or squared error, not
+        normalised); on rows the tree did not see, splits that only fitted noise add about zero
+        or less, so features with many split points (continuous, ID-like, high-cardinality)
+        lose the bias of ``feature_importances_``. The importances are not normalised and can
+        be negative. One pass of every tree over its out-of-bag rows (the cost of
+        ``oob_score``); the sums are exact, so the figures do not depend on the cluster or on
+        how the rows are cut into blocks. See docs/algorithms.md, section 11.
+
+        Parameters
+        ----------
+        X, y, sample_weight :
+            The training data, rows in the same order as in ``fit``: a tree's out-of-bag rows
+            are found again from their row ids, never stored. Rows are weighted by
+            ``sample_weight`` (times the class weights of ``class_weight``, except
+            ``"balanced_subsample"``, which weighs in-bag rows only).
+
+        Returns
+        -------
+        Bunch with ``importances_mean`` and ``importances_std`` (n_features,), the mean and
+        standard deviation over trees, and ``importances`` (n_features, n_estimators), each
+        tree's importances (0 for a tree without out-of-bag rows).
+        """
+        with self._training_blocks(X, y, sample_weight, "oob_impurity_importance") as (
+            client,
+            data,
+            lam,
+        ):
+            importances = reductions.oob_impurity_importance(
+                client,
+                data,
+                NodeTable([est.tree_ for est in self.estimators_]),
+                self._seed,
+                lam,
+                hasattr(self, "classes_"),
+            )
+        return _importance_bunch(importances)
+
+    @contextlib.contextmanager
+    def _training_blocks(self, X, y, sample_weight, method):
+        """The training data binned on the cluster again, for a reduction over each tree's
+        out-of-bag rows: yields ``(client, data, lam)``, lam the trees' sampling rate.
+        ``method`` names the caller in the errors: the forest must sample rows, and X must have
+        the training rows."""
+        check_is_fitted(self, "estimators_")
+        if not self.samples_rows():
+            raise ValueError(f"{method} needs bootstrap=True or max_samples")
         with client_for(self.client) as client:
             data = prepare(
                 client,
@@ -305,7 +376,7 @@ class BaseForest(BaseEstimator):
                 y,
                 sample_weight,
                 mapper=self.bin_mapper_,
-                is_classifier=is_classifier,
+                is_classifier=hasattr(self, "classes_"),
                 class_weight=getattr(self, "class_weight", None),
                 n_blocks=self.n_blocks,
             )
@@ -314,23 +385,7 @@ class BaseForest(BaseEstimator):
                     f"X has {data.n_rows} rows but the forest was fitted on {self._n_rows}: "
                     "pass the training data"
                 )
-            lam = sampling_rate(self.bootstrap, self.max_samples, data.n_rows)
-            increase = permutation_importance(
-                client,
-                data,
-                self.forest_,
-                self._seed,
-                lam,
-                is_classifier,
-                n_repeats,
-                permutation_seed,
-            )
-        importances = increase.reshape(increase.shape[0], -1)
-        return Bunch(
-            importances_mean=importances.mean(axis=1),
-            importances_std=importances.std(axis=1),
-            importances=importances,
-        )
+            yield client, data, sampling_rate(self.bootstrap, self.max_samples, data.n_rows)
 
     def to_sklearn(self) -> BaseEstimator:
         """The equivalent scikit-learn forest (``RandomForestClassifier``, ``ExtraTreesRegressor``,
@@ -425,6 +480,16 @@ class BaseForest(BaseEstimator):
         X = check_2d(X)
         check_predict_columns(self, X)
         return rows_fn(self.bin_mapper_.encode(X), True)
+
+
+def _importance_bunch(importances):
+    """Importances (n_features, n_draws) as scikit-learn's ``permutation_importance`` returns
+    them: mean and std over the draws (trees, or trees x repeats), and the draws."""
+    return Bunch(
+        importances_mean=importances.mean(axis=1),
+        importances_std=importances.std(axis=1),
+        importances=importances,
+    )
 
 
 def _scored_rows(client, data, decision):

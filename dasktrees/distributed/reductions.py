@@ -1,5 +1,6 @@
-"""Reductions over the binned blocks: out-of-bag votes, score and curve; permutation importance;
-the targets of the leaves of a quantile forest and its out-of-bag quantiles.
+"""Reductions over the binned blocks: out-of-bag votes, score and curve; permutation importance
+and the debiased impurity importance; the targets of the leaves of a quantile forest and its
+out-of-bag quantiles.
 
 Every block recomputes each tree's counts for its own rows (``sampling.tree_counts``), votes with
 the trees that did not sample a row, and returns small sums. Loss sums are exact
@@ -8,11 +9,15 @@ the trees that did not sample a row, and returns small sums. Loss sums are exact
 
 from __future__ import annotations
 
+import math
 import operator
 
 import dask.array as da
 import numpy as np
+from numba import njit
 
+from .._dtypes import MISSING_BIN, TREE_LEAF
+from ..node_table import NodeTable
 from ..predictor import (
     PackedForest,
     add_oob_votes,
@@ -251,6 +256,196 @@ def permutation_importance(
     n_oob = np.maximum(sum(p[2] for p in parts), 1.0)
     increase = (permuted - base[:, None, None]) / n_oob[:, None, None]
     return increase.transpose(1, 0, 2)
+
+
+# Exact sums in numba. A float64 is an integer multiple of 2**-1074 below 2**1024: a sum of them
+# is an integer number of 2**-1074 (``predictor.exact_sum``'s, kept there as a Python integer),
+# kept here in base 2**32, one int64 slot per digit: 66 digits, and two for carries. Slot d
+# counts units of 2**(32 d - 1074). A float adds less than 2**33 to each of three slots, so
+# ``_carry`` brings the slots back below 2**32 after 2**28 additions (checked once a row: a
+# path adds far fewer), long before one could overflow.
+_EXACT_DIGITS = 68
+_ADDS_BEFORE_CARRY = 1 << 28
+
+
+@njit(cache=True, inline="always")
+def _add_exact(acc, x):
+    """Add float ``x`` to the exact sum held by the int64 digits ``acc`` (``_EXACT_DIGITS``)."""
+    if x == 0.0:
+        return
+    mantissa, exponent = math.frexp(x)  # x = mantissa * 2**exponent, 0.5 <= |mantissa| < 1
+    integer = np.int64(mantissa * 9007199254740992.0)  # * 2**53: exact
+    shift = np.int64(exponent) - 53 + 1074
+    if shift < 0:  # subnormal: the integer's low bits are zeros
+        integer >>= -shift
+        shift = 0
+    sign = np.int64(1)
+    if integer < 0:
+        sign = np.int64(-1)
+        integer = -integer
+    d = shift >> 5
+    r = shift & 31
+    low = (integer & 0xFFFFFFFF) << r  # below 2**63
+    high = (integer >> 32) << r  # below 2**52
+    acc[d] += sign * (low & 0xFFFFFFFF)
+    acc[d + 1] += sign * ((low >> 32) + (high & 0xFFFFFFFF))
+    acc[d + 2] += sign * (high >> 32)
+
+
+@njit(cache=True, nogil=True)
+def _carry(acc):
+    """Bring every digit but the last of each exact sum (rows of ``acc``) into [0, 2**32)."""
+    for k in range(acc.shape[0]):
+        for d in range(acc.shape[1] - 1):
+            carry = acc[k, d] >> 32
+            acc[k, d] -= carry << 32
+            acc[k, d + 1] += carry
+
+
+def _from_digits(acc):
+    """The exact sums of the rows of ``acc`` as Python integers, in ``exact_sum``'s units."""
+    totals = [0] * acc.shape[0]
+    for k, d in zip(*np.nonzero(acc)):
+        totals[k] += int(acc[k, d]) << (32 * int(d))
+    return totals
+
+
+@njit(cache=True, nogil=True)
+def add_oob_impurity(codes, y, w, counts, nodes, bitsets, root, values, classification, acc):
+    """Add one tree's debiased impurity decreases on the out-of-bag rows of a block of binned
+    codes (MDI-oob, Li et al. 2019) to exact sums.
+
+    Each row with ``counts[i] == 0`` and ``w[i] > 0`` walks from the root to its leaf; every
+    split node t it passes, on feature k, adds
+
+        w[i] * <values[child] - values[t], y_i - values[root]>
+
+    to feature k's sum, where child is the node the row goes to and y_i is the row's target,
+    or the one-hot vector of its class index for a classifier. The row's weight is added to the
+    last sum.
+
+    Parameters
+    ----------
+    codes : ndarray of uint8, shape (n_rows, n_features)
+    y : ndarray of float64, shape (n_rows,)
+        Targets, or class indices (``classification``).
+    w : ndarray of float64, shape (n_rows,)
+        Row weights (sample_weight x class_weight).
+    counts : ndarray of float64, shape (n_rows,)
+        The tree's row counts (``sampling.tree_counts``): rows with 0 are out of bag.
+    nodes : ndarray of ROUTING_NODE_DTYPE
+        A ``NodeTable``'s nodes; children are global ids, ``TREE_LEAF`` for a leaf.
+    bitsets : ndarray of uint32, shape (n_bitsets, BITSET_WORDS)
+    root : int
+        The tree's root in ``nodes`` (``NodeTable.starts[t]``).
+    values : ndarray of float64, shape (n_nodes, n_values)
+        Every node's in-bag value: class fractions, or the mean target.
+    classification : bool
+    acc : ndarray of int64, shape (n_features + 1, _EXACT_DIGITS)
+        Exact sums (``_add_exact``) of each feature's decreases and of the rows' weights;
+        updated.
+    """
+    n_values = values.shape[1]
+    weight_row = acc.shape[0] - 1
+    adds = 0
+    for i in range(codes.shape[0]):
+        if counts[i] != 0.0 or w[i] <= 0.0:
+            continue
+        if adds >= _ADDS_BEFORE_CARRY:
+            _carry(acc)
+            adds = 0
+        _add_exact(acc[weight_row], w[i])
+        adds += 1
+        label = np.int64(y[i]) if classification else -1
+        k = root
+        node = nodes[k]
+        while node["left"] != TREE_LEAF:
+            f = node["feature"]
+            code = np.int64(codes[i, f])
+            if code == MISSING_BIN:
+                goes = node["missing_go_to_left"] != 0
+            elif node["is_categorical"]:
+                goes = (bitsets[node["bitset_idx"], code >> 5] >> (code & 31)) & 1 == 1
+            else:
+                goes = code <= node["bin_threshold"]
+            child = node["left"] if goes else node["right"]
+            decrease = 0.0
+            for c in range(n_values):
+                target = (1.0 if c == label else 0.0) if classification else y[i]
+                decrease += (values[child, c] - values[k, c]) * (target - values[root, c])
+            _add_exact(acc[f], w[i] * decrease)
+            adds += 1
+            k = child
+            node = nodes[k]
+
+
+def oob_impurity_block(
+    table: NodeTable, block: BinnedPartition, seed: int, lam: float, classification: bool
+) -> np.ndarray:
+    """A block's part of the debiased impurity importance (``add_oob_impurity``).
+
+    Returns
+    -------
+    ndarray of object (Python int), shape (n_trees, n_features + 1)
+        Per tree, the exact sums (``predictor.exact_sum``'s units) of each feature's decreases
+        over the tree's out-of-bag rows in the block, and of those rows' weights.
+    """
+    n_rows = len(block.y)
+    counts = np.empty(n_rows)
+    acc = np.zeros((table.n_features + 1, _EXACT_DIGITS), dtype=np.int64)
+    sums = np.empty((table.n_trees, table.n_features + 1), dtype=object)
+    for t in range(table.n_trees):
+        tree_counts(seed, t, block.first_row, lam, counts)
+        acc[:] = 0
+        add_oob_impurity(
+            block.codes,
+            block.y,
+            block.w,
+            counts,
+            table.nodes,
+            table.bitsets,
+            table.starts[t],
+            table.values,
+            classification,
+            acc,
+        )
+        sums[t] = _from_digits(acc)
+    return sums
+
+
+def oob_impurity_importance(
+    client: Client,
+    data: TrainingData,
+    table: NodeTable,
+    seed: int,
+    lam: float,
+    classification: bool,
+) -> np.ndarray:
+    """The debiased impurity importance (MDI-oob) of each tree, from the blocks' exact sums:
+    the same figures however the rows are cut into blocks.
+
+    Returns
+    -------
+    ndarray (n_features, n_trees)
+        Each tree's summed decreases over its out-of-bag rows divided by their summed weight;
+        0 for a tree without out-of-bag rows.
+    """
+    table_future = _forest_task(client, table)
+    parts = client.gather(
+        [
+            client.submit(
+                oob_impurity_block, table_future, part, seed, lam, classification, pure=False
+            )
+            for part in data.parts
+        ]
+    )
+    totals = sum(parts[1:], parts[0])
+    sums = np.array([[from_exact(s) for s in row] for row in totals]).reshape(totals.shape)
+    weights = sums[:, -1:]
+    importances = np.divide(
+        sums[:, :-1], weights, out=np.zeros_like(sums[:, :-1]), where=weights > 0
+    )
+    return importances.T
 
 
 def _block_leaves(forest, block):
