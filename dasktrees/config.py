@@ -202,6 +202,9 @@ class EvaluationConfig(_Section):
     metrics: Optional[list[Metric]] = None
     oob: bool = True
     permutation_importance: bool = False
+    # None: computed when the model leaves rows out of bag (forests with bootstrap or
+    # max_samples); true: an error in the config when it cannot be.
+    oob_impurity_importance: Optional[bool] = None
 
 
 class MlflowConfig(_Section):
@@ -591,18 +594,20 @@ def check_config(config):
         cls = estimator_class(config.model.kind, task)
         param_problems = check_params(cls, config.model.params, task == "classification")
         problems += param_problems
-        if config.evaluation.permutation_importance:
+        for key in ("permutation_importance", "oob_impurity_importance"):
+            if not getattr(config.evaluation, key):  # false, or None: where it can be
+                continue
             if config.model.kind == "decision_tree":
                 problems.append(
                     (
-                        "evaluation.permutation_importance",
+                        f"evaluation.{key}",
                         "needs a forest (model.kind random_forest, extra_trees or quantile_forest)",
                     )
                 )
             elif not param_problems and not cls(**config.model.params).samples_rows():
                 problems.append(
                     (
-                        "evaluation.permutation_importance",
+                        f"evaluation.{key}",
                         "needs out-of-bag rows: bootstrap: true or max_samples in model.params",
                     )
                 )

@@ -7,7 +7,9 @@ with a ``FAILED`` file holding the error, and without a model::
     runs/wine-rf/20261121-173000/
         config.yaml          the config with every default filled in
         metrics.json         fit seconds, rows, features, trees, OOB score, test metrics, versions
-        importances.csv      MDI mean and std over trees (+ permutation importance when asked)
+        importances.csv      MDI mean and std over trees, the debiased out-of-bag impurity
+                             importance (forests that sample rows), permutation importance
+                             when asked
         oob_curve.csv        OOB error after 1, 2, ... trees
         plots/               importances.png, oob_curve.png, confusion_matrix.png (classifiers),
                              intervals.png (quantile forests)
@@ -233,16 +235,38 @@ def _versions():
 
 
 def _plot_importances(importances, path):
+    """The 30 largest MDI importances; with the debiased out-of-bag importance, a second panel
+    beside them, over the 15 largest by either measure, sorted by the debiased one."""
     import matplotlib.pyplot as plt
 
-    top = importances.sort_values("mdi_mean").tail(30)
-    fig, ax = plt.subplots(figsize=(7, 0.3 * len(top) + 1.5))
+    debiased = "oob_impurity_mean" in importances
+    if debiased:
+        rows = importances.nlargest(15, "mdi_mean").index.union(
+            importances.nlargest(15, "oob_impurity_mean").index
+        )
+        top = importances.loc[rows].sort_values("oob_impurity_mean")
+    else:
+        top = importances.sort_values("mdi_mean").tail(30)
+    fig, axes = plt.subplots(
+        1, 2 if debiased else 1, figsize=(11 if debiased else 7, 0.3 * len(top) + 1.5), sharey=True
+    )
+    ax = axes[0] if debiased else axes
     xerr = None
     if "mdi_std" in top:  # one std over trees, cut at zero: an importance is never negative
         xerr = [np.minimum(top["mdi_mean"], top["mdi_std"]), top["mdi_std"]]
     ax.barh(top["feature"].astype(str), top["mdi_mean"], xerr=xerr, color="#4c72b0")
     ax.set_xlabel("mean decrease in impurity (bars: std over trees)")
-    ax.set_title("Variable importance")
+    ax.set_title("MDI, on the training rows" if debiased else "Variable importance")
+    if debiased:  # not normalised, and negative for splits that do worse than none
+        axes[1].barh(
+            top["feature"].astype(str),
+            top["oob_impurity_mean"],
+            xerr=top["oob_impurity_std"],
+            color="#55a868",
+        )
+        axes[1].axvline(0.0, color="black", linewidth=0.8)
+        axes[1].set_xlabel("out-of-bag impurity decrease (bars: std over trees)")
+        axes[1].set_title("Debiased (MDI-oob)")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
@@ -549,6 +573,13 @@ def _run(config, task, work, progress, echo):
                 permutation = model.oob_permutation_importance(X_train, y_train)
                 importances["permutation_mean"] = permutation.importances_mean
                 importances["permutation_std"] = permutation.importances_std
+            oob_impurity = config.evaluation.oob_impurity_importance
+            if oob_impurity is None:  # by default wherever rows are out of bag
+                oob_impurity = hasattr(model, "samples_rows") and model.samples_rows()
+            if oob_impurity:
+                debiased = model.oob_impurity_importance(X_train, y_train)
+                importances["oob_impurity_mean"] = debiased.importances_mean
+                importances["oob_impurity_std"] = debiased.importances_std
 
     importances.to_csv(work / "importances.csv", index=False)
     plots = work / "plots"

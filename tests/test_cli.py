@@ -543,6 +543,12 @@ INVALID = [
         "evaluation.permutation_importance",
         "out-of-bag rows",
     ),
+    (
+        "debiased impurity importance without out-of-bag rows",
+        _with({"model.params.bootstrap": False, "evaluation": {"oob_impurity_importance": True}}),
+        "evaluation.oob_impurity_importance",
+        "out-of-bag rows",
+    ),
     # quantile forests
     (
         "quantile forest for classification",
@@ -874,6 +880,7 @@ def test_extra_trees_with_their_defaults_and_an_empty_test_split(capsys, tmp_pat
     assert code == 0, err
     metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
     assert metrics["oob_score"] is None and metrics["estimator"] == "ExtraTreesClassifier"
+    assert "oob_impurity_mean" not in pd.read_csv(tmp_path / "run" / "importances.csv")
     if metrics["rows"]["test"] == 0:
         assert metrics["test"] is None
 

@@ -1,12 +1,16 @@
 """The debiased impurity importance on the out-of-bag rows (MDI-oob, Li et al. 2019):
 ``oob_impurity_importance`` against a naive computation of its formula, its sum over the in-bag
 rows against the trees' mean decrease in impurity, the ID-like noise feature MDI ranks high and
-MDI-oob does not, the same figures on any cluster, and errors."""
+MDI-oob does not, the same figures on any cluster, errors, and the run directory."""
+
+import json
+from pathlib import Path
 
 import dask.array as da
 import numpy as np
 import pandas as pd
 import pytest
+import yaml
 from sklearn.exceptions import NotFittedError
 
 import dasktrees as dt
@@ -175,3 +179,39 @@ def test_errors():
     model = dt.RandomForestRegressor(n_estimators=2, random_state=0).fit(X, y)
     with pytest.raises(ValueError, match="pass the training data"):
         model.oob_impurity_importance(X[:100], y[:100])
+
+
+def test_run_directory_holds_it_beside_mdi(capsys, tmp_path, client):
+    """On by default for a bootstrap forest: columns in importances.csv and a second panel in
+    plots/importances.png."""
+    from matplotlib.image import imread
+
+    from dasktrees.cli import main
+
+    X, y, _ = id_noise_data(n=500)
+    pd.DataFrame({"x0": X[:, 0], "id": X[:, 1], "binary": X[:, 2], "target": y}).to_csv(
+        tmp_path / "data.csv", index=False
+    )
+    config = {
+        "name": "debiased",
+        "cluster": {"address": client.scheduler.address},
+        "data": {"train": str(tmp_path / "data.csv"), "target": "target"},
+        "model": {"kind": "random_forest", "params": {"n_estimators": 20}},
+    }
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
+    code = main(["run", str(tmp_path / "config.yaml"), "--output", str(tmp_path / "run")])
+    assert code == 0, capsys.readouterr().err
+    run_dir = Path(tmp_path / "run")
+    resolved = yaml.safe_load((run_dir / "config.yaml").read_text())
+    assert resolved["evaluation"]["oob_impurity_importance"] is None
+    assert json.loads((run_dir / "metrics.json").read_text())["task"] == "regression"
+    importances = pd.read_csv(run_dir / "importances.csv").set_index("feature")
+    assert {"oob_impurity_mean", "oob_impurity_std"} <= set(importances.columns)
+    assert importances.loc["id", "mdi_mean"] > importances.loc["binary", "mdi_mean"]
+    assert importances["oob_impurity_mean"].idxmax() == "x0"
+    assert (
+        abs(importances.loc["id", "oob_impurity_mean"])
+        < importances.loc["binary", "oob_impurity_mean"]
+    )
+    height, width = imread(run_dir / "plots" / "importances.png").shape[:2]
+    assert width == 1100  # two panels (one is 700 pixels wide)
