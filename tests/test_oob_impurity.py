@@ -101,7 +101,7 @@ def test_regressor_with_max_samples_equals_the_naive_formula():
 def test_over_the_in_bag_rows_the_sum_is_the_mean_decrease_in_impurity(classification):
     """What makes MDI-oob the out-of-bag version of MDI: the same sum taken over a tree's own
     in-bag rows, weighted by their counts, is the tree's unnormalised mean decrease in Gini
-    impurity or squared error (Li et al. 2019, Proposition 1)."""
+    impurity or squared error (the expression of MDI from which Li et al. 2019 derive MDI-oob)."""
     frame, signal = mixed_frame(seed=4)
     y = (signal > 0).astype(float) if classification else signal
     Forest = dt.RandomForestClassifier if classification else dt.RandomForestRegressor
