@@ -21,6 +21,7 @@ from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin, clone
 from sklearn.utils import Bunch, check_random_state
 from sklearn.utils.validation import check_is_fitted, validate_data
 
+from . import treeshap
 from ._params import check_forest_params, check_tree_params, resolve_max_features
 from ._validation import check_2d, check_predict_columns
 from .binning import BinMapper
@@ -398,6 +399,48 @@ class BaseForest(BaseEstimator):
 
         return forest_to_sklearn(self)
 
+    def shap_values(self, X: Data) -> np.ndarray | da.Array:
+        """Exact path-dependent TreeSHAP values (Lundberg et al. 2020): each feature's share of
+        each row's prediction (``dasktrees.treeshap``; docs/forests.md).
+
+        A row's values plus ``shap_expected_value_`` sum to its prediction: the mean of the
+        trees for regressors (a quantile forest's mean, not its quantiles), the class
+        probabilities of ``predict_proba`` for classifiers (with ``voting="hard"``, the shares
+        of the trees' votes). Categorical splits and missing values count as prediction routes
+        them. Dask input: one task per block, the trees sent once.
+
+        Parameters
+        ----------
+        X : array-like or dask collection, shape (n_samples, n_features)
+
+        Returns
+        -------
+        ndarray of shape (n_samples, n_features) for regressors and (n_samples, n_features,
+        n_classes) for classifiers; a dask array for dask input.
+        """
+        table = self._explained_table()
+        n_values = table.values.shape[1]
+        flat = self._apply_by_rows(X, partial(_shap_rows, table), self.n_features_in_ * n_values)
+        return treeshap.shaped(flat, self.n_features_in_, n_values, hasattr(self, "classes_"))
+
+    @property
+    def shap_expected_value_(self) -> float | np.ndarray:
+        """What the SHAP values add to: the forest's prediction with no feature known (each
+        tree's leaf values weighted by their training cover, averaged over trees); a float for
+        regressors, ndarray (n_classes,) for classifiers."""
+        expected = self._explained_table().expected_values().mean(axis=0)
+        return expected if hasattr(self, "classes_") else float(expected[0])
+
+    def _explained_table(self):
+        check_is_fitted(self, "estimators_")
+        if getattr(self, "aggregation", "mean") != "mean":
+            raise ValueError(
+                'SHAP values need aggregation="mean": a median of the trees is not a sum of '
+                "their contributions"
+            )
+        hard = getattr(self, "voting", "soft") == "hard"
+        return treeshap.explained_table([est.tree_ for est in self.estimators_], hard)
+
     def __sklearn_clone__(self):
         """A clone shares the client (a client cannot be copied); other parameters are cloned
         as scikit-learn does."""
@@ -508,6 +551,10 @@ def _vote_rows(forest, voting, encoded, parallel):
 
 def _mean_std_rows(forest, gram, n_rows, encoded, parallel):
     return jackknife_mean_std(forest.tree_predictions(encoded, parallel), gram, n_rows)
+
+
+def _shap_rows(table, encoded, parallel):
+    return treeshap.shap_values(table, encoded, parallel).reshape(len(encoded), -1)
 
 
 def _median_rows(forest, encoded, parallel):

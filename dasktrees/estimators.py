@@ -14,6 +14,7 @@ from sklearn.utils.class_weight import compute_sample_weight
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_consistent_length, check_is_fitted, validate_data
 
+from . import treeshap
 from ._params import check_tree_params
 from ._validation import check_2d, check_predict_columns, check_sample_weight, check_target
 from .binning import BinMapper
@@ -171,6 +172,28 @@ class BaseDecisionTree(BaseEstimator):
         from .sklearn_export import tree_to_sklearn
 
         return tree_to_sklearn(self)
+
+    def shap_values(self, X: ArrayLike) -> np.ndarray:
+        """Exact path-dependent TreeSHAP values (Lundberg et al. 2020): each feature's share of
+        each row's prediction, as for the forests (``RandomForestRegressor.shap_values``).
+
+        Returns
+        -------
+        ndarray of shape (n_samples, n_features) for a regressor and (n_samples, n_features,
+        n_classes) for a classifier; with ``shap_expected_value_`` each row sums to its
+        prediction (class probabilities for a classifier).
+        """
+        encoded = self._encode(X)
+        values = treeshap.shap_values(treeshap.explained_table([self.tree_]), encoded)
+        return values if hasattr(self, "classes_") else values[:, :, 0]
+
+    @property
+    def shap_expected_value_(self) -> float | np.ndarray:
+        """What the SHAP values add to: the leaves' values weighted by their training cover (a
+        float for a regressor, ndarray (n_classes,) for a classifier)."""
+        check_is_fitted(self, "tree_")
+        expected = treeshap.explained_table([self.tree_]).expected_values()[0]
+        return expected if hasattr(self, "classes_") else float(expected[0])
 
     def save(self, path: str | os.PathLike) -> None:
         """Write the fitted tree to the model directory ``path``; ``dasktrees.load`` reads it.

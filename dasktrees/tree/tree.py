@@ -375,20 +375,26 @@ def _fill_depths(children_left, children_right, depth):
 
 
 @njit(cache=True, inline="always")
+def goes_left_encoded(X, i, node, bitsets):
+    """Whether row i of encoded X goes to the left child of split ``node`` (a routing record):
+    a missing value (NaN, or an unseen category) as ``missing_go_to_left`` says, a category
+    when its code is in the split's bitset, a number when it is at most the threshold."""
+    x = X[i, node["feature"]]
+    if np.isnan(x):
+        return node["missing_go_to_left"] != 0
+    if node["is_categorical"]:
+        code = np.int64(x)
+        return (bitsets[node["bitset_idx"], code >> 5] >> (code & 31)) & 1 == 1
+    return x <= node["threshold"]
+
+
+@njit(cache=True, inline="always")
 def leaf_encoded(X, i, nodes, bitsets, root):
     """Leaf reached by row i of encoded X in the tree whose root is ``nodes[root]``."""
     k = root
     node = nodes[k]
     while node["left"] != TREE_LEAF:
-        x = X[i, node["feature"]]
-        if np.isnan(x):
-            goes = node["missing_go_to_left"] != 0
-        elif node["is_categorical"]:
-            code = np.int64(x)
-            goes = (bitsets[node["bitset_idx"], code >> 5] >> (code & 31)) & 1 == 1
-        else:
-            goes = x <= node["threshold"]
-        k = node["left"] if goes else node["right"]
+        k = node["left"] if goes_left_encoded(X, i, node, bitsets) else node["right"]
         node = nodes[k]
     return k
 
