@@ -291,7 +291,8 @@ def _warm_trees():
 
 def _warm_forests():
     """Forests on a LocalCluster of threads in this process: fit (every tree task, out-of-bag
-    reductions, permutation importance) and prediction, float64 and float32."""
+    reductions, permutation and impurity importance) and prediction (SHAP values too), float64
+    and float32."""
     import numpy as np
     from distributed import Client, LocalCluster
 
@@ -312,6 +313,8 @@ def _warm_forests():
             model.fit(data, y)
             model.predict_proba(data)
             model.oob_permutation_importance(data, y)
+            model.oob_impurity_importance(data, y)
+            model.shap_values(data)
             regressor = ExtraTreesRegressor(
                 n_estimators=2,
                 bootstrap=True,
