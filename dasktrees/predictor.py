@@ -563,7 +563,9 @@ def exact_sum(values):
         group = integers[shifts == shift]
         # Blocks of 512 keep the int64 partial sums below 2**62.
         partials = np.add.reduceat(group, np.arange(0, len(group), 512))
-        total += sum(int(p) for p in partials) << int(shift)
+        partial = sum(int(p) for p in partials)
+        # A subnormal's shift is negative, and its integer's low -shift bits are zeros.
+        total += partial << int(shift) if shift >= 0 else partial >> int(-shift)
     return total
 
 

@@ -296,3 +296,24 @@ def test_partition_is_stable_and_complete(seed, categorical, missing_left, two_c
         expected = np.zeros(3)
         node_statistics(node_y, node_w, lo, hi, GINI, expected)
         np.testing.assert_array_equal(children[side], expected)
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    st.lists(
+        st.floats(allow_nan=False, allow_infinity=False, min_value=-1e300, max_value=1e300)
+        | st.floats(min_value=-1e-310, max_value=1e-310),  # subnormals too
+        min_size=1,
+        max_size=40,
+    )
+)
+def test_exact_sum_is_the_exact_sum(values):
+    """``predictor.exact_sum`` counts 2**-1074 units exactly (subnormals included), so its total
+    is the rational sum of the values in any order."""
+    from fractions import Fraction
+
+    from dasktrees.predictor import exact_sum
+
+    expected = sum(Fraction(v) for v in values)
+    assert Fraction(exact_sum(values), 2**1074) == expected
+    assert exact_sum(values[::-1]) == exact_sum(values)
