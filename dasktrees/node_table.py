@@ -79,4 +79,3 @@ class NodeTable:
         out = np.zeros((self.n_trees, self.values.shape[1]))
         np.add.at(out, tree_of_node, weighted)
         return out
-

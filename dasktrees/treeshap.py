@@ -32,9 +32,10 @@ from .node_table import NodeTable
 from .predictor import _by_row_chunks
 from .tree.tree import goes_left_encoded
 
-# Rows that walk a tree together (``shap_rows``): 32 ran 2.3x faster than one at a time, and
-# 64 no faster than 32 (docs/benchmarks.md).
-ROWS_AT_ONCE = 32
+# Rows that walk a tree together (``shap_rows``): 64 ran 3.6x faster than one at a time, and
+# faster than 8, 32 or 128 (docs/benchmarks.md, "SHAP values against
+# shap's TreeExplainer").
+ROWS_AT_ONCE = 64
 
 
 def explained_table(trees, hard_voting=False):
@@ -160,7 +161,7 @@ def _edges(nodes, cover, start, stop):
     return parent, previous, zero, depth, distinct.max()
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, error_model="numpy")
 def shap_rows(X, first, last, nodes, bitsets, values, cover, starts, points, weights, out):
     """Add every tree's SHAP values of rows ``first:last`` of encoded X to ``out``.
 
@@ -273,7 +274,7 @@ def shap_rows(X, first, last, nodes, bitsets, values, cover, starts, points, wei
                 d -= 1
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True, inline="always", error_model="numpy")
 def _go_down(
     X, block, n_rows, split, bitsets, to_left, z, a, a_level, points, m, d, one, inverse, below
 ):

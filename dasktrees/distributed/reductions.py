@@ -16,7 +16,7 @@ import dask.array as da
 import numpy as np
 from numba import njit
 
-from .._dtypes import MISSING_BIN, TREE_LEAF
+from .._dtypes import TREE_LEAF
 from ..node_table import NodeTable
 from ..predictor import (
     PackedForest,
@@ -28,6 +28,7 @@ from ..predictor import (
     tree_loss,
 )
 from ..quantiles import LeafTargets, inside_interval, predict_quantiles
+from ..tree.tree import goes_left_binned
 from .client import Client, is_in_process, sending_large_data
 from .data import BinnedPartition, TrainingData
 from .sampling import tree_counts
@@ -361,14 +362,8 @@ def add_oob_impurity(codes, y, w, counts, nodes, bitsets, root, values, classifi
         node = nodes[k]
         while node["left"] != TREE_LEAF:
             f = node["feature"]
-            code = np.int64(codes[i, f])
-            if code == MISSING_BIN:
-                goes = node["missing_go_to_left"] != 0
-            elif node["is_categorical"]:
-                goes = (bitsets[node["bitset_idx"], code >> 5] >> (code & 31)) & 1 == 1
-            else:
-                goes = code <= node["bin_threshold"]
-            child = node["left"] if goes else node["right"]
+            goes_left = goes_left_binned(np.int64(codes[i, f]), node, bitsets)
+            child = node["left"] if goes_left else node["right"]
             decrease = 0.0
             for c in range(n_values):
                 target = (1.0 if c == label else 0.0) if classification else y[i]

@@ -411,15 +411,21 @@ def leaf_binned(codes, i, nodes, bitsets, root, override_feature, override_code)
     while node["left"] != TREE_LEAF:
         f = node["feature"]
         code = override_code if f == override_feature else np.int64(codes[i, f])
-        if code == MISSING_BIN:
-            goes = node["missing_go_to_left"] != 0
-        elif node["is_categorical"]:
-            goes = (bitsets[node["bitset_idx"], code >> 5] >> (code & 31)) & 1 == 1
-        else:
-            goes = code <= node["bin_threshold"]
-        k = node["left"] if goes else node["right"]
+        k = node["left"] if goes_left_binned(code, node, bitsets) else node["right"]
         node = nodes[k]
     return k
+
+
+@njit(cache=True, inline="always")
+def goes_left_binned(code, node, bitsets):
+    """Whether a row whose bin code for the split's feature is ``code`` goes to the left child
+    of split ``node`` (a routing record): the missing code as ``missing_go_to_left`` says, a
+    category when it is in the split's bitset, a numeric bin when it is at most the split's."""
+    if code == MISSING_BIN:
+        return node["missing_go_to_left"] != 0
+    if node["is_categorical"]:
+        return (bitsets[node["bitset_idx"], code >> 5] >> (code & 31)) & 1 == 1
+    return code <= node["bin_threshold"]
 
 
 @njit(cache=True, parallel=True, nogil=True)
