@@ -146,7 +146,8 @@ def _predict(args):
                 (
                     "--quantiles",
                     f"{args.model} holds a {type(model).__name__}, not a quantile forest "
-                    "(model.kind quantile_forest); it predicts no quantiles",
+                    "(model.kind quantile_forest or quantile_extra_trees); it predicts no "
+                    "quantiles",
                 )
             ]
         )

@@ -35,7 +35,9 @@ REGRESSION_METRICS = ("r2", "rmse", "mae")
 # Of a quantile forest's default quantiles: the share of rows inside the interval between the
 # lowest and the highest, and the mean pinball loss of each.
 QUANTILE_METRICS = ("coverage", "pinball_loss")
-KINDS = ("random_forest", "extra_trees", "decision_tree", "quantile_forest")
+KINDS = ("random_forest", "extra_trees", "decision_tree", "quantile_forest", "quantile_extra_trees")
+# The kinds that predict quantiles of a numeric target (regression only).
+QUANTILE_KINDS = ("quantile_forest", "quantile_extra_trees")
 
 
 class ConfigError(Exception):
@@ -412,6 +414,7 @@ def estimator_class(kind, task):
         DecisionTreeClassifier,
         DecisionTreeRegressor,
         ExtraTreesClassifier,
+        ExtraTreesQuantileRegressor,
         ExtraTreesRegressor,
         RandomForestClassifier,
         RandomForestQuantileRegressor,
@@ -426,6 +429,7 @@ def estimator_class(kind, task):
         ("decision_tree", "classification"): DecisionTreeClassifier,
         ("decision_tree", "regression"): DecisionTreeRegressor,
         ("quantile_forest", "regression"): RandomForestQuantileRegressor,
+        ("quantile_extra_trees", "regression"): ExtraTreesQuantileRegressor,
     }
     return classes[kind, task]
 
@@ -433,14 +437,14 @@ def estimator_class(kind, task):
 def kind_problem(kind, task, explicit):
     """Why ``model.kind`` cannot do ``task`` (``explicit``: given as ``model.task``, else
     inferred from the target), or None."""
-    if kind == "quantile_forest" and task == "classification":
+    if kind in QUANTILE_KINDS and task == "classification":
         why = (
             "model.task is classification"
             if explicit
             else "the target is not numeric (bool, string or categorical)"
         )
         return (
-            f"quantile_forest predicts quantiles of a numeric target, but {why}; use "
+            f"{kind} predicts quantiles of a numeric target, but {why}; use "
             "random_forest or extra_trees for classification"
         )
     return None
@@ -452,7 +456,7 @@ def metric_problem(metric, kind, task):
     if metric in allowed:
         return None
     if task == "regression" and metric in QUANTILE_METRICS:
-        return f"{metric!r} needs model.kind quantile_forest"
+        return f"{metric!r} needs model.kind quantile_forest or quantile_extra_trees"
     return f"{metric!r} is not a {task} metric; use {', '.join(allowed)}"
 
 
@@ -461,7 +465,7 @@ def default_metrics(kind, task):
     defaults to)."""
     if task == "classification":
         return list(CLASSIFICATION_METRICS)
-    if kind == "quantile_forest":
+    if kind in QUANTILE_KINDS:
         return [*REGRESSION_METRICS, *QUANTILE_METRICS]
     return list(REGRESSION_METRICS)
 
@@ -508,7 +512,7 @@ def infer_task(target, kind="random_forest"):
     if pd.api.types.is_float_dtype(dtype):
         return "regression"
     if pd.api.types.is_integer_dtype(dtype):
-        if kind == "quantile_forest":
+        if kind in QUANTILE_KINDS:
             return "regression"
         n_unique = target.nunique()
         n_unique = n_unique.compute() if hasattr(n_unique, "compute") else n_unique
@@ -601,7 +605,8 @@ def check_config(config):
                 problems.append(
                     (
                         f"evaluation.{key}",
-                        "needs a forest (model.kind random_forest, extra_trees or quantile_forest)",
+                        "needs a forest (model.kind random_forest, extra_trees, quantile_forest or "
+                        "quantile_extra_trees)",
                     )
                 )
             elif not param_problems and not cls(**config.model.params).samples_rows():

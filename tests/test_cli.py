@@ -196,9 +196,18 @@ def test_csv_data_with_test_file_and_decision_tree(capsys, tmp_path):
     assert metrics["test"]["accuracy"] == pytest.approx(expected)
 
 
-def test_quantile_forest_config(capsys, tmp_path, client):
-    """configs/quantiles.yaml with 10 trees: interval coverage and pinball losses of the test
-    rows as the saved model predicts them, the out-of-bag coverage, and the interval plot."""
+@pytest.mark.parametrize(
+    "kind, estimator",
+    [
+        ("quantile_forest", "RandomForestQuantileRegressor"),
+        ("quantile_extra_trees", "ExtraTreesQuantileRegressor"),
+    ],
+)
+def test_quantile_forest_config(capsys, tmp_path, client, kind, estimator):
+    """configs/quantiles.yaml with 10 trees, with either quantile kind: interval coverage and
+    pinball losses of the test rows as the saved model predicts them, the out-of-bag coverage,
+    and the interval plot."""
+    settings = ["--set", "model.params.bootstrap=true"] if kind == "quantile_extra_trees" else []
     code, out, err = run_cli(
         capsys,
         "run",
@@ -207,14 +216,17 @@ def test_quantile_forest_config(capsys, tmp_path, client):
         f"cluster={{address: {client.scheduler.address}}}",
         "--set",
         "model.params.n_estimators=10",
+        "--set",
+        f"model.kind={kind}",
+        *settings,
         "--output",
         tmp_path / "run",
     )
     assert code == 0, err
     run_dir = Path(out.split()[-1])
     metrics = check_run_dir(run_dir, "regression", 10)
-    assert metrics["kind"] == "quantile_forest"
-    assert metrics["estimator"] == "RandomForestQuantileRegressor"
+    assert metrics["kind"] == kind
+    assert metrics["estimator"] == estimator
     assert metrics["quantiles"] == [0.05, 0.5, 0.95]
     assert 0.5 < metrics["oob_coverage"] <= 1.0
     assert {p.name for p in (run_dir / "plots").iterdir()} == {
@@ -572,7 +584,7 @@ INVALID = [
         "quantile metric of a random forest",
         _with({"model.task": "regression", "evaluation": {"metrics": ["r2", "coverage"]}}),
         "evaluation.metrics",
-        "'coverage' needs model.kind quantile_forest",
+        "'coverage' needs model.kind quantile_forest or quantile_extra_trees",
     ),
     (
         "default quantiles outside [0, 1]",
