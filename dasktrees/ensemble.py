@@ -31,7 +31,7 @@ from .distributed.convergence import WAVE, ConvergenceMonitor
 from .distributed.data import is_dask_collection, prepare
 from .distributed.reductions import oob_estimates, permutation_importance
 from .distributed.sampling import sampling_rate
-from .distributed.train import ForestSpec, grow_forest
+from .distributed.train import ForestSpec, finish_progress, grow_forest, progress_of_wave
 from .estimators import DecisionTreeClassifier, DecisionTreeRegressor
 from .modelfile.writing import save as save_model
 from .node_table import NodeTable
@@ -188,20 +188,22 @@ class BaseForest(BaseEstimator):
         while True:
             wave = min(WAVE, self.max_n_estimators - n_trees)
             if wave > 0:
-                trees, self.mode_ = grow_forest(
-                    client,
-                    data,
-                    spec,
-                    list(range(n_trees, n_trees + wave)),
-                    self.trees_per_task,
-                    self.mode,
-                )
+                with progress_of_wave(n_trees, self.max_n_estimators):
+                    trees, self.mode_ = grow_forest(
+                        client,
+                        data,
+                        spec,
+                        list(range(n_trees, n_trees + wave)),
+                        self.trees_per_task,
+                        self.mode,
+                    )
                 grown += trees
                 unchecked += trees
                 n_trees += wave
             converged = bool(unchecked) and monitor.add(PackedForest(unchecked, data.bin_mapper))
             unchecked = []
             if converged or n_trees >= self.max_n_estimators:
+                finish_progress(n_trees, self.max_n_estimators)
                 self.convergence_ = np.array(monitor.history).reshape(-1, 2)
                 return grown
 

@@ -40,6 +40,24 @@ def test_easy_data_stops_at_the_first_wave_noisy_data_grows_more():
     assert capped.n_estimators_ == 40
 
 
+def test_the_waves_fill_one_progress_bar():
+    """The command's progress bar: each wave's trees count after the earlier waves', out of
+    max_n_estimators, and the bar ends once, where the growth stopped (or at the cap)."""
+    from dasktrees.distributed.train import report_progress
+
+    for cap in (1000, 40):
+        calls = []
+        with report_progress(lambda done, total: calls.append((done, total))):
+            est = dt.RandomForestClassifier(
+                n_estimators="auto", max_n_estimators=cap, random_state=0
+            ).fit(*noisy())
+        n = est.n_estimators_
+        assert calls[-1] == (n, n)
+        assert [done for done, _ in calls] == sorted(done for done, _ in calls)
+        assert all(total == cap for _, total in calls[:-1])
+        assert sum(done == total for done, total in calls) == 1  # one finished bar
+
+
 def naive_share(est, X, y, classification):
     """The stopping statistic computed directly: each row's out-of-bag trees' values, their
     variance, and the target's variance (classes one-hot)."""

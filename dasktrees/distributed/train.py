@@ -68,6 +68,26 @@ def report_progress(callback: Callable[[int, int], None]) -> Iterator[None]:
         _progress.reset(token)
 
 
+@contextlib.contextmanager
+def progress_of_wave(n_before: int, n_max: int) -> Iterator[None]:
+    """Within the block, one wave of ``n_estimators="auto"`` reports its trees after the
+    ``n_before`` of the earlier waves, out of ``n_max`` (the most the growth may reach), so
+    that the waves fill one bar; ``finish_progress`` ends it where the growth stopped."""
+    outer = _progress.get()
+    if outer is None:
+        yield
+        return
+    with report_progress(lambda done, total: outer(n_before + done, n_max)):
+        yield
+
+
+def finish_progress(n_done: int, n_max: int) -> None:
+    """End the bar of a growth in waves at ``n_done`` trees (it ended by itself at ``n_max``)."""
+    progress = _progress.get()
+    if progress is not None and n_done < n_max:
+        progress(n_done, n_done)
+
+
 def _stack(arrays):
     return np.concatenate(arrays) if len(arrays) > 1 else arrays[0]
 
