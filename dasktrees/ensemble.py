@@ -394,9 +394,9 @@ class BaseForest(BaseEstimator):
         """The equivalent scikit-learn forest (``RandomForestClassifier``, ``ExtraTreesRegressor``,
         ...), its ``estimators_`` holding ``sklearn.tree`` trees with our nodes: it predicts as
         this forest on float32-representable input, for shap's ``TreeExplainer``, skl2onnx,
-        treelite or ``sklearn.inspection``. Refuses categorical features, ``voting="hard"`` and
-        ``aggregation="median"`` (``ValueError``); a quantile forest exports its mean
-        prediction. See ``dasktrees.sklearn_export.forest_to_sklearn``."""
+        treelite or ``sklearn.inspection``. Refuses categorical features and
+        ``aggregation="median"`` (``ValueError``); ``voting="hard"`` exports one-hot votes, a
+        quantile forest its mean prediction. See ``dasktrees.sklearn_export.forest_to_sklearn``."""
         from .sklearn_export import forest_to_sklearn
 
         return forest_to_sklearn(self)

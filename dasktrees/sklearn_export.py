@@ -16,8 +16,10 @@ Two differences need care:
   so both route every float32-representable input alike. A float64 input strictly between that
   float32 and the next one up can be routed differently: scikit-learn's own trees see the same
   float32 view of the data.
-* scikit-learn's trees split numbers only, and its forests only average: categorical features,
-  ``voting="hard"`` and ``aggregation="median"`` are refused.
+* scikit-learn's trees split numbers only, and its forests only average: categorical features
+  and ``aggregation="median"`` are refused. ``voting="hard"`` is an average too, of each tree's
+  vote: its trees are exported with one-hot values (the vote of each node's majority class), so
+  that scikit-learn's mean probability is our share of votes.
 """
 
 from __future__ import annotations
@@ -123,9 +125,9 @@ def forest_to_sklearn(forest: BaseEstimator) -> BaseEstimator:
     Parameters
     ----------
     forest : a fitted dasktrees forest
-        ``RandomForestClassifier`` / ``ExtraTreesClassifier`` with ``voting="soft"``,
-        ``RandomForestRegressor`` / ``ExtraTreesRegressor`` or a quantile forest with
-        ``aggregation="mean"``; without categorical features.
+        ``RandomForestClassifier`` / ``ExtraTreesClassifier``, ``RandomForestRegressor`` /
+        ``ExtraTreesRegressor`` or a quantile forest with ``aggregation="mean"``; without
+        categorical features.
 
     Returns
     -------
@@ -136,8 +138,9 @@ def forest_to_sklearn(forest: BaseEstimator) -> BaseEstimator:
         the class indices). ``predict``, ``predict_proba`` and ``apply`` give ours on any
         float32-representable input, NaN included: bit for bit with the default
         ``n_jobs=None``, which sums the trees in order as we do (other ``n_jobs`` may round
-        the sum differently). A quantile forest exports its mean prediction (``predict(X)``),
-        not its quantiles.
+        the sum differently). With ``voting="hard"`` the trees' values are their one-hot votes,
+        so ``predict_proba`` is the share of votes, as ours. A quantile forest exports its mean
+        prediction (``predict(X)``), not its quantiles.
         ``n_estimators`` is the number of trees; ``bootstrap`` is True when the trees drew
         rows (bootstrap or ``max_samples``); ``oob_score`` is False and no out-of-bag
         attribute is exported.
@@ -145,15 +148,11 @@ def forest_to_sklearn(forest: BaseEstimator) -> BaseEstimator:
     Raises
     ------
     ValueError
-        If a feature is categorical, or for ``voting="hard"`` or ``aggregation="median"``.
+        If a feature is categorical, or for ``aggregation="median"``.
     """
     check_is_fitted(forest, "estimators_")
     _check_numeric(forest)
-    if getattr(forest, "voting", "soft") != "soft":
-        raise ValueError(
-            f"to_sklearn() needs voting='soft', got voting={forest.voting!r}: scikit-learn's "
-            "forests average the trees' class probabilities"
-        )
+    votes = getattr(forest, "voting", "soft") == "hard"
     if getattr(forest, "aggregation", "mean") != "mean":
         raise ValueError(
             f"to_sklearn() needs aggregation='mean', got aggregation={forest.aggregation!r}: "
@@ -185,7 +184,7 @@ def forest_to_sklearn(forest: BaseEstimator) -> BaseEstimator:
     out.estimators_ = []
     for est in forest.estimators_:
         tree = clone(out.estimator_).set_params(**tree_params)
-        _set_tree(tree, forest, est.tree_, classes=tree_classes)
+        _set_tree(tree, forest, est.tree_, classes=tree_classes, votes=votes)
         out.estimators_.append(tree)
     out.n_features_in_ = forest.n_features_in_
     if hasattr(forest, "feature_names_in_"):
@@ -221,10 +220,11 @@ def _tree_params(estimator):
     return params
 
 
-def _set_tree(out, estimator, tree, classes):
-    """Set the fitted attributes of the scikit-learn tree ``out`` from our ``tree``."""
+def _set_tree(out, estimator, tree, classes, votes=False):
+    """Set the fitted attributes of the scikit-learn tree ``out`` from our ``tree`` (with
+    ``votes``, each node's value is the one-hot vote for its majority class)."""
     n_values = tree.value.shape[1]
-    out.tree_ = _sklearn_tree(tree, n_values)
+    out.tree_ = _sklearn_tree(tree, n_values, votes)
     out.n_features_in_ = tree.n_features
     out.max_features_ = estimator.max_features_
     out.n_outputs_ = 1
@@ -233,11 +233,12 @@ def _set_tree(out, estimator, tree, classes):
         out.n_classes_ = n_values
 
 
-def _sklearn_tree(tree, n_values):
+def _sklearn_tree(tree, n_values, votes=False):
     """Our ``tree.Tree`` as a ``sklearn.tree._tree.Tree`` (one output).
 
     ``value`` gains scikit-learn's output axis: (node_count, 1, n_classes) class fractions, as
-    scikit-learn stores them since 1.4, or (node_count, 1, 1) means.
+    scikit-learn stores them since 1.4, or (node_count, 1, 1) means; with ``votes``, one-hot
+    votes for each node's majority class (the first of equal ones, as our hard vote).
     """
     nodes = np.zeros(tree.node_count, dtype=NODE_DTYPE)
     nodes["left_child"] = tree.children_left
@@ -249,6 +250,10 @@ def _sklearn_tree(tree, n_values):
     nodes["n_node_samples"] = tree.n_node_samples
     nodes["weighted_n_node_samples"] = tree.weighted_n_node_samples
     nodes["missing_go_to_left"] = tree.missing_go_to_left
+    value = tree.value
+    if votes:
+        value = np.zeros_like(tree.value)
+        value[np.arange(tree.node_count), np.argmax(tree.value, axis=1)] = 1.0
     n_classes = np.array([n_values], dtype=np.intp)
     out = SkTree(tree.n_features, n_classes, 1)
     out.__setstate__(
@@ -256,7 +261,7 @@ def _sklearn_tree(tree, n_values):
             "max_depth": tree.max_depth,
             "node_count": tree.node_count,
             "nodes": nodes,
-            "values": np.ascontiguousarray(tree.value.reshape(tree.node_count, 1, n_values)),
+            "values": np.ascontiguousarray(value.reshape(tree.node_count, 1, n_values)),
         }
     )
     return out

@@ -47,7 +47,7 @@ def test_the_waves_fill_one_progress_bar():
 
     for cap in (1000, 40):
         calls = []
-        with report_progress(lambda done, total: calls.append((done, total))):
+        with report_progress(lambda done, total, calls=calls: calls.append((done, total))):
             est = dt.RandomForestClassifier(
                 n_estimators="auto", max_n_estimators=cap, random_state=0
             ).fit(*noisy())

@@ -198,11 +198,21 @@ def test_categorical_features_are_refused_by_name():
         tree.to_sklearn()
 
 
-def test_hard_voting_and_median_are_refused():
-    X, y = _data("iris")
-    hard = dt.RandomForestClassifier(n_estimators=2, voting="hard", client=None).fit(X, y)
-    with pytest.raises(ValueError, match="voting='soft'"):
-        hard.to_sklearn()
+@pytest.mark.parametrize("name", ["cancer", "iris"])
+def test_hard_voting_exports_the_votes(name):
+    """One-hot votes as the trees' values: scikit-learn's mean probability is our share of
+    votes, bit for bit, and its predict our hard vote."""
+    X, y = _data(name)
+    train = np.arange(len(y)) % 3 != 0
+    ours = dt.RandomForestClassifier(
+        n_estimators=7, voting="hard", max_features=0.5, random_state=0, client=None
+    ).fit(X[train], y[train])
+    theirs = ours.to_sklearn()
+    _assert_same_forest(ours, theirs, X)
+    assert set(np.unique(theirs.estimators_[0].tree_.value)) == {0.0, 1.0}
+
+
+def test_median_is_refused():
     X, y = _data("diabetes")
     for cls in (dt.RandomForestRegressor, dt.RandomForestQuantileRegressor):
         median = cls(n_estimators=2, aggregation="median", client=None).fit(X, y)
