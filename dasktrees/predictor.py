@@ -547,6 +547,15 @@ def misclassified(votes, n_oob, y):
     return errors, scored
 
 
+def one_hot_votes(values):
+    """Each row's vote for its class of largest value, one-hot (the first of equal ones), as
+    HARD voting counts a tree's vote from its leaf: ndarray of float64, the shape of
+    ``values`` (n_nodes, n_classes)."""
+    votes = np.zeros_like(values, dtype=np.float64)
+    votes[np.arange(len(values)), np.argmax(values, axis=1)] = 1.0
+    return votes
+
+
 def exact_sum(values):
     """The exact sum of float64 values, as an integer count of 2**-1074 (the smallest double).
 

@@ -32,6 +32,8 @@ from sklearn.tree._tree import NODE_DTYPE
 from sklearn.tree._tree import Tree as SkTree
 from sklearn.utils.validation import check_is_fitted
 
+from .predictor import one_hot_votes
+
 __all__ = ["float32_floor", "forest_to_sklearn", "tree_to_sklearn"]
 
 # Criteria scikit-learn lacks map to the one naming the node impurity our trees store
@@ -250,10 +252,7 @@ def _sklearn_tree(tree, n_values, votes=False):
     nodes["n_node_samples"] = tree.n_node_samples
     nodes["weighted_n_node_samples"] = tree.weighted_n_node_samples
     nodes["missing_go_to_left"] = tree.missing_go_to_left
-    value = tree.value
-    if votes:
-        value = np.zeros_like(tree.value)
-        value[np.arange(tree.node_count), np.argmax(tree.value, axis=1)] = 1.0
+    value = one_hot_votes(tree.value) if votes else tree.value
     n_classes = np.array([n_values], dtype=np.intp)
     out = SkTree(tree.n_features, n_classes, 1)
     out.__setstate__(

@@ -29,7 +29,7 @@ from numba import njit
 
 from ._dtypes import TREE_LEAF
 from .node_table import NodeTable
-from .predictor import _by_row_chunks
+from .predictor import _by_row_chunks, one_hot_votes
 from .tree.tree import goes_left_encoded
 
 # Rows that walk a tree together (``shap_rows``): 64 ran 3.6x faster than one at a time, and
@@ -50,9 +50,7 @@ def explained_table(trees, hard_voting=False):
     """
     table = NodeTable(trees)
     if hard_voting:
-        votes = np.zeros_like(table.values)
-        votes[np.arange(len(votes)), np.argmax(table.values, axis=1)] = 1.0
-        table.values = votes
+        table.values = one_hot_votes(table.values)
     return table
 
 
