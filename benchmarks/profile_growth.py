@@ -67,7 +67,7 @@ def replay_bundles(codes, y, w, rows, arrays, max_features):
             new_state(1),
             np.arange(n_features, dtype=np.int64),
             np.empty(n_features, np.int64),
-            np.zeros((N_BIN_CODES, n_channels)),
+            np.zeros((max(1, int(max_features)), N_BIN_CODES, n_channels)),
             np.zeros((N_BIN_CODES, n_channels)),
             np.zeros((N_SCRATCH_VECTORS, n_channels)),
             np.zeros((N_INT_SCRATCH, N_BIN_CODES), np.int64),

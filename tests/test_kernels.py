@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from dasktrees._dtypes import MISSING_BIN, N_BIN_CODES
 from dasktrees.criteria import ENTROPY, GAIN_RATIO, GINI, MISCLASSIFICATION, SQUARED_ERROR, impurity
-from dasktrees.tree.histogram import build_histogram, compact, node_statistics
+from dasktrees.tree.histogram import build_histogram, build_histograms, compact, node_statistics
 from dasktrees.tree.splitting import (
     NO_SPLIT,
     category_order,
@@ -317,3 +317,29 @@ def test_exact_sum_is_the_exact_sum(values):
     expected = sum(Fraction(v) for v in values)
     assert Fraction(exact_sum(values), 2**1074) == expected
     assert exact_sum(values[::-1]) == exact_sum(values)
+
+
+@pytest.mark.parametrize("criterion", [GINI, SQUARED_ERROR])
+def test_build_histograms_fills_what_build_histogram_fills(criterion):
+    """The one-pass fill of a large node's histograms gives, feature by feature, the very
+    numbers of the one-feature fill (the same sums in the same row order)."""
+    rng = np.random.default_rng(0)
+    n_rows, n_features = 3000, 9
+    codes = rng.integers(0, N_BIN_CODES, size=(n_rows, n_features)).astype(np.uint8)
+    codes[rng.random(codes.shape) < 0.1] = MISSING_BIN
+    rows = rng.permutation(n_rows).astype(np.int64)
+    y = (
+        rng.integers(0, 3, n_rows).astype(np.float64)
+        if criterion == GINI
+        else rng.normal(size=n_rows)
+    )
+    w = rng.uniform(0.5, 2.0, n_rows)
+    n_channels = 4
+    features = np.array([7, 2, 5, 0], dtype=np.int64)
+    hists = np.zeros((3, N_BIN_CODES, n_channels))
+    build_histograms(codes, features, 3, rows, 100, 2900, y, w, criterion, hists)
+    touched = np.empty(N_BIN_CODES, dtype=np.int32)
+    for j, f in enumerate(features[:3]):
+        one = np.zeros((N_BIN_CODES, n_channels))
+        build_histogram(codes, f, rows, 100, 2900, y, w, criterion, one, touched)
+        np.testing.assert_array_equal(hists[j], one)

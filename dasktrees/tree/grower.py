@@ -34,7 +34,13 @@ from ..criteria import SQUARED_ERROR, impurity, stats_weight
 from . import wire
 from ._jit import inlined_node_kernel
 from .cost_complexity import prune_cost_complexity
-from .histogram import build_histogram, compact, node_statistics
+from .histogram import (
+    TRACK_TOUCHED_BELOW,
+    build_histogram,
+    build_histograms,
+    compact,
+    node_statistics,
+)
 from .splitting import (
     NO_SPLIT,
     category_order,
@@ -99,7 +105,9 @@ class Scratch(NamedTuple):
     state: np.ndarray  # the random stream (``_random.new_state``)
     candidates: np.ndarray  # int64: the features the tree may split on
     features: np.ndarray  # int64 (n_features,): the draw of features without replacement
-    hist: np.ndarray  # float64 (N_BIN_CODES, n_channels): a feature's histogram
+    # float64 (n_hist, N_BIN_CODES, n_channels): histograms; a large node fills one for each of
+    # its first min(max_features, n_features) features in one pass, the others use hist[0]
+    hist: np.ndarray
     stats: np.ndarray  # float64 (N_BIN_CODES, n_channels): its non-empty bins, compacted
     vec: np.ndarray  # float64 (N_SCRATCH_VECTORS, n_channels): statistics, rows _RIGHT, ...
     ibuf: np.ndarray  # int64 (N_INT_SCRATCH, N_BIN_CODES): bins and orders, rows _TOUCHED, ...
@@ -222,20 +230,44 @@ def find_split(rows, start, stop, node_impurity, tables, rules, scratch):
     best = (NO_SPLIT, -1, 0, False, False, 0)
     n_nonconstant = 0
     n_drawn = 0
-    while n_drawn < n_features and (n_drawn < max_features or n_nonconstant == 0):
-        k = n_drawn + next_below(state, n_features - n_drawn)
-        f = features[k]
-        features[k] = features[n_drawn]
-        features[n_drawn] = f
-        n_drawn += 1
-        if stop - start <= _CHECK_CONSTANT_BELOW and _is_constant(
-            codes, f, sample_indices, start, stop
-        ):
-            continue
-        n_touched = build_histogram(
-            codes, f, sample_indices, start, stop, y, w, criterion, hist, ibuf[_TOUCHED]
+    n_first = 0
+    if stop - start > TRACK_TOUCHED_BELOW and not random_splitter:
+        # A large node: its first features are drawn now and their histograms filled in one
+        # pass over its rows, each row's codes read once instead of once per feature (its rows
+        # outgrow the caches; docs/benchmarks.md). The best splitter draws nothing else from
+        # the stream between two features, so the same features come out, in the same order.
+        n_first = min(max_features, n_features, hist.shape[0])
+        for d in range(n_first):
+            k = d + next_below(state, n_features - d)
+            f = features[k]
+            features[k] = features[d]
+            features[d] = f
+        build_histograms(
+            codes, features, n_first, sample_indices, start, stop, y, w, criterion, hist
         )
-        n_touched = compact(hist, ibuf[_TOUCHED], n_touched, n_bins[f], bins, stats, vec[_MISSING])
+    while n_drawn < n_features and (n_drawn < max_features or n_nonconstant == 0):
+        if n_drawn < n_first:
+            f = features[n_drawn]
+            filled = hist[n_drawn]
+            n_touched = -1  # a large node's bins are not tracked: compact walks them all
+            n_drawn += 1
+        else:
+            k = n_drawn + next_below(state, n_features - n_drawn)
+            f = features[k]
+            features[k] = features[n_drawn]
+            features[n_drawn] = f
+            n_drawn += 1
+            if stop - start <= _CHECK_CONSTANT_BELOW and _is_constant(
+                codes, f, sample_indices, start, stop
+            ):
+                continue
+            filled = hist[0]
+            n_touched = build_histogram(
+                codes, f, sample_indices, start, stop, y, w, criterion, filled, ibuf[_TOUCHED]
+            )
+        n_touched = compact(
+            filled, ibuf[_TOUCHED], n_touched, n_bins[f], bins, stats, vec[_MISSING]
+        )
         n_rare = 0
         if is_categorical[f] and rules.min_samples_category > 1.0:
             n_touched, n_rare = _pool_rare_categories(
@@ -749,7 +781,7 @@ def grow(codes, y, w, sample_indices, bin_arrays, params, n_classes, seed, candi
         new_state(int(seed)),
         np.ascontiguousarray(candidates, dtype=np.int64),
         np.empty(codes.shape[1], dtype=np.int64),
-        np.zeros((N_BIN_CODES, n_channels)),
+        np.zeros((max(1, min(rules.max_features, len(candidates))), N_BIN_CODES, n_channels)),
         np.zeros((N_BIN_CODES, n_channels)),
         np.zeros((N_SCRATCH_VECTORS, n_channels)),
         np.zeros((N_INT_SCRATCH, N_BIN_CODES), dtype=np.int64),
