@@ -58,7 +58,7 @@ def main():
         params = check_tree_params(model, len(y), codes.shape[1], is_classifier)
         y = y.astype(np.float64)
         w = np.ones(len(y))
-        workspace = Workspace.for_rows(len(y), n_classes, params)
+        workspace = Workspace.for_rows(len(y), n_classes, codes.shape[1], params)
         grow = (codes, y, w, mapper.kernel_arrays(), params, n_classes)
         _grow_records(*grow, 0, None, workspace)  # compile, or load the cache
         times = []

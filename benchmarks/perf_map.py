@@ -66,7 +66,7 @@ def main():
         DecisionTreeClassifier(max_features="sqrt"), len(y), codes.shape[1], True
     )
     y = np.asarray(y, dtype=np.float64)
-    workspace = Workspace.for_rows(len(y), 2, params)
+    workspace = Workspace.for_rows(len(y), 2, codes.shape[1], params)
     grow_tree(codes, y, w, arrays, params, 2, 0, workspace=workspace)  # compile
     print("perf map:", write_perf_map())
     perf = shutil.which("perf")

@@ -60,7 +60,10 @@ def replay_bundles(codes, y, w, rows, arrays, max_features):
     n_channels = 3
     n_features = codes.shape[1]
     return (
-        NodeRows(codes, y, w, rows),
+        # The large nodes read their codes in node order; after growth the final row order
+        # holds them for every node (the search reads the same codes as during growth, in
+        # an order that may differ within nodes split below TRACK_TOUCHED_BELOW rows).
+        NodeRows(codes, y, w, rows, np.ascontiguousarray(codes[rows])),
         BinTables(arrays.n_bins, arrays.is_categorical, arrays.bin_values, arrays.thresholds),
         Rules(GINI, 2, False, int(max_features), 0, 0, 1, 0.0, 0.0, 1.0, False),
         Scratch(
@@ -75,6 +78,8 @@ def replay_bundles(codes, y, w, rows, arrays, max_features):
             np.empty(len(rows), np.int64),
             np.empty(len(rows)),
             np.empty(len(rows)),
+            np.empty((len(rows), n_features), np.uint8),
+            np.arange(len(rows), dtype=np.int64),
             np.zeros((2, n_features, 0)),  # categories ordered per node
         ),
     )
@@ -133,6 +138,8 @@ def main():
         DecisionTreeClassifier(max_features="sqrt"), len(y), codes.shape[1], True
     )
     y = y.astype(np.float64)
+    # One workspace for every growth, as a forest task reuses its workspace for its trees.
+    workspace = Workspace.for_rows(int((w > 0).sum()), 2, codes.shape[1], params)
 
     def grow_once():
         rows = np.flatnonzero(w > 0)
@@ -146,9 +153,9 @@ def main():
             2,
             0,
             np.arange(codes.shape[1], dtype=np.int64),
-            Workspace.for_rows(len(rows), 2, params),
+            workspace,
         )[0]
-        return nodes.copy(), rows  # a copy: the workspace is freed
+        return nodes.copy(), rows  # a copy: the next growth overwrites the workspace
 
     grow_once()  # compile
     growth_s, (nodes, rows) = best_of(args.repeats, grow_once)

@@ -245,20 +245,27 @@ def test_cut_score_orders_like_split_score(criterion):
     categorical=st.booleans(),
     missing_left=st.booleans(),
     two_classes=st.booleans(),
+    move_codes=st.booleans(),
 )
-def test_partition_is_stable_and_complete(seed, categorical, missing_left, two_classes):
+def test_partition_is_stable_and_complete(seed, categorical, missing_left, two_classes, move_codes):
     codes, y, w, rows = random_node(seed, 400, 20, GINI, n_classes=2 if two_classes else 3)
     children = np.full((2, 3), -1.0)
     start, stop = 10, len(rows) - 5
     before = rows.copy()
     node_y, node_w = y[rows], w[rows]
+    # Two features: the split's, and a second one the codes in node order carry along.
+    table = np.stack([codes, (codes * 7 + 3).astype(np.uint8)], axis=1)
+    node_codes = table[rows] if move_codes else np.empty((0, 2), np.uint8)
+    node_codes_before = node_codes.copy()
     bitset = np.zeros(8, dtype=np.uint32)
     left_codes = {1, 4, 5, 17}
     for c in left_codes:
         bitset[c >> 5] |= np.uint32(1 << (c & 31))
     n = len(rows)
     boundary = partition(
-        codes[:, None],
+        table,
+        node_codes,
+        move_codes,
         0,
         rows,
         node_y,
@@ -272,6 +279,7 @@ def test_partition_is_stable_and_complete(seed, categorical, missing_left, two_c
         np.empty(n, np.int64),
         np.empty(n),
         np.empty(n),
+        np.empty_like(node_codes),
         two_classes,
         children,
     )
@@ -288,6 +296,10 @@ def test_partition_is_stable_and_complete(seed, categorical, missing_left, two_c
     np.testing.assert_array_equal(rows[stop:], before[stop:])
     np.testing.assert_array_equal(node_y, y[rows])
     np.testing.assert_array_equal(node_w, w[rows])
+    if move_codes:  # the codes moved with their rows, and only the node's
+        np.testing.assert_array_equal(node_codes[start:stop], table[rows[start:stop]])
+        np.testing.assert_array_equal(node_codes[:start], node_codes_before[:start])
+        np.testing.assert_array_equal(node_codes[stop:], node_codes_before[stop:])
     if not two_classes:
         assert (children == -1.0).all()
         return
@@ -321,8 +333,10 @@ def test_exact_sum_is_the_exact_sum(values):
 
 @pytest.mark.parametrize("criterion", [GINI, SQUARED_ERROR])
 def test_build_histograms_fills_what_build_histogram_fills(criterion):
-    """The one-pass fill of a large node's histograms gives, feature by feature, the very
-    numbers of the one-feature fill (the same sums in the same row order)."""
+    """The one-pass fill of a large node's histograms, from its codes in node order, gives,
+    feature by feature, the very numbers of the one-feature fill gathering the codes by row
+    (the same sums in the same row order); so does the one-feature fill from the codes in node
+    order, through the identity."""
     rng = np.random.default_rng(0)
     n_rows, n_features = 3000, 9
     codes = rng.integers(0, N_BIN_CODES, size=(n_rows, n_features)).astype(np.uint8)
@@ -337,9 +351,15 @@ def test_build_histograms_fills_what_build_histogram_fills(criterion):
     n_channels = 4
     features = np.array([7, 2, 5, 0], dtype=np.int64)
     hists = np.zeros((3, N_BIN_CODES, n_channels))
-    build_histograms(codes, features, 3, rows, 100, 2900, y, w, criterion, hists)
+    node_codes = codes[rows]
+    build_histograms(node_codes, features, 3, 100, 2900, y, w, criterion, hists)
     touched = np.empty(N_BIN_CODES, dtype=np.int32)
+    identity = np.arange(n_rows, dtype=np.int64)
     for j, f in enumerate(features[:3]):
         one = np.zeros((N_BIN_CODES, n_channels))
         build_histogram(codes, f, rows, 100, 2900, y, w, criterion, one, touched)
         np.testing.assert_array_equal(hists[j], one)
+        assert one[:, 0].sum() == 2800
+        ordered = np.zeros((N_BIN_CODES, n_channels))
+        build_histogram(node_codes, f, identity, 100, 2900, y, w, criterion, ordered, touched)
+        np.testing.assert_array_equal(ordered, one)

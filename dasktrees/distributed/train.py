@@ -115,10 +115,10 @@ def _grow_one(spec, tree, codes, y, weights, counts, workspace):
     )
 
 
-def _workspace(spec, n_rows):
+def _workspace(spec, n_rows, n_features):
     """Growth buffers for trees on up to ``n_rows`` rows (``n_classes`` is 1 for regression,
     as is the number of values a regression node holds)."""
-    return Workspace.for_rows(n_rows, spec.n_classes, spec.params)
+    return Workspace.for_rows(n_rows, spec.n_classes, n_features, spec.params)
 
 
 def _shipped(states, ship):
@@ -144,7 +144,7 @@ def grow_batch(spec: ForestSpec, ship: bool, trees: Sequence[int], *blocks: Binn
     y = _stack([b.y for b in blocks])
     w = _stack([b.w for b in blocks])
     counts, weights = np.empty(len(y)), np.empty(len(y))  # reused, as the workspace is
-    workspace = _workspace(spec, len(y))
+    workspace = _workspace(spec, len(y), codes.shape[1])
     grown = []
     for t in trees:
         tree_counts(spec.seed, t, blocks[0].first_row, spec.lam, counts)
@@ -175,7 +175,7 @@ def grow_sampled(spec: ForestSpec, ship: bool, trees: Sequence[int], *extracts: 
     (the same rows, order and weights as replicated mode, so the same tree); returns them
     pickled (see ``_shipped``)."""
     most_rows = max(sum(len(extract[k][1]) for extract in extracts) for k in range(len(trees)))
-    workspace = _workspace(spec, most_rows)
+    workspace = _workspace(spec, most_rows, extracts[0][0][0].shape[1])
     grown = []
     for k, t in enumerate(trees):
         parts = [extract[k] for extract in extracts]

@@ -35,6 +35,7 @@ from . import wire
 from ._jit import inlined_node_kernel
 from .cost_complexity import prune_cost_complexity
 from .histogram import (
+    ORDERED_CODES_ABOVE,
     TRACK_TOUCHED_BELOW,
     build_histogram,
     build_histograms,
@@ -65,12 +66,21 @@ N_INT_SCRATCH = 6
 class NodeRows(NamedTuple):
     """The rows a tree grows on. The node owning ``sample_indices[start:stop]`` finds its
     targets and weights at ``y[start:stop]`` and ``w[start:stop]``: the partition moves them
-    with their rows (see ``histogram.build_histogram``)."""
+    with their rows (see ``histogram.build_histogram``).
+
+    A node of more than ``ORDERED_CODES_ABOVE`` rows also finds its rows' codes at
+    ``node_codes[start:stop]``: the partitions of such nodes move them too, so that their
+    histograms read them in sequence rather than gather them from a binned table too large for
+    the caches (docs/benchmarks.md). Below that size the partition leaves them, and the nodes
+    gather from ``codes``.
+    """
 
     codes: np.ndarray  # uint8 (n_rows, n_features): bin codes
     y: np.ndarray  # float64 (n_in_bag,): class index or target, in sample_indices order
     w: np.ndarray  # float64 (n_in_bag,): weights, in sample_indices order
     sample_indices: np.ndarray  # int64 (n_in_bag,)
+    # uint8 (n_in_bag, n_features), or no rows when no node is large: codes of the large nodes
+    node_codes: np.ndarray
 
 
 class BinTables(NamedTuple):
@@ -115,6 +125,8 @@ class Scratch(NamedTuple):
     buffer: np.ndarray  # int64 (n_in_bag,): the partition's scratch for row indices
     y_buffer: np.ndarray  # float64 (n_in_bag,): the partition's scratch for targets
     w_buffer: np.ndarray  # float64 (n_in_bag,): the partition's scratch for weights
+    codes_buffer: np.ndarray  # uint8 like NodeRows.node_codes: the partition's scratch for them
+    identity: np.ndarray  # int64 (rows of NodeRows.node_codes,): 0, 1, 2, ...: their row of i
     tree_keys: np.ndarray  # float64 (n_orders, n_features, N_BIN_CODES or 0): tree_category_keys
 
 
@@ -231,6 +243,11 @@ def find_split(rows, start, stop, node_impurity, tables, rules, scratch):
     n_nonconstant = 0
     n_drawn = 0
     n_first = 0
+    # The node's codes: in node order (NodeRows.node_codes, row i of the node at i), or
+    # gathered by row from ``codes``.
+    node_codes, row_of = codes, sample_indices
+    if stop - start > ORDERED_CODES_ABOVE:
+        node_codes, row_of = rows.node_codes, scratch.identity
     if stop - start > TRACK_TOUCHED_BELOW and not random_splitter:
         # A large node: its first features are drawn now and their histograms filled in one
         # pass over its rows, each row's codes read once instead of once per feature (its rows
@@ -242,9 +259,7 @@ def find_split(rows, start, stop, node_impurity, tables, rules, scratch):
             f = features[k]
             features[k] = features[d]
             features[d] = f
-        build_histograms(
-            codes, features, n_first, sample_indices, start, stop, y, w, criterion, hist
-        )
+        build_histograms(rows.node_codes, features, n_first, start, stop, y, w, criterion, hist)
     while n_drawn < n_features and (n_drawn < max_features or n_nonconstant == 0):
         if n_drawn < n_first:
             f = features[n_drawn]
@@ -258,12 +273,12 @@ def find_split(rows, start, stop, node_impurity, tables, rules, scratch):
             features[n_drawn] = f
             n_drawn += 1
             if stop - start <= _CHECK_CONSTANT_BELOW and _is_constant(
-                codes, f, sample_indices, start, stop
+                node_codes, f, row_of, start, stop
             ):
                 continue
             filled = hist[0]
             n_touched = build_histogram(
-                codes, f, sample_indices, start, stop, y, w, criterion, filled, ibuf[_TOUCHED]
+                node_codes, f, row_of, start, stop, y, w, criterion, filled, ibuf[_TOUCHED]
             )
         n_touched = compact(
             filled, ibuf[_TOUCHED], n_touched, n_bins[f], bins, stats, vec[_MISSING]
@@ -480,6 +495,9 @@ class Workspace(NamedTuple):
     y_buffer: np.ndarray  # float64 (n_rows,): the partition's scratch for targets
     w_buffer: np.ndarray  # float64 (n_rows,): the partition's scratch for weights
     rows: np.ndarray  # int64 (n_rows,): the tree's sample_indices (``_grow_records``)
+    node_codes: np.ndarray  # uint8 (n_rows, n_features): NodeRows.node_codes
+    codes_buffer: np.ndarray  # uint8 (n_rows, n_features): the partition's scratch for them
+    identity: np.ndarray  # int64 (n_rows,): Scratch.identity
 
     @staticmethod
     def _capacity(n_rows, params):
@@ -488,24 +506,31 @@ class Workspace(NamedTuple):
         )
 
     @classmethod
-    def for_rows(cls, n_rows, n_values, params):
-        """Room for any tree on up to ``n_rows`` rows under ``params`` (``GrowthParams``)."""
+    def for_rows(cls, n_rows, n_values, n_features, params):
+        """Room for any tree on up to ``n_rows`` rows of ``n_features`` features under
+        ``params`` (``GrowthParams``)."""
         n_rows = max(1, int(n_rows))
         capacity = cls._capacity(n_rows, params)
+        # Codes in node order only serve nodes of more than ORDERED_CODES_ABOVE rows.
+        code_rows = n_rows if n_rows > ORDERED_CODES_ABOVE else 0
         return cls(
             np.empty(capacity, dtype=NODE_DTYPE),  # every field of a node is set by _open_node
             np.empty((capacity, n_values)),
             np.empty(n_rows, dtype=np.int64),
             *(np.empty(n_rows) for _ in range(4)),
             np.empty(n_rows, dtype=np.int64),
+            *(np.empty((code_rows, n_features), dtype=np.uint8) for _ in range(2)),
+            np.arange(code_rows, dtype=np.int64),
         )
 
-    def fits(self, n_rows, n_values, params):
+    def fits(self, n_rows, n_values, n_features, params):
         """Whether a tree on ``n_rows`` rows under ``params`` fits in this workspace."""
         return (
             self.buffer.shape[0] >= n_rows
             and self.nodes.shape[0] >= self._capacity(n_rows, params)
             and self.values.shape[1] == n_values
+            and self.node_codes.shape[1] == n_features
+            and (n_rows <= ORDERED_CODES_ABOVE or self.node_codes.shape[0] >= n_rows)
         )
 
 
@@ -527,6 +552,8 @@ def _partition_node(node_id, n_nodes, nodes, bitsets, rows, two_classes, scratch
     stop = record["stop"]
     boundary = partition(
         rows.codes,
+        rows.node_codes,
+        stop - start > ORDERED_CODES_ABOVE,
         record["feature"],
         rows.sample_indices,
         rows.y,
@@ -540,6 +567,7 @@ def _partition_node(node_id, n_nodes, nodes, bitsets, rows, two_classes, scratch
         scratch.buffer,
         scratch.y_buffer,
         scratch.w_buffer,
+        scratch.codes_buffer,
         two_classes,
         vec[_LEFT_CHILD : _RIGHT_CHILD + 1],
     )
@@ -770,7 +798,12 @@ def grow(codes, y, w, sample_indices, bin_arrays, params, n_classes, seed, candi
     node_y, node_w = workspace.node_y[:n_rows], workspace.node_w[:n_rows]
     np.take(np.asarray(y, dtype=np.float64), sample_indices, out=node_y)
     np.take(np.asarray(w, dtype=np.float64), sample_indices, out=node_w)
-    rows = NodeRows(np.ascontiguousarray(codes, dtype=np.uint8), node_y, node_w, sample_indices)
+    codes = np.ascontiguousarray(codes, dtype=np.uint8)
+    # The large nodes' codes in node order: the root's are every row's (NodeRows).
+    code_rows = n_rows if n_rows > ORDERED_CODES_ABOVE else 0
+    node_codes = workspace.node_codes[:code_rows]
+    np.take(codes, sample_indices[:code_rows], axis=0, out=node_codes)
+    rows = NodeRows(codes, node_y, node_w, sample_indices, node_codes)
     tables = BinTables(
         np.ascontiguousarray(bin_arrays.n_bins, dtype=np.int32),
         np.ascontiguousarray(bin_arrays.is_categorical, dtype=np.bool_),
@@ -789,6 +822,8 @@ def grow(codes, y, w, sample_indices, bin_arrays, params, n_classes, seed, candi
         workspace.buffer[:n_rows],
         workspace.y_buffer[:n_rows],
         workspace.w_buffer[:n_rows],
+        workspace.codes_buffer[:code_rows],
+        workspace.identity[:code_rows],
         tree_category_keys(rows, tables.is_categorical, rules),
     )
     nodes, values = workspace.nodes, workspace.values
@@ -901,8 +936,9 @@ def _grow_records(codes, y, weights, bin_arrays, params, n_classes, seed, candid
     else:
         sample_indices = np.flatnonzero(weights > 0).astype(np.int64, copy=False)
     # A node holds n_classes values, or 1 for regression (n_classes is then 1).
-    if workspace is None or not workspace.fits(len(sample_indices), n_classes, params):
-        workspace = Workspace.for_rows(len(sample_indices), n_classes, params)
+    n_rows, n_features = len(sample_indices), codes.shape[1]
+    if workspace is None or not workspace.fits(n_rows, n_classes, n_features, params):
+        workspace = Workspace.for_rows(n_rows, n_classes, n_features, params)
     return grow(
         codes,
         y,

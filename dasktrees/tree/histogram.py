@@ -21,6 +21,12 @@ from ._jit import inlined_node_kernel, node_kernel
 _SORT_TOUCHED_BELOW = 32
 # Above this many rows a node fills most bins: skip the bookkeeping, walk every bin instead.
 TRACK_TOUCHED_BELOW = 1024
+# Above this many rows a node reads its codes in node order (``grower.NodeRows.node_codes``);
+# at most TRACK_TOUCHED_BELOW: the one-pass fill of larger nodes reads only node order.
+# (Measured in docs/benchmarks.md. After changing a constant here, delete numba's cache files:
+# the growth loop's cache does not see it.)
+ORDERED_CODES_ABOVE = 256
+assert ORDERED_CODES_ABOVE <= TRACK_TOUCHED_BELOW
 
 
 @node_kernel
@@ -30,7 +36,8 @@ def build_histogram(codes, f, sample_indices, start, stop, y, w, criterion, hist
     Parameters
     ----------
     codes : ndarray of uint8, shape (n_rows, n_features)
-        Binned training set, rows x features.
+        Binned training set, rows x features (or a large node's codes in node order,
+        ``grower.NodeRows.node_codes``, with ``sample_indices`` the identity).
     f : int
         The feature.
     sample_indices : ndarray of int64
@@ -79,41 +86,41 @@ def build_histogram(codes, f, sample_indices, start, stop, y, w, criterion, hist
 
 
 @node_kernel
-def build_histograms(
-    codes, features, n_features, sample_indices, start, stop, y, w, criterion, hists
-):
+def build_histograms(node_codes, features, n_features, start, stop, y, w, criterion, hists):
     """Fill ``hists[j]`` as ``build_histogram`` fills one histogram, for each of the features
-    ``features[:n_features]``, in one pass over the rows: each row's codes are read once (a
-    large node's rows do not fit in the caches; docs/benchmarks.md). The touched bins are not
-    recorded (large nodes fill most bins). Each histogram's sums are added in the same row
-    order as ``build_histogram``'s, so they are the same numbers.
+    ``features[:n_features]``, in one pass over the rows of a large node, whose codes are in
+    node order (``grower.NodeRows.node_codes``): each row's codes are read once, in
+    sequence (a large node's rows do not fit in the caches; docs/benchmarks.md). The touched
+    bins are not recorded (large nodes fill most bins). Each histogram's sums are added in the
+    same row order as ``build_histogram``'s, so they are the same numbers.
 
     Parameters
     ----------
+    node_codes : ndarray of uint8, shape (n_in_bag, n_features)
+        The tree's rows' codes in the order of its sample indices; the node owns
+        ``[start:stop]``.
     features : ndarray of int64
         The features; the first ``n_features`` are filled.
     hists : ndarray of float64, shape (>= n_features, N_BIN_CODES, n_channels)
         Zero on entry.
-    codes, sample_indices, start, stop, y, w, criterion :
+    start, stop, y, w, criterion :
         As for ``build_histogram``.
     """
     if criterion == SQUARED_ERROR:
         for i in range(start, stop):
-            row = sample_indices[i]
             wy = w[i] * y[i]
             wyy = wy * y[i]
             for j in range(n_features):
-                b = codes[row, features[j]]
+                b = node_codes[i, features[j]]
                 hists[j, b, 0] += 1.0
                 hists[j, b, 1] += w[i]
                 hists[j, b, 2] += wy
                 hists[j, b, 3] += wyy
     else:
         for i in range(start, stop):
-            row = sample_indices[i]
             channel = 1 + np.int64(y[i])
             for j in range(n_features):
-                b = codes[row, features[j]]
+                b = node_codes[i, features[j]]
                 hists[j, b, 0] += 1.0
                 hists[j, b, channel] += w[i]
 

@@ -342,6 +342,8 @@ def goes_left(code, bin_threshold, missing_go_to_left, is_categorical, bitset):
 @node_kernel
 def partition(
     codes,
+    node_codes,
+    move_codes,
     f,
     sample_indices,
     node_y,
@@ -355,6 +357,7 @@ def partition(
     buffer,
     y_buffer,
     w_buffer,
+    codes_buffer,
     two_classes,
     children,
 ):
@@ -368,6 +371,10 @@ def partition(
     their rows, so the children find theirs contiguous. Keeping row order keeps the code
     gathers of the children cache friendly. ``buffer``, ``y_buffer`` and ``w_buffer`` are
     scratch for the right rows.
+
+    With ``move_codes`` the rows' codes in node order (``node_codes``, see
+    ``grower.NodeRows``) are read there and moved with their rows too (``codes_buffer`` is
+    their scratch), so that the children's histograms read them in sequence.
 
     With ``two_classes`` (classification, y in {0, 1}) the same pass sums the children's
     statistics: ``children[0]`` and ``children[1]`` (float64, three channels) are written
@@ -388,9 +395,8 @@ def partition(
         row = sample_indices[i]
         yi = node_y[i]
         wi = node_w[i]
-        left = np.int64(
-            goes_left(codes[row, f], bin_threshold, missing_go_to_left, is_categorical, bitset)
-        )
+        code = node_codes[i, f] if move_codes else codes[row, f]
+        left = np.int64(goes_left(code, bin_threshold, missing_go_to_left, is_categorical, bitset))
         if two_classes:
             on_left = np.float64(left)
             w_1 = wi * yi
@@ -408,12 +414,21 @@ def partition(
         buffer[n_right] = row
         y_buffer[n_right] = yi
         w_buffer[n_right] = wi
+        if move_codes:
+            for c in range(node_codes.shape[1]):
+                code_c = node_codes[i, c]
+                node_codes[n_left, c] = code_c
+                codes_buffer[n_right, c] = code_c
         n_left += left
         n_right += 1 - left
     for k in range(n_right):
         sample_indices[n_left + k] = buffer[k]
         node_y[n_left + k] = y_buffer[k]
         node_w[n_left + k] = w_buffer[k]
+    if move_codes:
+        for k in range(n_right):
+            for c in range(node_codes.shape[1]):
+                node_codes[n_left + k, c] = codes_buffer[k, c]
     if two_classes:
         children[0, 0] = np.float64(n_left - start)
         children[0, 1] = left_0
