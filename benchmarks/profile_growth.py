@@ -37,7 +37,7 @@ from dasktrees.tree.grower import (  # noqa: E402
     find_split,
     grow,
 )
-from dasktrees.tree.histogram import node_statistics  # noqa: E402
+from dasktrees.tree.histogram import ORDERED_CODES_ABOVE, node_statistics  # noqa: E402
 
 BUCKETS = [(2, 4), (4, 8), (8, 32), (32, 256), (256, 1024), (1024, 2**62)]
 
@@ -51,7 +51,10 @@ def replay_split_search(rows, nodes, tables, rules, scratch, low, high):
         if nodes[k]["left"] == TREE_LEAF or not low <= stop - start < high:
             continue
         impurity = node_statistics(rows.y, rows.w, start, stop, GINI, scratch.vec[_TOTAL])
-        total += find_split(rows, start, stop, impurity, tables, rules, scratch)[0]
+        parent = nodes[k]["parent"]
+        above = nodes[k] if parent < 0 else nodes[parent]
+        ordered = above["stop"] - above["start"] > ORDERED_CODES_ABOVE  # as during growth
+        total += find_split(rows, start, stop, impurity, tables, rules, scratch, ordered)[0]
     return total
 
 
@@ -59,11 +62,13 @@ def replay_bundles(codes, y, w, rows, arrays, max_features):
     """``find_split``'s arguments for the grown tree's rows, binary classification."""
     n_channels = 3
     n_features = codes.shape[1]
+    node_codes = np.zeros((len(rows), 8 * -(-n_features // 8)), np.uint8)
+    node_codes[:, :n_features] = codes[rows]
     return (
         # The large nodes read their codes in node order; after growth the final row order
         # holds them for every node (the search reads the same codes as during growth, in
         # an order that may differ within nodes split below TRACK_TOUCHED_BELOW rows).
-        NodeRows(codes, y, w, rows, np.ascontiguousarray(codes[rows])),
+        NodeRows(codes, y, w, rows, node_codes, node_codes.view(np.uint64)),
         BinTables(arrays.n_bins, arrays.is_categorical, arrays.bin_values, arrays.thresholds),
         Rules(GINI, 2, False, int(max_features), 0, 0, 1, 0.0, 0.0, 1.0, False),
         Scratch(
@@ -78,7 +83,7 @@ def replay_bundles(codes, y, w, rows, arrays, max_features):
             np.empty(len(rows), np.int64),
             np.empty(len(rows)),
             np.empty(len(rows)),
-            np.empty((len(rows), n_features), np.uint8),
+            np.empty(node_codes.view(np.uint64).shape, np.uint64),
             np.arange(len(rows), dtype=np.int64),
             np.zeros((2, n_features, 0)),  # categories ordered per node
         ),

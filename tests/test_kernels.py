@@ -255,7 +255,10 @@ def test_partition_is_stable_and_complete(seed, categorical, missing_left, two_c
     node_y, node_w = y[rows], w[rows]
     # Two features: the split's, and a second one the codes in node order carry along.
     table = np.stack([codes, (codes * 7 + 3).astype(np.uint8)], axis=1)
-    node_codes = table[rows] if move_codes else np.empty((0, 2), np.uint8)
+    # Codes in node order are rows padded to whole 64-bit words (here one word: 2 codes + 6).
+    node_codes = np.zeros((len(rows) if move_codes else 0, 8), np.uint8)
+    node_codes[:, :2] = table[rows] if move_codes else node_codes[:, :2]
+    node_codes[:, 7] = np.arange(len(node_codes)) % 256  # padding moves along, harmlessly
     node_codes_before = node_codes.copy()
     bitset = np.zeros(8, dtype=np.uint32)
     left_codes = {1, 4, 5, 17}
@@ -265,6 +268,8 @@ def test_partition_is_stable_and_complete(seed, categorical, missing_left, two_c
     boundary = partition(
         table,
         node_codes,
+        node_codes.view(np.uint64),
+        move_codes,  # the split feature's codes read in node order, or gathered by row
         move_codes,
         0,
         rows,
@@ -279,7 +284,7 @@ def test_partition_is_stable_and_complete(seed, categorical, missing_left, two_c
         np.empty(n, np.int64),
         np.empty(n),
         np.empty(n),
-        np.empty_like(node_codes),
+        np.empty((len(node_codes), 1), np.uint64),
         two_classes,
         children,
     )
@@ -297,7 +302,7 @@ def test_partition_is_stable_and_complete(seed, categorical, missing_left, two_c
     np.testing.assert_array_equal(node_y, y[rows])
     np.testing.assert_array_equal(node_w, w[rows])
     if move_codes:  # the codes moved with their rows, and only the node's
-        np.testing.assert_array_equal(node_codes[start:stop], table[rows[start:stop]])
+        np.testing.assert_array_equal(node_codes[start:stop, :2], table[rows[start:stop]])
         np.testing.assert_array_equal(node_codes[:start], node_codes_before[:start])
         np.testing.assert_array_equal(node_codes[stop:], node_codes_before[stop:])
     if not two_classes:

@@ -68,19 +68,21 @@ class NodeRows(NamedTuple):
     targets and weights at ``y[start:stop]`` and ``w[start:stop]``: the partition moves them
     with their rows (see ``histogram.build_histogram``).
 
-    A node of more than ``ORDERED_CODES_ABOVE`` rows also finds its rows' codes at
-    ``node_codes[start:stop]``: the partitions of such nodes move them too, so that their
-    histograms read them in sequence rather than gather them from a binned table too large for
-    the caches (docs/benchmarks.md). Below that size the partition leaves them, and the nodes
-    gather from ``codes``.
+    The partition of a node of more than ``ORDERED_CODES_ABOVE`` rows also moves its rows'
+    codes, kept in ``node_codes``, so its children find theirs at ``node_codes[start:stop]``
+    (the root too, when it has more than that many rows): their histograms and partition read
+    codes in sequence rather than gather them from a binned table too large for the caches
+    (docs/benchmarks.md). The children of smaller nodes gather from ``codes``.
     """
 
     codes: np.ndarray  # uint8 (n_rows, n_features): bin codes
     y: np.ndarray  # float64 (n_in_bag,): class index or target, in sample_indices order
     w: np.ndarray  # float64 (n_in_bag,): weights, in sample_indices order
     sample_indices: np.ndarray  # int64 (n_in_bag,)
-    # uint8 (n_in_bag, n_features), or no rows when no node is large: codes of the large nodes
+    # uint8 (n_in_bag, n_features rounded up to 8), or no rows when no node is large: codes of
+    # the large nodes, in rows padded to whole 64-bit words
     node_codes: np.ndarray
+    node_words: np.ndarray  # uint64 (n_in_bag, n_features / 8 rounded up): node_codes' words
 
 
 class BinTables(NamedTuple):
@@ -125,7 +127,7 @@ class Scratch(NamedTuple):
     buffer: np.ndarray  # int64 (n_in_bag,): the partition's scratch for row indices
     y_buffer: np.ndarray  # float64 (n_in_bag,): the partition's scratch for targets
     w_buffer: np.ndarray  # float64 (n_in_bag,): the partition's scratch for weights
-    codes_buffer: np.ndarray  # uint8 like NodeRows.node_codes: the partition's scratch for them
+    words_buffer: np.ndarray  # uint64 like NodeRows.node_words: the partition's scratch for them
     identity: np.ndarray  # int64 (rows of NodeRows.node_codes,): 0, 1, 2, ...: their row of i
     tree_keys: np.ndarray  # float64 (n_orders, n_features, N_BIN_CODES or 0): tree_category_keys
 
@@ -187,7 +189,7 @@ def _pool_rare_categories(stats, bins, n_touched, min_rows, missing, rare):
 
 
 @inlined_node_kernel
-def find_split(rows, start, stop, node_impurity, tables, rules, scratch):
+def find_split(rows, start, stop, node_impurity, tables, rules, scratch, ordered):
     """Best split of one node over up to ``max_features`` features drawn from ``candidates``.
 
     Features are drawn without replacement. As in scikit-learn, every drawn feature counts
@@ -206,6 +208,9 @@ def find_split(rows, start, stop, node_impurity, tables, rules, scratch):
         On entry ``scratch.vec[_TOTAL]`` holds the node statistics; on return
         ``scratch.vec[_BEST_LEFT]`` holds the left child's statistics of the best split, and
         ``scratch.ibuf[_BEST_BINS]`` the codes a categorical split sends left.
+    ordered : bool
+        Whether the node's codes are in node order (``NodeRows``); true for every node of more
+        than ``ORDERED_CODES_ABOVE`` rows.
 
     A categorical feature's categories with fewer than ``rules.min_samples_category`` rows in
     the node are pooled with its missing values before the categories are ordered: they go to
@@ -246,7 +251,7 @@ def find_split(rows, start, stop, node_impurity, tables, rules, scratch):
     # The node's codes: in node order (NodeRows.node_codes, row i of the node at i), or
     # gathered by row from ``codes``.
     node_codes, row_of = codes, sample_indices
-    if stop - start > ORDERED_CODES_ABOVE:
+    if ordered:
         node_codes, row_of = rows.node_codes, scratch.identity
     if stop - start > TRACK_TOUCHED_BELOW and not random_splitter:
         # A large node: its first features are drawn now and their histograms filled in one
@@ -495,8 +500,8 @@ class Workspace(NamedTuple):
     y_buffer: np.ndarray  # float64 (n_rows,): the partition's scratch for targets
     w_buffer: np.ndarray  # float64 (n_rows,): the partition's scratch for weights
     rows: np.ndarray  # int64 (n_rows,): the tree's sample_indices (``_grow_records``)
-    node_codes: np.ndarray  # uint8 (n_rows, n_features): NodeRows.node_codes
-    codes_buffer: np.ndarray  # uint8 (n_rows, n_features): the partition's scratch for them
+    node_codes: np.ndarray  # uint8 (n_rows, n_features rounded up to 8): NodeRows.node_codes
+    words_buffer: np.ndarray  # uint64 (n_rows, n_features / 8 rounded up): Scratch.words_buffer
     identity: np.ndarray  # int64 (n_rows,): Scratch.identity
 
     @staticmethod
@@ -519,7 +524,8 @@ class Workspace(NamedTuple):
             np.empty(n_rows, dtype=np.int64),
             *(np.empty(n_rows) for _ in range(4)),
             np.empty(n_rows, dtype=np.int64),
-            *(np.empty((code_rows, n_features), dtype=np.uint8) for _ in range(2)),
+            np.empty((code_rows, 8 * _n_words(n_features)), dtype=np.uint8),
+            np.empty((code_rows, _n_words(n_features)), dtype=np.uint64),
             np.arange(code_rows, dtype=np.int64),
         )
 
@@ -529,9 +535,18 @@ class Workspace(NamedTuple):
             self.buffer.shape[0] >= n_rows
             and self.nodes.shape[0] >= self._capacity(n_rows, params)
             and self.values.shape[1] == n_values
-            and self.node_codes.shape[1] == n_features
+            and self.words_buffer.shape[1] == _n_words(n_features)
             and (n_rows <= ORDERED_CODES_ABOVE or self.node_codes.shape[0] >= n_rows)
         )
+
+
+@inlined_node_kernel
+def _in_node_order(nodes, node_id):
+    """Whether node ``node_id``'s codes are in node order (``NodeRows.node_codes``): if its
+    parent's partition moved them, or, for the root, if they were gathered."""
+    parent = nodes[node_id]["parent"]
+    above = nodes[node_id] if parent < 0 else nodes[parent]
+    return above["stop"] - above["start"] > ORDERED_CODES_ABOVE
 
 
 @inlined_node_kernel
@@ -553,6 +568,8 @@ def _partition_node(node_id, n_nodes, nodes, bitsets, rows, two_classes, scratch
     boundary = partition(
         rows.codes,
         rows.node_codes,
+        rows.node_words,
+        _in_node_order(nodes, node_id),
         stop - start > ORDERED_CODES_ABOVE,
         record["feature"],
         rows.sample_indices,
@@ -567,7 +584,7 @@ def _partition_node(node_id, n_nodes, nodes, bitsets, rows, two_classes, scratch
         scratch.buffer,
         scratch.y_buffer,
         scratch.w_buffer,
-        scratch.codes_buffer,
+        scratch.words_buffer,
         two_classes,
         vec[_LEFT_CHILD : _RIGHT_CHILD + 1],
     )
@@ -711,7 +728,10 @@ def _grow_nodes(
                 child, node_id, depth, lo, hi, total, child_impurity, nodes, values, rules
             )
             if splittable:
-                split = find_split(rows, lo, hi, child_impurity, tables, rules, scratch)
+                # Its codes are in node order if the parent's partition moved them (the root's
+                # if they were gathered: ``start``, ``stop`` are then the root's own rows).
+                ordered = stop - start > ORDERED_CODES_ABOVE
+                split = find_split(rows, lo, hi, child_impurity, tables, rules, scratch, ordered)
                 n_bitsets, splittable = _record_split(
                     child,
                     total,
@@ -802,8 +822,8 @@ def grow(codes, y, w, sample_indices, bin_arrays, params, n_classes, seed, candi
     # The large nodes' codes in node order: the root's are every row's (NodeRows).
     code_rows = n_rows if n_rows > ORDERED_CODES_ABOVE else 0
     node_codes = workspace.node_codes[:code_rows]
-    np.take(codes, sample_indices[:code_rows], axis=0, out=node_codes)
-    rows = NodeRows(codes, node_y, node_w, sample_indices, node_codes)
+    _gather_rows(codes, sample_indices[:code_rows], node_codes)
+    rows = NodeRows(codes, node_y, node_w, sample_indices, node_codes, node_codes.view(np.uint64))
     tables = BinTables(
         np.ascontiguousarray(bin_arrays.n_bins, dtype=np.int32),
         np.ascontiguousarray(bin_arrays.is_categorical, dtype=np.bool_),
@@ -822,7 +842,7 @@ def grow(codes, y, w, sample_indices, bin_arrays, params, n_classes, seed, candi
         workspace.buffer[:n_rows],
         workspace.y_buffer[:n_rows],
         workspace.w_buffer[:n_rows],
-        workspace.codes_buffer[:code_rows],
+        workspace.words_buffer[:code_rows],
         workspace.identity[:code_rows],
         tree_category_keys(rows, tables.is_categorical, rules),
     )
@@ -853,6 +873,20 @@ def grow(codes, y, w, sample_indices, bin_arrays, params, n_classes, seed, candi
     for name, value in _LEAF_RECORD.items():
         nodes[name][left_over] = value
     return nodes[: progress.n_nodes], values[: progress.n_nodes], bitsets[: progress.n_bitsets]
+
+
+def _n_words(n_features):
+    """64-bit words that hold a row of ``n_features`` codes."""
+    return max(1, -(-n_features // 8))
+
+
+@njit(cache=True, nogil=True)
+def _gather_rows(codes, sample_indices, out):
+    """``out[i, :n_features] = codes[sample_indices[i]]`` (``out``'s rows may be wider)."""
+    for i in range(sample_indices.shape[0]):
+        row = sample_indices[i]
+        for f in range(codes.shape[1]):
+            out[i, f] = codes[row, f]
 
 
 def tree_category_keys(rows, is_categorical, rules):

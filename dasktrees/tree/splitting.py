@@ -343,6 +343,8 @@ def goes_left(code, bin_threshold, missing_go_to_left, is_categorical, bitset):
 def partition(
     codes,
     node_codes,
+    node_words,
+    ordered,
     move_codes,
     f,
     sample_indices,
@@ -357,7 +359,7 @@ def partition(
     buffer,
     y_buffer,
     w_buffer,
-    codes_buffer,
+    words_buffer,
     two_classes,
     children,
 ):
@@ -372,9 +374,11 @@ def partition(
     gathers of the children cache friendly. ``buffer``, ``y_buffer`` and ``w_buffer`` are
     scratch for the right rows.
 
-    With ``move_codes`` the rows' codes in node order (``node_codes``, see
-    ``grower.NodeRows``) are read there and moved with their rows too (``codes_buffer`` is
-    their scratch), so that the children's histograms read them in sequence.
+    With ``ordered`` the split feature's codes are read from the rows' codes in node order
+    (``node_codes``, see ``grower.NodeRows``); with ``move_codes`` (which needs ``ordered``)
+    those are moved with their rows too, as the 64-bit words
+    ``node_words`` that view the same memory (``words_buffer`` is their scratch): a row of 50
+    codes moves as 7 words, not 50 bytes.
 
     With ``two_classes`` (classification, y in {0, 1}) the same pass sums the children's
     statistics: ``children[0]`` and ``children[1]`` (float64, three channels) are written
@@ -395,7 +399,7 @@ def partition(
         row = sample_indices[i]
         yi = node_y[i]
         wi = node_w[i]
-        code = node_codes[i, f] if move_codes else codes[row, f]
+        code = node_codes[i, f] if ordered else codes[row, f]
         left = np.int64(goes_left(code, bin_threshold, missing_go_to_left, is_categorical, bitset))
         if two_classes:
             on_left = np.float64(left)
@@ -415,10 +419,10 @@ def partition(
         y_buffer[n_right] = yi
         w_buffer[n_right] = wi
         if move_codes:
-            for c in range(node_codes.shape[1]):
-                code_c = node_codes[i, c]
-                node_codes[n_left, c] = code_c
-                codes_buffer[n_right, c] = code_c
+            for c in range(node_words.shape[1]):
+                word = node_words[i, c]
+                node_words[n_left, c] = word
+                words_buffer[n_right, c] = word
         n_left += left
         n_right += 1 - left
     for k in range(n_right):
@@ -427,8 +431,8 @@ def partition(
         node_w[n_left + k] = w_buffer[k]
     if move_codes:
         for k in range(n_right):
-            for c in range(node_codes.shape[1]):
-                node_codes[n_left + k, c] = codes_buffer[k, c]
+            for c in range(node_words.shape[1]):
+                node_words[n_left + k, c] = words_buffer[k, c]
     if two_classes:
         children[0, 0] = np.float64(n_left - start)
         children[0, 1] = left_0
