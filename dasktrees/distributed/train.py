@@ -175,7 +175,8 @@ def grow_sampled(spec: ForestSpec, ship: bool, trees: Sequence[int], *extracts: 
     (the same rows, order and weights as replicated mode, so the same tree); returns them
     pickled (see ``_shipped``)."""
     most_rows = max(sum(len(extract[k][1]) for extract in extracts) for k in range(len(trees)))
-    workspace = _workspace(spec, most_rows, extracts[0][0][0].shape[1])
+    n_features = extracts[0][0][0].shape[1]  # of the first block's codes for the first tree
+    workspace = _workspace(spec, most_rows, n_features)
     grown = []
     for k, t in enumerate(trees):
         parts = [extract[k] for extract in extracts]

@@ -516,7 +516,7 @@ class Workspace(NamedTuple):
         ``params`` (``GrowthParams``)."""
         n_rows = max(1, int(n_rows))
         capacity = cls._capacity(n_rows, params)
-        # Codes in node order only serve nodes of more than ORDERED_CODES_ABOVE rows.
+        # A tree of at most ORDERED_CODES_ABOVE rows never keeps codes in node order.
         code_rows = n_rows if n_rows > ORDERED_CODES_ABOVE else 0
         return cls(
             np.empty(capacity, dtype=NODE_DTYPE),  # every field of a node is set by _open_node
@@ -819,7 +819,7 @@ def grow(codes, y, w, sample_indices, bin_arrays, params, n_classes, seed, candi
     np.take(np.asarray(y, dtype=np.float64), sample_indices, out=node_y)
     np.take(np.asarray(w, dtype=np.float64), sample_indices, out=node_w)
     codes = np.ascontiguousarray(codes, dtype=np.uint8)
-    # The large nodes' codes in node order: the root's are every row's (NodeRows).
+    # Codes in node order (NodeRows), gathered for the root.
     code_rows = n_rows if n_rows > ORDERED_CODES_ABOVE else 0
     node_codes = workspace.node_codes[:code_rows]
     _gather_rows(codes, sample_indices[:code_rows], node_codes)
