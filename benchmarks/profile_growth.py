@@ -34,10 +34,11 @@ from dasktrees.tree.grower import (  # noqa: E402
     Rules,
     Scratch,
     Workspace,
+    _in_node_order,
     find_split,
     grow,
 )
-from dasktrees.tree.histogram import ORDERED_CODES_ABOVE, node_statistics  # noqa: E402
+from dasktrees.tree.histogram import node_statistics  # noqa: E402
 
 BUCKETS = [(2, 4), (4, 8), (8, 32), (32, 256), (256, 1024), (1024, 2**62)]
 
@@ -51,9 +52,7 @@ def replay_split_search(rows, nodes, tables, rules, scratch, low, high):
         if nodes[k]["left"] == TREE_LEAF or not low <= stop - start < high:
             continue
         impurity = node_statistics(rows.y, rows.w, start, stop, GINI, scratch.vec[_TOTAL])
-        parent = nodes[k]["parent"]
-        above = nodes[k] if parent < 0 else nodes[parent]
-        ordered = above["stop"] - above["start"] > ORDERED_CODES_ABOVE  # as during growth
+        ordered = _in_node_order(nodes, k)  # as during growth
         total += find_split(rows, start, stop, impurity, tables, rules, scratch, ordered)[0]
     return total
 

@@ -516,8 +516,7 @@ class Workspace(NamedTuple):
         ``params`` (``GrowthParams``)."""
         n_rows = max(1, int(n_rows))
         capacity = cls._capacity(n_rows, params)
-        # A tree of at most ORDERED_CODES_ABOVE rows never keeps codes in node order.
-        code_rows = n_rows if n_rows > ORDERED_CODES_ABOVE else 0
+        code_rows = _ordered_rows(n_rows)
         return cls(
             np.empty(capacity, dtype=NODE_DTYPE),  # every field of a node is set by _open_node
             np.empty((capacity, n_values)),
@@ -536,7 +535,7 @@ class Workspace(NamedTuple):
             and self.nodes.shape[0] >= self._capacity(n_rows, params)
             and self.values.shape[1] == n_values
             and self.words_buffer.shape[1] == _n_words(n_features)
-            and (n_rows <= ORDERED_CODES_ABOVE or self.node_codes.shape[0] >= n_rows)
+            and self.node_codes.shape[0] >= _ordered_rows(n_rows)
         )
 
 
@@ -728,9 +727,7 @@ def _grow_nodes(
                 child, node_id, depth, lo, hi, total, child_impurity, nodes, values, rules
             )
             if splittable:
-                # Its codes are in node order if the parent's partition moved them (the root's
-                # if they were gathered: ``start``, ``stop`` are then the root's own rows).
-                ordered = stop - start > ORDERED_CODES_ABOVE
+                ordered = _in_node_order(nodes, child)
                 split = find_split(rows, lo, hi, child_impurity, tables, rules, scratch, ordered)
                 n_bitsets, splittable = _record_split(
                     child,
@@ -820,7 +817,7 @@ def grow(codes, y, w, sample_indices, bin_arrays, params, n_classes, seed, candi
     np.take(np.asarray(w, dtype=np.float64), sample_indices, out=node_w)
     codes = np.ascontiguousarray(codes, dtype=np.uint8)
     # Codes in node order (NodeRows), gathered for the root.
-    code_rows = n_rows if n_rows > ORDERED_CODES_ABOVE else 0
+    code_rows = _ordered_rows(n_rows)
     node_codes = workspace.node_codes[:code_rows]
     _gather_rows(codes, sample_indices[:code_rows], node_codes)
     rows = NodeRows(codes, node_y, node_w, sample_indices, node_codes, node_codes.view(np.uint64))
@@ -873,6 +870,12 @@ def grow(codes, y, w, sample_indices, bin_arrays, params, n_classes, seed, candi
     for name, value in _LEAF_RECORD.items():
         nodes[name][left_over] = value
     return nodes[: progress.n_nodes], values[: progress.n_nodes], bitsets[: progress.n_bitsets]
+
+
+def _ordered_rows(n_rows):
+    """Rows of codes in node order a tree on ``n_rows`` rows keeps: all of them, or none when
+    no node of it has more than ``ORDERED_CODES_ABOVE`` rows (see ``_in_node_order``)."""
+    return n_rows if n_rows > ORDERED_CODES_ABOVE else 0
 
 
 def _n_words(n_features):

@@ -36,7 +36,7 @@ def build_histogram(codes, f, sample_indices, start, stop, y, w, criterion, hist
     Parameters
     ----------
     codes : ndarray of uint8, shape (n_rows, n_features)
-        Binned training set, rows x features (or a large node's codes in node order,
+        Binned training set, rows x features (or the codes in node order,
         ``grower.NodeRows.node_codes``, with ``sample_indices`` the identity).
     f : int
         The feature.
