@@ -183,9 +183,9 @@ def run_library(args, name):
     data = TABLES[args.benchmark](args)
     if name == "dasktrees":
         return run_dasktrees(data, args.n_trees, args.repeat)
-    X_train, y_train, X_test, y_test = data.get("codes") or data["train_test"]
-    if name != "scikit-learn":  # LightGBM and XGBoost take pandas categoricals
-        X_train, y_train, X_test, y_test = data["train_test"]
+    # scikit-learn gets categories as integer codes; LightGBM and XGBoost take pandas categoricals
+    table = "codes" if name == "scikit-learn" and "codes" in data else "train_test"
+    X_train, y_train, X_test, y_test = data[table]
     model = competitor(
         name, args.n_trees, X_train.shape[1], data["classification"], data.get("categorical")
     )
