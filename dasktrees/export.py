@@ -446,7 +446,7 @@ def _source(estimator, feature_names, tree_index, decimals):
     if isinstance(decimals, bool) or not isinstance(decimals, numbers.Integral) or decimals < 0:
         raise ValueError(f"decimals must be an int >= 0, got {decimals!r}")
     return _Source(
-        tree=fitted.tree_,
+        tree=fitted.tree_.expanded(),
         mapper=fitted.bin_mapper_,
         names=_feature_names(fitted, feature_names),
         classes=getattr(fitted, "classes_", None),

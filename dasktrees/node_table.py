@@ -16,7 +16,7 @@ Tree t's nodes are ``starts[t]:starts[t + 1]``, its root the first of them.
 
 import numpy as np
 
-from ._dtypes import BITSET_DTYPE, BITSET_WORDS, ROUTING_NODE_DTYPE, TREE_LEAF
+from ._dtypes import ROUTING_NODE_DTYPE, TREE_LEAF
 
 
 class NodeTable:
@@ -45,18 +45,20 @@ class NodeTable:
         if not trees:
             raise ValueError("a forest needs at least one tree")
         sizes = np.array([t.node_count for t in trees], dtype=np.int64)
-        n_bitsets = np.array([len(t.categorical_bitsets) for t in trees], dtype=np.int64)
         self.starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
-        bitset_starts = np.cumsum(n_bitsets) - n_bitsets
         self.nodes = np.empty(self.starts[-1], dtype=ROUTING_NODE_DTYPE)
-        self.bitsets = np.zeros((max(1, int(n_bitsets.sum())), BITSET_WORDS), dtype=BITSET_DTYPE)
+        self.values = np.empty((self.starts[-1], trees[0].n_values))
+        self.cover = np.empty(self.starts[-1])
+        bitsets = []
+        n_bitsets = 0
         for t, tree in enumerate(trees):
-            tree.write_routing(self.nodes, self.starts[t], bitset_starts[t])
-            self.bitsets[bitset_starts[t] : bitset_starts[t] + n_bitsets[t]] = (
-                tree.categorical_bitsets
-            )
-        self.values = np.concatenate([t.value for t in trees])
-        self.cover = np.concatenate([t.weighted_n_node_samples for t in trees])
+            tree = tree.expanded()  # one tree's arrays at a time: a forest stays compact
+            tree.write_routing(self.nodes, self.starts[t], n_bitsets)
+            self.values[self.starts[t] : self.starts[t + 1]] = tree.value
+            self.cover[self.starts[t] : self.starts[t + 1]] = tree.weighted_n_node_samples
+            bitsets.append(tree.categorical_bitsets)
+            n_bitsets += len(tree.categorical_bitsets)
+        self.bitsets = np.concatenate(bitsets)
         self.max_depth = max(t.max_depth for t in trees)
         self.n_features = trees[0].n_features
 

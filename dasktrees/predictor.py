@@ -32,7 +32,6 @@ from ._dtypes import (
     PACKED_FEATURE_MASK,
     PACKED_MISSING_LEFT,
     PACKED_NODE_DTYPE,
-    TREE_LEAF,
     X_BINNED_DTYPE,
 )
 from .binning import _bin_code
@@ -69,9 +68,10 @@ class PackedForest:
         trees = list(trees)
         if not trees:
             raise ValueError("a forest needs at least one tree")
+        splits = [t.split_nodes() for t in trees]  # a shipped tree's state as it is, no copies
         n_nodes = np.array([t.node_count for t in trees], dtype=np.int64)
-        n_splits = np.array([np.count_nonzero(t.children_left != TREE_LEAF) for t in trees])
-        n_bitsets = np.array([len(t.categorical_bitsets) for t in trees], dtype=np.int64)
+        n_splits = np.array([len(s[1]) for s in splits], dtype=np.int64)
+        n_bitsets = np.array([len(s[-1]) for s in splits], dtype=np.int64)
         node_starts, leaf_starts, bitset_starts = (
             np.cumsum(counts) - counts for counts in (n_splits, n_nodes - n_splits, n_bitsets)
         )
@@ -80,7 +80,7 @@ class PackedForest:
                 "a forest of more than 2**31 - 1 split nodes or leaves cannot be packed"
             )
         self.nodes = np.empty(n_splits.sum(), dtype=PACKED_NODE_DTYPE)
-        self.values = np.empty((int((n_nodes - n_splits).sum()), trees[0].value.shape[1]))
+        self.values = np.empty((int((n_nodes - n_splits).sum()), trees[0].n_values))
         self.bitsets = np.empty((int(n_bitsets.sum()), BITSET_WORDS), dtype=BITSET_DTYPE)
         self.roots = np.where(n_splits > 0, node_starts, ~leaf_starts).astype(np.int64)
         self.max_depth = max(tree.max_depth for tree in trees)
@@ -88,25 +88,17 @@ class PackedForest:
         self.is_categorical = np.asarray(bin_mapper.is_categorical_, dtype=np.uint8)
 
         def pack(t):
-            tree = trees[t]
+            *fields, bitsets = splits[t]
             _pack_tree(
-                tree.children_left,
-                tree.children_right,
-                tree.feature,
-                tree.bin_threshold,
-                tree.missing_go_to_left,
-                tree.is_categorical,
-                tree.bitset_idx,
-                tree.value,
+                *fields,
+                n_nodes[t],
                 node_starts[t],
                 leaf_starts[t],
                 bitset_starts[t],
                 self.nodes,
                 self.values,
             )
-            self.bitsets[bitset_starts[t] : bitset_starts[t] + n_bitsets[t]] = (
-                tree.categorical_bitsets
-            )
+            self.bitsets[bitset_starts[t] : bitset_starts[t] + n_bitsets[t]] = bitsets
 
         # Trees in threads (the kernel releases the GIL): much of the time goes to faulting in
         # the new tables' pages, which two cores do nearly twice as fast.
@@ -218,14 +210,15 @@ def leaves_of_codes(codes, nodes, bitsets, roots, max_depth, n_leaves, out):
 
 @njit(cache=True, nogil=True)
 def _pack_tree(
+    is_split,
     children_left,
     children_right,
     feature,
     bin_threshold,
     missing_go_to_left,
-    is_categorical,
     bitset_idx,
     value,
+    n_nodes,
     node_start,
     leaf_start,
     bitset_start,
@@ -240,8 +233,10 @@ def _pack_tree(
 
     Parameters
     ----------
-    children_left, ..., value :
-        The tree's arrays (``tree.TREE_ARRAYS``).
+    is_split, children_left, ..., value :
+        The tree's split nodes (``Tree.split_nodes``): ``is_split`` packed eight nodes a byte,
+        the split fields for split nodes only, ``value`` for every node.
+    n_nodes : int
     node_start, leaf_start, bitset_start : int
         Where the tree's split nodes, leaves and bitset rows start in the forest's tables.
     nodes : ndarray of PACKED_NODE_DTYPE
@@ -249,35 +244,32 @@ def _pack_tree(
     values : ndarray of float64, shape (n_leaves, n_values)
         Written: the tree's leaf values.
     """
-    n = children_left.shape[0]
     # A node's index among its tree's split nodes, or among its leaves (both in node order).
-    index = np.empty(n, dtype=np.int64)
+    index = np.empty(n_nodes, dtype=np.int64)
     n_split = 0
     n_leaf = 0
-    for i in range(n):
-        if children_left[i] != TREE_LEAF:
+    for i in range(n_nodes):
+        if (is_split[i >> 3] >> (7 - (i & 7))) & 1:  # np.packbits' bit order
             index[i] = node_start + n_split
             n_split += 1
         else:
             index[i] = ~(leaf_start + n_leaf)
-            n_leaf += 1
-    for i in range(n):
-        if children_left[i] == TREE_LEAF:
             for c in range(value.shape[1]):
-                values[~index[i], c] = value[i, c]
-            continue
-        record = nodes[index[i]]
-        record["left"] = index[children_left[i]]
-        record["right"] = index[children_right[i]]
+                values[leaf_start + n_leaf, c] = value[i, c]
+            n_leaf += 1
+    for j in range(children_left.shape[0]):
+        record = nodes[node_start + j]
+        record["left"] = index[children_left[j]]
+        record["right"] = index[children_right[j]]
         flags = np.uint32(0)
-        if missing_go_to_left[i]:
+        if missing_go_to_left[j]:
             flags |= np.uint32(PACKED_MISSING_LEFT)
-        if is_categorical[i]:
+        if bitset_idx[j] >= 0:
             flags |= np.uint32(PACKED_CATEGORICAL)
-            record["split"] = np.uint32(bitset_start + bitset_idx[i])
+            record["split"] = np.uint32(bitset_start + bitset_idx[j])
         else:
-            record["split"] = np.uint32(bin_threshold[i])
-        record["feature"] = np.uint32(feature[i]) | flags
+            record["split"] = np.uint32(bin_threshold[j])
+        record["feature"] = np.uint32(feature[j]) | flags
 
 
 @njit(cache=True, inline="always")

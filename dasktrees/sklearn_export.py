@@ -225,8 +225,8 @@ def _tree_params(estimator):
 def _set_tree(out, estimator, tree, classes, votes=False):
     """Set the fitted attributes of the scikit-learn tree ``out`` from our ``tree`` (with
     ``votes``, each node's value is the one-hot vote for its majority class)."""
-    n_values = tree.value.shape[1]
-    out.tree_ = _sklearn_tree(tree, n_values, votes)
+    n_values = tree.n_values
+    out.tree_ = _sklearn_tree(tree.expanded(), n_values, votes)
     out.n_features_in_ = tree.n_features
     out.max_features_ = estimator.max_features_
     out.n_outputs_ = 1

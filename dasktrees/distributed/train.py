@@ -30,7 +30,6 @@ import numpy as np
 
 from .._params import GrowthParams
 from ..binning import BinArrays
-from ..criteria import SQUARED_ERROR
 from ..predictor import PackedForest
 from ..tree import wire
 from ..tree.grower import Workspace, grow_tree_state
@@ -231,18 +230,18 @@ def choose_mode(mode: str, data: TrainingData, lam: float, worker_memory: float)
     return "replicated"
 
 
-# Whether this process has compiled its kernels of a fit (``_compile_client_kernels``), by
-# task: classification trees decode through one more kernel (their impurities).
+# The shipped feature types for which this process has compiled its kernels of a fit
+# (``_compile_client_kernels``): packing compiles once per type of the trees' feature indices.
 _client_kernels_ready = set()
 
 
 def _compile_client_kernels(data: TrainingData, spec: ForestSpec) -> None:
-    """Decode and pack a stump of the forest's shape (``wire.stump``): the client's kernels of
-    a fit (decoding the shipped trees, packing the forest) compile, or load from numba's cache,
-    for the signatures the forest's trees need."""
+    """Pack a stump of the forest's shape (``wire.stump``): the client's kernel of a fit
+    (packing the shipped trees) compiles, or loads from numba's cache, for the signature the
+    forest's trees need."""
     state = wire.stump(spec.bins.thresholds, spec.n_classes, spec.params.criterion)
     PackedForest([wire.decode(state, spec.bins.thresholds)], data.bin_mapper)
-    _client_kernels_ready.add(spec.params.criterion != SQUARED_ERROR)
+    _client_kernels_ready.add(state["feature"].dtype)
 
 
 def grow_forest(
@@ -268,7 +267,7 @@ def grow_forest(
     batches = tree_batches(tree_ids, trees_per_task, len(workers))
     token = uuid.uuid4().hex[:8]
     ship = not is_in_process(client)  # pickled only to cross a process boundary
-    if ship and (spec.params.criterion != SQUARED_ERROR) not in _client_kernels_ready:
+    if ship and wire.feature_dtype(data.bin_mapper.n_features_in_) not in _client_kernels_ready:
         # On a cold cache the workers compile their kernels for seconds while the client
         # waits: it compiles its own meanwhile, off the fit's critical path. (Its thread and
         # the fit's take numba's compiler lock in turn: a kernel compiles once.)

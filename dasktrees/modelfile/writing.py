@@ -68,6 +68,7 @@ def _describe(estimator):
     is_forest = ESTIMATOR_KINDS[cls.__name__][0] == "forest"
     check_is_fitted(estimator, "estimators_" if is_forest else "tree_")
     trees = [est.tree_ for est in estimator.estimators_] if is_forest else [estimator.tree_]
+    trees = [tree.expanded() for tree in trees]  # a forest's own trees stay compact
     arrays = {name: np.concatenate([getattr(tree, name) for tree in trees]) for name in TREE_ARRAYS}
     bins, arrays["bin_edges"], arrays["bin_values"] = _describe_bins(estimator.bin_mapper_)
     if hasattr(estimator, "oob_curve_"):

@@ -13,6 +13,7 @@ from .._dtypes import (
     TREE_LEAF,
     TREE_UNDEFINED,
 )
+from ..criteria import class_impurity
 
 # The arrays that define a tree, in the order the kernels take them. Everything a Tree can do
 # (predict, export, save) reads only these.
@@ -76,17 +77,90 @@ class Tree:
             **arrays,
         )
 
+    @classmethod
+    def shipped(cls, state, thresholds):
+        """A tree kept in the compact state a forest task ships it in (``wire.encode``), with
+        the bin ``thresholds`` table it was grown on.
+
+        A forest holds its trees this way: packing them for prediction reads the state as it
+        is (``split_nodes``), and the arrays (``TREE_ARRAYS``) are expanded from it the first
+        time one is read, and kept. ``expanded`` gives them without keeping them.
+        """
+        tree = cls.__new__(cls)
+        tree.n_features = int(state["n_features"])
+        tree._shipped = (state, thresholds)
+        return tree
+
+    def __getattr__(self, name):
+        # Only called for attributes not found: the arrays of a tree still in its shipped state.
+        shipped = self.__dict__.get("_shipped")
+        if shipped is None or name not in TREE_ARRAYS:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        self.__setstate__(expand_shipped(*shipped))
+        del self._shipped
+        return getattr(self, name)
+
+    def expanded(self):
+        """This tree with its arrays: itself, or for a tree in its shipped state an expanded
+        copy that this tree does not keep (what reading every tree of a forest once uses, so
+        that the forest stays compact)."""
+        shipped = self.__dict__.get("_shipped")
+        if shipped is None:
+            return self
+        tree = Tree.__new__(Tree)
+        tree.__setstate__(expand_shipped(*shipped))
+        return tree
+
     @property
     def node_count(self):
+        shipped = self.__dict__.get("_shipped")
+        if shipped is not None:
+            return len(shipped[0]["n_node_samples"])
         return len(self.children_left)
 
     @property
     def n_leaves(self):
+        shipped = self.__dict__.get("_shipped")
+        if shipped is not None:
+            return self.node_count - len(shipped[0]["bitset_idx"])
         return int(np.sum(self.children_left == TREE_LEAF))
 
     @property
     def max_depth(self):
+        shipped = self.__dict__.get("_shipped")
+        if shipped is not None:
+            return shipped[0]["max_depth"]
         return int(self.node_depth.max())
+
+    @property
+    def n_values(self):
+        """Values per node: the number of classes, or 1."""
+        shipped = self.__dict__.get("_shipped")
+        return (shipped[0] if shipped is not None else self.__dict__)["value"].shape[1]
+
+    def split_nodes(self):
+        """The split nodes' fields, in node order, with what locates them among all nodes.
+
+        Returns
+        -------
+        is_split : ndarray of uint8
+            ``np.packbits(children_left != TREE_LEAF)``.
+        children_left, children_right, feature, bin_threshold, missing_go_to_left, bitset_idx :
+            ndarray, shape (n_splits,)
+            The fields of ``TREE_ARRAYS`` at split nodes (``feature`` in any integer type; a
+            split is categorical where ``bitset_idx >= 0``).
+        value : ndarray of float64, shape (n_nodes, n_values)
+        categorical_bitsets : ndarray of uint32, shape (n_bitsets, BITSET_WORDS)
+        """
+        shipped = self.__dict__.get("_shipped")
+        if shipped is not None:
+            state = shipped[0]
+            fields = [state[name] for name in _SPLIT_NODE_FIELDS]
+            return state["is_split"], *fields, state["value"], state["categorical_bitsets"]
+        compact = self._split_only_fields()
+        fields = [compact[name] for name in _SPLIT_NODE_FIELDS]
+        is_split = np.packbits(self.children_left != TREE_LEAF)
+        return is_split, *fields, self.value, self.categorical_bitsets
 
     def routing_records(self):
         """The routing fields packed in one ``ROUTING_NODE_DTYPE`` record per node (a new
@@ -170,17 +244,18 @@ class Tree:
         divided by the root weight; with ``normalize`` the importances sum to one (unless the
         tree is a single leaf, when they are all zero).
         """
-        split = np.flatnonzero(self.children_left != TREE_LEAF)
-        left = self.children_left[split]
-        right = self.children_right[split]
-        w = self.weighted_n_node_samples
+        tree = self.expanded()
+        split = np.flatnonzero(tree.children_left != TREE_LEAF)
+        left = tree.children_left[split]
+        right = tree.children_right[split]
+        w = tree.weighted_n_node_samples
         decrease = (
-            w[split] * self.impurity[split]
-            - w[left] * self.impurity[left]
-            - w[right] * self.impurity[right]
+            w[split] * tree.impurity[split]
+            - w[left] * tree.impurity[left]
+            - w[right] * tree.impurity[right]
         )
         importances = np.zeros(self.n_features)
-        np.add.at(importances, self.feature[split], decrease)
+        np.add.at(importances, tree.feature[split], decrease)
         importances /= w[0]
         total = importances.sum()
         if normalize and total > 0.0:
@@ -191,21 +266,32 @@ class Tree:
         """The arrays, compactly: trees travel from workers to the client by the thousand.
 
         Split fields are kept for split nodes only (a leaf's are constants), ``node_depth`` is
-        derived again on load, and so is ``routing_nodes`` on use.
+        derived again on load, and so is ``routing_nodes`` on use. A tree in its shipped state
+        (``shipped``) stays in it.
         """
+        shipped = self.__dict__.get("_shipped")
+        if shipped is not None:
+            return {"shipped": shipped[0], "thresholds": shipped[1]}
         is_split = self.children_left != TREE_LEAF
         state = {"n_features": self.n_features, "is_split": np.packbits(is_split)}
-        n_split = int(np.count_nonzero(is_split))
-        split_fields = [getattr(self, name) for name in LEAF_CONSTANTS]
-        compact = [np.empty(n_split, dtype=field.dtype) for field in split_fields]
-        _compact_split_fields(self.children_left, *split_fields, *compact)  # faster than masks
-        state.update(zip(LEAF_CONSTANTS, compact))
+        state.update(self._split_only_fields())
         for name in TREE_ARRAYS:
             if name not in LEAF_CONSTANTS and name != "node_depth":
                 state[name] = getattr(self, name)
         return state
 
+    def _split_only_fields(self):
+        """The eight split fields (``LEAF_CONSTANTS``) at split nodes only, by name."""
+        n_split = int(np.count_nonzero(self.children_left != TREE_LEAF))
+        split_fields = [getattr(self, name) for name in LEAF_CONSTANTS]
+        compact = [np.empty(n_split, dtype=field.dtype) for field in split_fields]
+        _compact_split_fields(self.children_left, *split_fields, *compact)  # faster than masks
+        return dict(zip(LEAF_CONSTANTS, compact))
+
     def __setstate__(self, state):
+        if "shipped" in state:
+            self.__dict__.update(Tree.shipped(state["shipped"], state["thresholds"]).__dict__)
+            return
         state = dict(state)
         n_nodes = len(state["n_node_samples"])
         is_split = np.unpackbits(state.pop("is_split"), count=n_nodes)
@@ -217,6 +303,37 @@ class Tree:
         _fill_depths(state["children_left"], state["children_right"], state["node_depth"])
         self.__init__(state.pop("n_features"), **state)
 
+
+def expand_shipped(state, thresholds):
+    """The ``Tree.__getstate__`` state of the tree an ``encode`` state describes: what the
+    client derives again (raw thresholds, ``is_categorical``, classification impurities)."""
+    state = {k: v for k, v in state.items() if k not in ("wire", "max_depth")}
+    bitset_idx = state["bitset_idx"]
+    state["feature"] = state["feature"].astype(np.int32)
+    state["is_categorical"] = (bitset_idx >= 0).astype(np.uint8)
+    state["threshold"] = np.empty(len(bitset_idx))
+    _split_thresholds(
+        thresholds, state["feature"], state["bin_threshold"], bitset_idx, state["threshold"]
+    )
+    state["n_node_samples"] = state["n_node_samples"].astype(np.int64)
+    criterion = state.pop("criterion", None)
+    if criterion is not None:
+        state["impurity"] = np.empty(len(state["n_node_samples"]))
+        _class_impurities(
+            state["value"], state["weighted_n_node_samples"], criterion, state["impurity"]
+        )
+    return state
+
+
+# The split fields ``Tree.split_nodes`` gives, in its order.
+_SPLIT_NODE_FIELDS = (
+    "children_left",
+    "children_right",
+    "feature",
+    "bin_threshold",
+    "missing_go_to_left",
+    "bitset_idx",
+)
 
 # What a leaf holds in the split arrays (see Tree.__getstate__).
 LEAF_CONSTANTS = {
@@ -462,3 +579,20 @@ def _fill_paths(leaves, indptr, parents, indices):
             indices[k] = node
             node = parents[node]
             k -= 1
+
+
+@njit(cache=True, nogil=True)
+def _split_thresholds(thresholds, feature, bin_threshold, bitset_idx, out):
+    """Raw thresholds of split nodes: ``thresholds[feature, bin_threshold]`` for numeric
+    splits, TREE_UNDEFINED for categorical ones (``bitset_idx >= 0``), as ``from_growth``."""
+    for j in range(feature.shape[0]):
+        if bitset_idx[j] >= 0:
+            out[j] = TREE_UNDEFINED
+        else:
+            out[j] = thresholds[feature[j], bin_threshold[j]]
+
+
+@njit(cache=True, nogil=True)
+def _class_impurities(value, weighted_n_node_samples, criterion, out):
+    for i in range(value.shape[0]):
+        out[i] = class_impurity(value[i], weighted_n_node_samples[i], criterion)

@@ -1,10 +1,10 @@
-"""What a forest task ships of each tree it grows, and how the client builds the tree again.
+"""What a forest task ships of each tree it grows, and how the client keeps and expands it.
 
 A full-depth tree has about one node per one or two training rows, and a forest fit moves every
 tree from its worker to the client: the flights benchmark's trees have 126,000 nodes each. The
 bytes cost twice, in pickling and sending on the worker and in receiving into fresh memory on
-the client, so a task ships the tree's compact state (``Tree.__getstate__``: split fields for
-split nodes only, no depths) without what the client derives again exactly:
+the client, so a task ships the tree's compact state (split fields for split nodes only, no
+depths) without what can be derived again exactly:
 
 * a numeric split's raw threshold (``thresholds[feature, bin_threshold]``, the bin table) and
   ``is_categorical`` (``bitset_idx >= 0``);
@@ -12,17 +12,17 @@ split nodes only, no depths) without what the client derives again exactly:
   (``criteria.class_impurity``);
 * feature indices travel in the narrowest unsigned type, row counts as int32.
 
-This format ships a third fewer bytes than a pickled ``Tree`` (docs/benchmarks.md). Deriving
-more on the client (the children of depth-first trees, the row counts of split nodes, the class
-fractions of pure nodes) shipped fewer bytes still, but the client then spent longer filling the
-fresh arrays than it saved in receiving: no faster fit.
+The client keeps each tree in this state (``Tree.shipped``): packing the forest for prediction
+reads the split fields as they are, and the scikit-learn arrays are expanded from it
+(``tree.expand_shipped``) only when something asks for them. Expanding every tree as it arrived
+took the client longer than receiving it, on a core the workers' growth needs
+(docs/benchmarks.md).
 """
 
 import numpy as np
-from numba import njit
 
 from .._dtypes import BITSET_DTYPE, BITSET_WORDS, NODE_DTYPE, TREE_LEAF, TREE_UNDEFINED
-from ..criteria import SQUARED_ERROR, class_impurity
+from ..criteria import SQUARED_ERROR
 from .tree import LEAF_CONSTANTS, NODE_ARRAY_DTYPES, Tree, fields_from_records
 
 
@@ -45,10 +45,11 @@ def encode(nodes, values, bitsets, thresholds, n_features, criterion):
         "n_features": n_features,
         "is_split": np.packbits(is_split),
         **compact,
-        "feature": compact["feature"].astype(_index_dtype(n_features)),
+        "feature": compact["feature"].astype(feature_dtype(n_features)),
         "categorical_bitsets": np.ascontiguousarray(bitsets),
         "value": np.array(values, order="C"),
         **per_node,
+        "max_depth": int(nodes["depth"].max()) if len(nodes) else 0,
         "wire": True,
     }
     del state["threshold"], state["is_categorical"]
@@ -59,24 +60,11 @@ def encode(nodes, values, bitsets, thresholds, n_features, criterion):
 
 
 def decode(state, thresholds):
-    """The tree of an ``encode`` state, given the same bin ``thresholds`` table (or of a
-    ``Tree.__getstate__`` state, which needs none)."""
-    state = dict(state)
-    if state.pop("wire", False):
-        bitset_idx = state["bitset_idx"]
-        state["feature"] = state["feature"].astype(np.int32)
-        state["is_categorical"] = (bitset_idx >= 0).astype(np.uint8)
-        state["threshold"] = np.empty(len(bitset_idx))
-        _split_thresholds(
-            thresholds, state["feature"], state["bin_threshold"], bitset_idx, state["threshold"]
-        )
-        state["n_node_samples"] = state["n_node_samples"].astype(np.int64)
-        criterion = state.pop("criterion", None)
-        if criterion is not None:
-            state["impurity"] = np.empty(len(state["n_node_samples"]))
-            _class_impurities(
-                state["value"], state["weighted_n_node_samples"], criterion, state["impurity"]
-            )
+    """The tree of an ``encode`` state, given the same bin ``thresholds`` table, kept in that
+    state until its arrays are asked for (or of a ``Tree.__getstate__`` state, which needs
+    none)."""
+    if state.get("wire", False):
+        return Tree.shipped(state, thresholds)
     tree = Tree.__new__(Tree)
     tree.__setstate__(state)
     return tree
@@ -107,26 +95,10 @@ def _count_dtype(nodes):
     return np.int32 if len(nodes) == 0 or nodes[0]["n_samples"] < 2**31 else np.int64
 
 
-def _index_dtype(n):
-    """The narrowest unsigned integer type holding 0 .. n - 1."""
+def feature_dtype(n_features):
+    """The type a tree's feature indices travel in: the narrowest unsigned integer type
+    holding 0 .. n_features - 1."""
     for dtype in (np.uint8, np.uint16, np.uint32):
-        if n <= np.iinfo(dtype).max + 1:
+        if n_features <= np.iinfo(dtype).max + 1:
             return dtype
     return np.int64
-
-
-@njit(cache=True, nogil=True)
-def _split_thresholds(thresholds, feature, bin_threshold, bitset_idx, out):
-    """Raw thresholds of split nodes: ``thresholds[feature, bin_threshold]`` for numeric
-    splits, TREE_UNDEFINED for categorical ones (``bitset_idx >= 0``), as ``from_growth``."""
-    for j in range(feature.shape[0]):
-        if bitset_idx[j] >= 0:
-            out[j] = TREE_UNDEFINED
-        else:
-            out[j] = thresholds[feature[j], bin_threshold[j]]
-
-
-@njit(cache=True, nogil=True)
-def _class_impurities(value, weighted_n_node_samples, criterion, out):
-    for i in range(value.shape[0]):
-        out[i] = class_impurity(value[i], weighted_n_node_samples[i], criterion)

@@ -1,0 +1,114 @@
+"""A forest keeps its trees in the compact state the tasks ship them in (``Tree.shipped``).
+
+Packing for prediction reads that state as it is; the scikit-learn arrays are expanded only for
+what asks for them, and then only for the tree asked.
+"""
+
+import pickle
+
+import numpy as np
+import pytest
+
+import dasktrees
+from dasktrees import treeshap
+from dasktrees.predictor import PackedForest
+from dasktrees.tree.tree import TREE_ARRAYS, Tree
+
+from .test_tree import random_table
+
+
+def expanded_arrays(tree):
+    """The names of the arrays a tree holds expanded (none for a tree still as shipped)."""
+    return sorted(set(TREE_ARRAYS) & set(vars(tree)))
+
+
+@pytest.fixture(scope="module")
+def table():
+    X, y = random_table(5, n=800)
+    return X, (y > 1.0).astype(int)
+
+
+@pytest.fixture(scope="module")
+def numeric_table():  # what to_sklearn() takes
+    X, y = random_table(6, n=800, with_categorical=False)
+    return X, (y > 1.0).astype(int)
+
+
+@pytest.mark.parametrize("on_cluster", [False, True])
+def test_a_forest_stays_compact_through_its_whole_use(client, numeric_table, tmp_path, on_cluster):
+    X, y = numeric_table
+    forest = dasktrees.RandomForestClassifier(
+        n_estimators=4, random_state=0, client=client if on_cluster else None
+    ).fit(X, y)
+    trees = [est.tree_ for est in forest.estimators_]
+    assert all("_shipped" in vars(tree) for tree in trees)
+    proba = forest.predict_proba(X)
+    importances = forest.feature_importances_
+    shap = forest.shap_values(X[:20])
+    sklearn_proba = forest.to_sklearn().predict_proba(forest.bin_mapper_.encode(X)[:20])
+    dasktrees.export_text(forest, tree_index=1)
+    forest.save(tmp_path / "model")
+    assert [expanded_arrays(tree) for tree in trees] == [[]] * len(trees)
+
+    # What they computed is what the expanded trees give.
+    full = [tree.expanded() for tree in trees]
+    assert all(expanded_arrays(tree) == sorted(TREE_ARRAYS) for tree in full)
+    mean = np.mean([t.compute_feature_importances() for t in full], axis=0)
+    np.testing.assert_array_equal(importances, mean)
+    packed = PackedForest(full, forest.bin_mapper_)
+    np.testing.assert_array_equal(packed.vote(forest.bin_mapper_.encode(X)), proba)
+    table_of_full = treeshap.explained_table(full, False)
+    encoded = forest.bin_mapper_.encode(X[:20])
+    np.testing.assert_array_equal(shap, treeshap.shap_values(table_of_full, encoded))
+    np.testing.assert_array_equal(sklearn_proba, proba[:20])
+
+    # Reading an array expands that tree only, and keeps its arrays.
+    leaf_values = trees[2].value
+    assert expanded_arrays(trees[2]) == sorted(TREE_ARRAYS)
+    assert expanded_arrays(trees[1]) == expanded_arrays(trees[3]) == []
+    np.testing.assert_array_equal(leaf_values, full[2].value)
+
+
+def test_shipped_and_expanded_trees_pack_the_same_forest(table):
+    X, y = table
+    forest = dasktrees.ExtraTreesClassifier(n_estimators=5, random_state=1).fit(X, y)
+    shipped = [est.tree_ for est in forest.estimators_]
+    a = PackedForest(shipped, forest.bin_mapper_)
+    b = PackedForest([tree.expanded() for tree in shipped], forest.bin_mapper_)
+    assert (a.nodes["feature"] & np.uint32(1 << 31)).any()  # categorical splits packed
+    for name in ("nodes", "values", "bitsets", "roots"):
+        np.testing.assert_array_equal(getattr(a, name), getattr(b, name), err_msg=name)
+    assert a.max_depth == b.max_depth == max(tree.expanded().max_depth for tree in shipped)
+
+
+def test_shipped_tree_properties_and_pickle(table):
+    X, y = table
+    forest = dasktrees.RandomForestRegressor(n_estimators=2, random_state=0).fit(X, y * 2.5)
+    tree = forest.estimators_[0].tree_
+    full = tree.expanded()
+    assert (tree.node_count, tree.n_leaves, tree.max_depth, tree.n_values) == (
+        full.node_count,
+        full.n_leaves,
+        full.max_depth,
+        1,
+    )
+    again = pickle.loads(pickle.dumps(tree))
+    assert "_shipped" in vars(again) and expanded_arrays(again) == []
+    for name in TREE_ARRAYS:
+        np.testing.assert_array_equal(getattr(again, name), getattr(full, name), err_msg=name)
+    # A pickled forest keeps its trees compact, and one copy of the bin table for all.
+    blob = pickle.dumps(forest)
+    loaded = pickle.loads(blob)
+    trees = [est.tree_ for est in loaded.estimators_]
+    assert all(expanded_arrays(t) == [] for t in trees)
+    assert trees[0]._shipped[1] is trees[1]._shipped[1]
+    np.testing.assert_array_equal(loaded.predict(X), forest.predict(X))
+
+
+def test_a_missing_attribute_is_still_an_attribute_error(table):
+    X, y = table
+    forest = dasktrees.RandomForestClassifier(n_estimators=1, random_state=0).fit(X, y)
+    tree = forest.estimators_[0].tree_
+    with pytest.raises(AttributeError, match="no attribute 'not_an_array'"):
+        _ = tree.not_an_array
+    assert getattr(Tree.__new__(Tree), "value", None) is None
