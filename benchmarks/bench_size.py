@@ -11,9 +11,9 @@ Measured for dasktrees:
 
 - ``model file``: the bytes of ``estimator.save(path)`` (manifest and arrays) per node;
 - ``pickle``: ``pickle.dumps(estimator)`` per node (what Dask sends, compact tree states);
-- ``client memory``: the arrays the client holds per node: every tree's arrays (``Tree``,
-  ``tree.TREE_ARRAYS``) plus the forest packed for prediction (``PackedForest``); and each
-  array's share of it;
+- ``client memory``: the arrays the client holds per node: every tree's arrays (as shipped by
+  the tasks, ``Tree.shipped``, or expanded, ``tree.TREE_ARRAYS``) plus the forest packed for
+  prediction (``PackedForest``); and each array's share of it;
 
 and for scikit-learn, ``pickle.dumps`` of the fitted forest and the nbytes of its trees' node
 and value arrays, per node.
@@ -71,11 +71,20 @@ def dasktrees_sizes(X, y, n_trees):
     trees = [est.tree_ for est in model.estimators_]
     n_nodes = sum(t.node_count for t in trees)
     arrays = Counter()
+    shared = {}  # arrays several trees hold (the bin table of shipped trees): counted once
     for tree in trees:
-        for name in tree.__dict__:
-            value = getattr(tree, name)
+        if "_shipped" in vars(tree):  # as the tasks ship them (``Tree.shipped``)
+            state, thresholds = tree._shipped
+            shared[id(thresholds)] = ("Tree shipped: bin table", thresholds.nbytes)
+            for name, value in state.items():
+                if isinstance(value, np.ndarray):
+                    arrays[f"Tree shipped: {name}"] += value.nbytes
+            continue
+        for name, value in vars(tree).items():
             if isinstance(value, np.ndarray):
                 arrays[f"Tree.{name}"] += value.nbytes
+    for name, nbytes in shared.values():
+        arrays[name] += nbytes
     forest = model.forest_
     for name in ("nodes", "values", "bitsets", "roots", "thresholds", "is_categorical"):
         arrays[f"PackedForest.{name}"] += getattr(forest, name).nbytes
