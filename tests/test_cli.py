@@ -865,7 +865,7 @@ def test_inspect(capsys, saved_model):
     assert code == 0, err
     description = json.loads(out)
     assert description["estimator"] == "DecisionTreeClassifier"
-    assert description["format_version"] == 1
+    assert description["format_version"] == 2
     assert description["features"] == list(X.columns)
     assert description["classes"] == [0, 1]
     assert description["trees"] == 1

@@ -13,6 +13,7 @@ from sklearn.exceptions import NotFittedError
 import dasktrees as dt
 from dasktrees.modelfile import format as model_format
 from dasktrees.modelfile.integrity import read_manifest
+from dasktrees.tree.tree import TREE_ARRAYS
 
 from .conftest import carseats
 
@@ -331,11 +332,11 @@ def test_truncated_manifest(saved):
 def test_flipped_byte_in_array_data_fails_a_checksum(saved):
     path, model, _ = saved
     data = bytearray((path / "arrays.npz").read_bytes())
-    start = data.find(model.tree_.threshold.tobytes())
+    start = data.find(model.tree_.weighted_n_node_samples.tobytes())
     assert start > 0
     data[start + 3] ^= 0x10
     (path / "arrays.npz").write_bytes(bytes(data))
-    with pytest.raises(ValueError, match=r"array 'threshold'.*Bad CRC-32"):
+    with pytest.raises(ValueError, match=r"array 'weighted_n_node_samples'.*Bad CRC-32"):
         dt.load(path)
 
 
@@ -365,9 +366,11 @@ def test_rewritten_array_fails_its_checksum(saved):
     path, _, _ = saved
     with np.load(path / "arrays.npz", allow_pickle=False) as npz:
         arrays = dict(npz)
-    arrays["threshold"][0] += 1.0
+    arrays["weighted_n_node_samples"][0] += 1.0
     np.savez(path / "arrays.npz", **arrays)  # a valid zip, the manifest unchanged: only sha256
-    with pytest.raises(ValueError, match="checksum mismatch in array 'threshold'.*modified"):
+    with pytest.raises(
+        ValueError, match="checksum mismatch in array 'weighted_n_node_samples'.*modified"
+    ):
         dt.load(path)
 
 
@@ -383,7 +386,8 @@ def test_unknown_format_version(saved):
     path, _, _ = saved
     rewrite_manifest(path, lambda m: m.update(format_version=7))
     with pytest.raises(
-        ValueError, match="model format version 7 is not supported; this dasktrees reads version 1"
+        ValueError,
+        match="model format version 7 is not supported; this dasktrees reads versions 1, 2",
     ):
         dt.load(path)
 
@@ -442,8 +446,8 @@ def test_missing_and_extra_arrays(saved):
     np.savez(path / "arrays.npz", **arrays, extra=np.zeros(3))
     with pytest.raises(ValueError, match="unexpected array 'extra', not in the manifest"):
         dt.load(path)
-    np.savez(path / "arrays.npz", **{k: a for k, a in arrays.items() if k != "impurity"})
-    with pytest.raises(ValueError, match=r"arrays.npz is missing arrays \['impurity'\]"):
+    np.savez(path / "arrays.npz", **{k: a for k, a in arrays.items() if k != "value"})
+    with pytest.raises(ValueError, match=r"arrays.npz is missing arrays \['value'\]"):
         dt.load(path)
     rewrite_arrays(path, lambda arrays: arrays.update(extra=np.zeros(3)))
     with pytest.raises(ValueError, match=r"manifest.json: lists arrays .*'extra'"):
@@ -573,3 +577,88 @@ def test_missing_leaf_targets_are_refused(quantile_forest, tmp_path):
     rewrite_arrays(path, lambda arrays: arrays.pop("leaf_cum_weights"))
     with pytest.raises(ValueError, match="lists arrays .*expected .*'leaf_cum_weights'"):
         dt.load(path)
+
+
+# Written by dasktrees at commit a10e0e7, the last to write format version 1, from
+# carseats_data("frame-str") and ("frame-float") as below.
+V1_FILES = Path(__file__).parent / "data"
+
+
+@pytest.mark.parametrize("name", ["model_v1_forest", "model_v1_quantile_forest"])
+def test_version_1_files_still_load_and_predict_the_same(tmp_path, name):
+    if name == "model_v1_forest":
+        X, y = carseats_data("frame-str")
+        fresh = dt.RandomForestClassifier(n_estimators=3, max_depth=6, random_state=0)
+    else:
+        X, y = carseats_data("frame-float")
+        fresh = dt.RandomForestQuantileRegressor(n_estimators=2, max_depth=4, random_state=0)
+    fresh.fit(X, y)  # the same trees: the growth did not change since
+    assert read_manifest(V1_FILES / name)["format_version"] == 1
+    old = dt.load(V1_FILES / name)
+    predict = "predict_proba" if name == "model_v1_forest" else "predict"
+    np.testing.assert_array_equal(getattr(old, predict)(X), getattr(fresh, predict)(X))
+    for a, b in zip(old.estimators_, fresh.estimators_):
+        for array in TREE_ARRAYS:
+            np.testing.assert_array_equal(getattr(a.tree_, array), getattr(b.tree_, array))
+    # Saved again, it is a version 2 file of the same model.
+    old.save(tmp_path / "again")
+    assert read_manifest(tmp_path / "again")["format_version"] == 2
+    again = dt.load(tmp_path / "again")
+    np.testing.assert_array_equal(getattr(again, predict)(X), getattr(fresh, predict)(X))
+
+
+def test_version_2_stores_what_the_tasks_ship_and_loads_it_compact(tmp_path):
+    X, y = carseats_data("frame-str")
+    forest = dt.RandomForestClassifier(n_estimators=5, random_state=0).fit(X, y)
+    forest.save(tmp_path / "model")
+    with np.load(tmp_path / "model" / "arrays.npz", allow_pickle=False) as npz:
+        stored = {name: npz[name].nbytes for name in npz.files}
+    assert {"threshold", "is_categorical", "node_depth", "impurity"}.isdisjoint(stored)
+    assert {"is_split", "children_left", "value"} <= set(stored)
+    n_nodes = sum(est.tree_.node_count for est in forest.estimators_)
+    # Two class fractions (16 bytes), weight (8) and row count (4) a node, 15 bytes a split
+    # node (about half of them) and a bit: version 1 stored 71.5 bytes a node.
+    tree_bytes = sum(stored[name] for name in model_format.SHIPPED_ARRAYS if name in stored)
+    assert tree_bytes / n_nodes < 37
+    loaded = dt.load(tmp_path / "model")
+    assert all("_shipped" in vars(est.tree_) for est in loaded.estimators_)
+    np.testing.assert_array_equal(loaded.predict_proba(X), forest.predict_proba(X))
+    np.testing.assert_array_equal(loaded.feature_importances_, forest.feature_importances_)
+    for a, b in zip(loaded.estimators_, forest.estimators_):
+        assert a.tree_.max_depth == b.tree_.max_depth
+        for array in TREE_ARRAYS:
+            np.testing.assert_array_equal(getattr(a.tree_, array), getattr(b.tree_, array))
+
+
+def _flip_first_leaf_to_split(arrays):
+    is_split = np.unpackbits(arrays["is_split"])
+    is_split[np.flatnonzero(is_split == 0)[0]] = 1
+    arrays["is_split"] = np.packbits(is_split)
+
+
+def _numeric_split_on_a_categorical_feature(arrays):
+    assert (arrays["bitset_idx"] >= 0).any()
+    arrays["bitset_idx"][arrays["bitset_idx"] >= 0] = -1
+
+
+def _categorical_split_without_its_bitset(arrays):
+    arrays["bitset_idx"][arrays["bitset_idx"] >= 0] = 10**6
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (_flip_first_leaf_to_split, r"tree 0: is_split marks \d+ split nodes, the manifest's"),
+        (_set("children_right", 0, 1), "tree 0, node 1: not exactly one parent"),
+        (_set("feature", 0, 250), "tree 0, node 0: no such feature"),
+        (_numeric_split_on_a_categorical_feature, "a categorical split on a numeric feature, or"),
+        (_categorical_split_without_its_bitset, "no such categorical bitset"),
+    ],
+)
+def test_inconsistent_version_2_trees_are_refused(tmp_path, change, message):
+    X, y = carseats_data("frame-str")
+    model = dt.DecisionTreeClassifier(max_depth=3, random_state=0).fit(X, y)
+    model.save(tmp_path / "model")
+    rewrite_arrays(tmp_path / "model", change)
+    with pytest.raises(ValueError, match=message):
+        dt.load(tmp_path / "model")

@@ -14,15 +14,42 @@ import numpy as np
 from .._dtypes import TREE_ARRAY_DTYPES
 
 FORMAT = "dasktrees-model"
-FORMAT_VERSION = 1
+# Version 2 stores each tree as a forest task ships it (``tree.wire``): split fields for split
+# nodes only, nothing derived. Version 1 (every array of ``tree.TREE_ARRAYS``, every node) is
+# still read.
+FORMAT_VERSION = 2
+READ_VERSIONS = (1, 2)
 MANIFEST = "manifest.json"
 ARRAYS = "arrays.npz"
 
 
+# The tree arrays of a version 2 file, the fields of a shipped state (``tree.wire.encode``),
+# concatenated over the trees: ``is_split`` (np.packbits of every node's flag, the trees' nodes
+# one after the other), the split fields at split nodes, the rest at every node; ``impurity``
+# for regressors only (a classifier's is derived from its class fractions).
+SHIPPED_ARRAYS = (
+    "is_split",
+    "children_left",
+    "children_right",
+    "feature",
+    "bin_threshold",
+    "missing_go_to_left",
+    "bitset_idx",
+    "categorical_bitsets",
+    "value",
+    "n_node_samples",
+    "weighted_n_node_samples",
+    "impurity",
+)
+SPLIT_FIELDS = SHIPPED_ARRAYS[1:7]  # one entry per split node
+
 # Every array a file may hold, with its dtype: the tree's own (``_dtypes.TREE_ARRAY_DTYPES``),
-# little-endian whatever the machine, C order.
+# little-endian whatever the machine, C order. In version 2 files, ``feature`` and
+# ``n_node_samples`` have the narrower types of a shipped state instead
+# (``integrity.expected_dtypes``), and ``is_split`` is added.
 ARRAY_DTYPES = {
     **{name: np.dtype(dtype).newbyteorder("<") for name, dtype in TREE_ARRAY_DTYPES.items()},
+    "is_split": np.dtype("u1"),
     "bin_edges": np.dtype("<f8"),  # edges of the numeric features, concatenated
     "bin_values": np.dtype("<f8"),  # their representative values (BinMapper.bin_values_)
     "oob_curve": np.dtype("<f8"),  # forests fitted with oob_score

@@ -11,7 +11,8 @@ from pathlib import Path
 import numpy as np
 
 from .._dtypes import BITSET_WORDS, MAX_BINS, TREE_LEAF
-from ..tree.tree import TREE_ARRAYS
+from ..tree.tree import TREE_ARRAYS, fill_depths
+from ..tree.wire import feature_dtype
 from .format import (
     ARRAY_DTYPES,
     ARRAYS,
@@ -19,11 +20,13 @@ from .format import (
     ESTIMATOR_KINDS,
     FOREST_FITTED,
     FORMAT,
-    FORMAT_VERSION,
     LEAF_TARGET_ARRAYS,
     MANIFEST,
     OOB_SCORES,
     QUANTILE_FORESTS,
+    READ_VERSIONS,
+    SHIPPED_ARRAYS,
+    SPLIT_FIELDS,
     TREE_FITTED,
     array_checksum,
     from_json,
@@ -205,10 +208,10 @@ def read_manifest(path):
     if "format_version" not in manifest:
         raise ValueError(f"{file}: missing field 'format_version'")
     version = manifest["format_version"]
-    if not _is_int(version) or version != FORMAT_VERSION:
+    if not _is_int(version) or version not in READ_VERSIONS:
         raise ValueError(
             f"{file}: model format version {version!r} is not supported; "
-            f"this dasktrees reads version {FORMAT_VERSION}"
+            f"this dasktrees reads versions {', '.join(map(str, READ_VERSIONS))}"
         )
     _check_fields(manifest, _MANIFEST_FIELDS, str(file))
     if manifest["manifest_sha256"] != manifest_checksum(manifest):
@@ -253,7 +256,8 @@ def _check_contents(manifest, where):
         raise ValueError(f"{where}: a regressor has no classes")
     else:
         n_values = 1
-    _check_trees_entry(manifest["trees"], is_forest, n_values, f"{where}: trees")
+    shipped = manifest["format_version"] >= 2
+    _check_trees_entry(manifest["trees"], is_forest, n_values, shipped, f"{where}: trees")
     for name, entry in manifest["arrays"].items():
         _check_fields(entry, _ARRAY_FIELDS, f"{where}: arrays: {name!r}")
 
@@ -281,13 +285,15 @@ def _check_bins(bins, n_features, where):
             raise ValueError(f"{where}: feature {j}: needs one bin below {MAX_BINS} per category")
 
 
-def _check_trees_entry(trees, is_forest, n_values, where):
-    _check_fields(trees, _TREES_FIELDS, where)
+def _check_trees_entry(trees, is_forest, n_values, shipped, where):
+    fields = {**_TREES_FIELDS, "split_counts": _COUNTS} if shipped else _TREES_FIELDS
+    _check_fields(trees, fields, where)
     n_trees = trees["n_trees"]
     if n_trees < 1 or (n_trees > 1 and not is_forest):
         raise ValueError(f"{where}: n_trees is {n_trees}, expected {'>= 1' if is_forest else 1}")
-    if not len(trees["node_counts"]) == len(trees["bitset_counts"]) == n_trees:
-        raise ValueError(f"{where}: node_counts and bitset_counts need one entry per tree")
+    counted = [name for name in fields if name.endswith("_counts")]
+    if any(len(trees[name]) != n_trees for name in counted):
+        raise ValueError(f"{where}: {' and '.join(counted)} need one entry per tree")
     if min(trees["node_counts"]) < 1:
         raise ValueError(f"{where}: a tree has no nodes")
     if trees["n_values"] != n_values:
@@ -312,12 +318,33 @@ def decode_classes(classes, where):
         raise ValueError(f"{where}: the values do not fit dtype {dtype}: {exc}") from None
 
 
+def expected_dtypes(manifest):
+    """The dtype (``str``) every array of the file must have, by name: ``format.ARRAY_DTYPES``,
+    but in version 2 the shipped state's feature indices (the narrowest unsigned type for the
+    features) and row counts (int32, or int64 as declared)."""
+    dtypes = {name: dtype.str for name, dtype in ARRAY_DTYPES.items()}
+    if manifest["format_version"] >= 2:
+        n_features = manifest["fitted"]["n_features_in_"]
+        dtypes["feature"] = np.dtype(feature_dtype(n_features)).newbyteorder("<").str
+        declared = manifest["arrays"].get("n_node_samples", {}).get("dtype")
+        dtypes["n_node_samples"] = declared if declared in ("<i4", "<i8") else "<i4"
+    return dtypes
+
+
 def expected_shapes(manifest):
     """Shape of every array the manifest's counts call for, by name."""
     trees = manifest["trees"]
     numeric = [f for f in manifest["bins"]["features"] if f["kind"] == "numeric"]
     n_nodes = sum(trees["node_counts"])
-    shapes = {name: (n_nodes,) for name in TREE_ARRAYS}
+    if manifest["format_version"] >= 2:
+        n_splits = sum(trees["split_counts"])
+        shapes = {name: (n_nodes,) for name in SHIPPED_ARRAYS}
+        shapes.update({name: (n_splits,) for name in SPLIT_FIELDS})
+        shapes["is_split"] = ((n_nodes + 7) // 8,)
+        if ESTIMATOR_KINDS[manifest["estimator"]][1] == "classification":
+            del shapes["impurity"]  # derived from the class fractions
+    else:
+        shapes = {name: (n_nodes,) for name in TREE_ARRAYS}
     shapes["categorical_bitsets"] = (sum(trees["bitset_counts"]), BITSET_WORDS)
     shapes["value"] = (n_nodes, trees["n_values"])
     shapes["bin_edges"] = (sum(f["n_edges"] for f in numeric),)
@@ -335,8 +362,9 @@ def expected_shapes(manifest):
     return shapes
 
 
-def read_arrays(npz, declared, shapes):
-    """The arrays of ``npz``, each checked against its manifest entry and expected shape."""
+def read_arrays(npz, declared, shapes, dtypes):
+    """The arrays of ``npz``, each checked against its manifest entry and expected shape and
+    dtype (``expected_shapes``, ``expected_dtypes``)."""
     if set(declared) != set(shapes):
         raise ValueError(
             f"{npz.with_name(MANIFEST)}: lists arrays {sorted(declared)}, expected {sorted(shapes)}"
@@ -354,7 +382,7 @@ def read_arrays(npz, declared, shapes):
             if name in arrays:
                 raise ValueError(f"{npz} holds array {name!r} twice")
             arrays[name] = _read_array(
-                archive, info, name, declared.get(name), shapes.get(name), npz
+                archive, info, name, declared.get(name), shapes.get(name), dtypes.get(name), npz
             )
     missing = sorted(set(shapes) - set(arrays))
     if missing:
@@ -362,7 +390,7 @@ def read_arrays(npz, declared, shapes):
     return arrays
 
 
-def _read_array(archive, info, name, entry, shape, npz):
+def _read_array(archive, info, name, entry, shape, dtype_str, npz):
     """One member of the archive: its header first (an object array stops here, before any of
     its data is read), then its data, checked against its manifest ``entry``."""
     try:
@@ -382,7 +410,7 @@ def _read_array(archive, info, name, entry, shape, npz):
         )
     if entry is None:
         raise ValueError(f"{npz}: unexpected array {name!r}, not in the manifest")
-    expected = (ARRAY_DTYPES[name].str, shape)
+    expected = (dtype_str, shape)
     if (dtype.str, file_shape) != expected or (entry["dtype"], tuple(entry["shape"])) != expected:
         raise ValueError(
             f"{npz}: array {name!r} is {dtype.str} {file_shape} (manifest: {entry['dtype']} "
@@ -452,6 +480,65 @@ def check_trees(a, node_counts, bitset_counts, feature_is_categorical, npz):
     )
     row, n_rows = a["bitset_idx"][split], np.asarray(bitset_counts)[tree[split]]
     require(~categorical | ((row >= 0) & (row < n_rows)), split, "no such categorical bitset")
+
+
+def check_shipped_trees(a, trees, feature_is_categorical, npz):
+    """Check that the trees of a version 2 file (``format.SHIPPED_ARRAYS`` in ``a``, counted by
+    the manifest's ``trees``) are trees the kernels can walk, as ``check_trees`` does for version
+    1, and give their depths (which a version 2 file does not store).
+
+    Returns
+    -------
+    is_split : ndarray of bool, shape (n_nodes,)
+    depth : ndarray of int64, shape (n_nodes,)
+        Every node's distance from its tree's root.
+    """
+    counts = np.asarray(trees["node_counts"], dtype=np.int64)
+    is_split = np.unpackbits(a["is_split"], count=int(counts.sum())).astype(bool)
+    tree = np.repeat(np.arange(len(counts)), counts)  # tree of each node
+    start = (np.cumsum(counts) - counts)[tree]  # its tree's root
+    node = np.arange(len(tree))
+    split = np.flatnonzero(is_split)
+    marked = np.bincount(tree[split], minlength=len(counts))
+    differs = np.flatnonzero(marked != np.asarray(trees["split_counts"]))
+    if len(differs):
+        t = differs[0]
+        raise ValueError(
+            f"{npz}: tree {t}: is_split marks {marked[t]} split nodes, the manifest's "
+            f"split_counts {trees['split_counts'][t]}"
+        )
+    left = start[split] + a["children_left"]
+    right = start[split] + a["children_right"]
+    end = start[split] + counts[tree[split]]
+
+    def require(ok, at, problem):
+        if not ok.all():
+            bad = at[np.argmin(ok)]
+            raise ValueError(f"{npz}: tree {tree[bad]}, node {bad - start[bad]}: {problem}")
+
+    require(
+        (split < left) & (left < end) & (split < right) & (right < end),
+        split,
+        "a child outside its tree or before its parent",
+    )
+    n_parents = np.bincount(np.concatenate([left, right]), minlength=len(node))
+    require(n_parents == (node != start), node, "not exactly one parent (a root: none)")
+    feature = a["feature"].astype(np.int64)
+    require(feature < len(feature_is_categorical), split, "no such feature")
+    categorical = a["bitset_idx"] >= 0
+    require(
+        categorical == feature_is_categorical[feature],
+        split,
+        "a categorical split on a numeric feature, or the other way round",
+    )
+    n_rows = np.asarray(trees["bitset_counts"])[tree[split]]
+    require(~categorical | (a["bitset_idx"] < n_rows), split, "no such categorical bitset")
+    # Children come after their parents (checked above): one pass gives every depth.
+    children = np.full((2, len(node)), TREE_LEAF, dtype=np.int64)
+    children[0, split], children[1, split] = left, right
+    depth = np.zeros(len(node), dtype=np.int64)
+    fill_depths(children[0], children[1], depth)
+    return is_split, depth
 
 
 def check_leaf_targets(a, n_leaves, npz):

@@ -7,6 +7,7 @@ import numpy as np
 
 from .._dtypes import TREE_LEAF
 from ..binning import BinMapper
+from ..criteria import CLASSIFICATION_CRITERIA, SQUARED_ERROR
 from ..ensemble import (
     ExtraTreesClassifier,
     ExtraTreesRegressor,
@@ -24,12 +25,16 @@ from .format import (
     MANIFEST,
     OOB_SCORES,
     QUANTILE_FORESTS,
+    SHIPPED_ARRAYS,
+    SPLIT_FIELDS,
     from_json,
 )
 from .integrity import (
     check_leaf_targets,
+    check_shipped_trees,
     check_trees,
     decode_classes,
+    expected_dtypes,
     expected_shapes,
     read_arrays,
     read_manifest,
@@ -148,28 +153,75 @@ def load(path):
     directory = Path(path)
     manifest = _read_manifest(directory)
     npz = directory / ARRAYS
-    arrays = read_arrays(npz, manifest["arrays"], expected_shapes(manifest))
+    arrays = read_arrays(
+        npz, manifest["arrays"], expected_shapes(manifest), expected_dtypes(manifest)
+    )
     mapper = _build_bin_mapper(manifest["bins"], arrays["bin_edges"], arrays["bin_values"])
     trees = manifest["trees"]
-    check_trees(arrays, trees["node_counts"], trees["bitset_counts"], mapper.is_categorical_, npz)
+    if manifest["format_version"] >= 2:
+        structure = check_shipped_trees(arrays, trees, mapper.is_categorical_, npz)
+        criterion = _criterion(manifest)
+        fitted_trees = _shipped_trees(arrays, trees, structure, mapper, criterion)
+        n_leaves = sum(trees["node_counts"]) - sum(trees["split_counts"])
+    else:
+        node_counts, bitset_counts = trees["node_counts"], trees["bitset_counts"]
+        check_trees(arrays, node_counts, bitset_counts, mapper.is_categorical_, npz)
+        fitted_trees = _split_trees(arrays, trees, mapper.n_features_in_)
+        n_leaves = int(np.count_nonzero(arrays["children_left"] == TREE_LEAF))
     leaf_targets = None
     if manifest["estimator"] in QUANTILE_FORESTS:
-        n_leaves = int(np.count_nonzero(arrays["children_left"] == TREE_LEAF))
         check_leaf_targets(arrays, n_leaves, npz)
         leaf_targets = LeafTargets(
             **{field: arrays[name] for name, field in LEAF_TARGET_ARRAYS.items()}
         )
-    return _build_estimator(
-        manifest,
-        mapper,
-        _split_trees(arrays, trees, mapper.n_features_in_),
-        arrays.get("oob_curve"),
-        leaf_targets,
-    )
+    return _build_estimator(manifest, mapper, fitted_trees, arrays.get("oob_curve"), leaf_targets)
+
+
+def _criterion(manifest):
+    """The criterion code (``criteria``) of the file's trees; a classifier's derives their
+    impurities."""
+    if ESTIMATOR_KINDS[manifest["estimator"]][1] == "regression":
+        return SQUARED_ERROR
+    name = manifest["params"].get("criterion")
+    if name not in CLASSIFICATION_CRITERIA:
+        raise ValueError(
+            f"{MANIFEST}: parameter 'criterion' is {name!r}, not one of "
+            f"{', '.join(map(repr, CLASSIFICATION_CRITERIA))}"
+        )
+    return CLASSIFICATION_CRITERIA[name]
+
+
+def _shipped_trees(arrays, trees, structure, mapper, criterion):
+    """The trees of a version 2 file, each kept in its shipped state (``Tree.shipped``): views
+    of the concatenated arrays, but for each tree's ``is_split`` bits and depth."""
+    is_split, depth = structure
+    node_ends = np.cumsum(trees["node_counts"], dtype=np.int64)
+    split_ends = np.cumsum(trees["split_counts"], dtype=np.int64)
+    bitset_ends = np.cumsum(trees["bitset_counts"], dtype=np.int64)
+    thresholds = mapper.threshold_table()  # one bin table for all the trees
+    out = []
+    for t in range(trees["n_trees"]):
+        nodes = slice(node_ends[t] - trees["node_counts"][t], node_ends[t])
+        splits = slice(split_ends[t] - trees["split_counts"][t], split_ends[t])
+        bitsets = slice(bitset_ends[t] - trees["bitset_counts"][t], bitset_ends[t])
+        state = {"n_features": mapper.n_features_in_, "is_split": np.packbits(is_split[nodes])}
+        for name in SHIPPED_ARRAYS[1:]:
+            if name in SPLIT_FIELDS:
+                state[name] = arrays[name][splits]
+            elif name == "categorical_bitsets":
+                state[name] = arrays[name][bitsets]
+            elif name in arrays:
+                state[name] = arrays[name][nodes]
+        if criterion != SQUARED_ERROR:
+            state["criterion"] = criterion
+        state["max_depth"] = int(depth[nodes].max())
+        state["wire"] = True
+        out.append(Tree.shipped(state, thresholds))
+    return out
 
 
 def _split_trees(arrays, trees, n_features):
-    """Cut the concatenated arrays into ``Tree``s (views, not copies)."""
+    """Cut the concatenated arrays of a version 1 file into ``Tree``s (views, not copies)."""
     node_cuts = np.cumsum(trees["node_counts"], dtype=np.int64)[:-1]
     bitset_cuts = np.cumsum(trees["bitset_counts"], dtype=np.int64)[:-1]
     parts = {

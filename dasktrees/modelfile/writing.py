@@ -11,7 +11,8 @@ from sklearn.utils.validation import check_is_fitted
 
 from .._validation import column_label
 from .._version import __version__
-from ..tree.tree import TREE_ARRAYS
+from ..criteria import CLASSIFICATION_CRITERIA, SQUARED_ERROR
+from ..tree.wire import state_of
 from .format import (
     ARRAY_DTYPES,
     BIN_PARAMS,
@@ -22,6 +23,7 @@ from .format import (
     LEAF_TARGET_ARRAYS,
     OOB_SCORES,
     QUANTILE_FORESTS,
+    SHIPPED_ARRAYS,
     TREE_FITTED,
     array_checksum,
     manifest_checksum,
@@ -68,8 +70,8 @@ def _describe(estimator):
     is_forest = ESTIMATOR_KINDS[cls.__name__][0] == "forest"
     check_is_fitted(estimator, "estimators_" if is_forest else "tree_")
     trees = [est.tree_ for est in estimator.estimators_] if is_forest else [estimator.tree_]
-    trees = [tree.expanded() for tree in trees]  # a forest's own trees stay compact
-    arrays = {name: np.concatenate([getattr(tree, name) for tree in trees]) for name in TREE_ARRAYS}
+    states = [state_of(tree, _criterion(estimator)) for tree in trees]
+    arrays = _tree_arrays(states)
     bins, arrays["bin_edges"], arrays["bin_values"] = _describe_bins(estimator.bin_mapper_)
     if hasattr(estimator, "oob_curve_"):
         arrays["oob_curve"] = estimator.oob_curve_
@@ -78,8 +80,12 @@ def _describe(estimator):
         for name, field in LEAF_TARGET_ARRAYS.items():
             arrays[name] = getattr(estimator.leaf_targets_, field)
     # "safe" casting: a tree field whose dtype changed must fail here, not be truncated
+    dtypes = {**ARRAY_DTYPES, "feature": states[0]["feature"].dtype}
+    dtypes["n_node_samples"] = arrays["n_node_samples"].dtype
     arrays = {
-        name: np.ascontiguousarray(np.asarray(a).astype(ARRAY_DTYPES[name], casting="safe"))
+        name: np.ascontiguousarray(
+            np.asarray(a).astype(np.dtype(dtypes[name]).newbyteorder("<"), casting="safe")
+        )
         for name, a in arrays.items()
     }
     params = estimator.get_params(deep=False)
@@ -96,9 +102,10 @@ def _describe(estimator):
         "bins": bins,
         "trees": {
             "n_trees": len(trees),
-            "n_values": int(trees[0].value.shape[1]),
+            "n_values": int(trees[0].n_values),
             "node_counts": [tree.node_count for tree in trees],
-            "bitset_counts": [len(tree.categorical_bitsets) for tree in trees],
+            "split_counts": [len(state["children_left"]) for state in states],
+            "bitset_counts": [len(state["categorical_bitsets"]) for state in states],
         },
         "arrays": {
             name: {"dtype": a.dtype.str, "shape": list(a.shape), "sha256": array_checksum(a)}
@@ -107,6 +114,25 @@ def _describe(estimator):
     }
     manifest["manifest_sha256"] = manifest_checksum(manifest)
     return manifest, arrays
+
+
+def _criterion(estimator):
+    """The code (``criteria``) of the criterion the estimator's trees were grown with."""
+    if hasattr(estimator, "classes_"):
+        return CLASSIFICATION_CRITERIA[estimator.criterion]
+    return SQUARED_ERROR
+
+
+def _tree_arrays(states):
+    """The trees' shipped states (``wire.state_of``) as the arrays of a version 2 file
+    (``format.SHIPPED_ARRAYS``), concatenated over the trees."""
+    is_split = [np.unpackbits(s["is_split"], count=len(s["n_node_samples"])) for s in states]
+    arrays = {"is_split": np.packbits(np.concatenate(is_split))}
+    for name in SHIPPED_ARRAYS[1:]:
+        if name == "impurity" and "impurity" not in states[0]:
+            continue  # a classifier's: derived from the class fractions
+        arrays[name] = np.concatenate([s[name] for s in states])
+    return arrays
 
 
 def _fitted_scalars(estimator, is_forest):

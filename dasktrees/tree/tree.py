@@ -300,7 +300,7 @@ class Tree:
         _expand_split_fields(is_split, tuple(LEAF_CONSTANTS.values()), *compact, *full)
         state.update(zip(LEAF_CONSTANTS, full))
         state["node_depth"] = np.zeros(n_nodes, dtype=np.int32)
-        _fill_depths(state["children_left"], state["children_right"], state["node_depth"])
+        fill_depths(state["children_left"], state["children_right"], state["node_depth"])
         self.__init__(state.pop("n_features"), **state)
 
 
@@ -483,7 +483,7 @@ def fields_from_records(
 
 
 @njit(cache=True)
-def _fill_depths(children_left, children_right, depth):
+def fill_depths(children_left, children_right, depth):
     """Depth of every node from the children arrays (children come after their parent)."""
     for i in range(children_left.shape[0]):
         if children_left[i] != TREE_LEAF:

@@ -25,6 +25,9 @@ from .._dtypes import BITSET_DTYPE, BITSET_WORDS, NODE_DTYPE, TREE_LEAF, TREE_UN
 from ..criteria import SQUARED_ERROR
 from .tree import LEAF_CONSTANTS, NODE_ARRAY_DTYPES, Tree, fields_from_records
 
+# The split fields a shipped state leaves out: derived from the others (``tree.expand_shipped``).
+_DERIVED = ("threshold", "is_categorical")
+
 
 def encode(nodes, values, bitsets, thresholds, n_features, criterion):
     """The shipped state of the tree ``Tree.from_growth(nodes, values, bitsets, thresholds,
@@ -33,7 +36,7 @@ def encode(nodes, values, bitsets, thresholds, n_features, criterion):
     n_split = int(np.count_nonzero(is_split))
     compact = {name: np.empty(n_split, dtype=NODE_ARRAY_DTYPES[name]) for name in LEAF_CONSTANTS}
     per_node = {
-        "n_node_samples": np.empty(len(nodes), dtype=_count_dtype(nodes)),
+        "n_node_samples": np.empty(len(nodes), dtype=_count_dtype(nodes["n_samples"])),
         "weighted_n_node_samples": np.empty(len(nodes)),
         "impurity": np.empty(len(nodes)),
     }
@@ -52,9 +55,38 @@ def encode(nodes, values, bitsets, thresholds, n_features, criterion):
         "max_depth": int(nodes["depth"].max()) if len(nodes) else 0,
         "wire": True,
     }
-    del state["threshold"], state["is_categorical"]
+    for name in _DERIVED:
+        del state[name]
     if criterion != SQUARED_ERROR:
         del state["impurity"]
+        state["criterion"] = criterion
+    return state
+
+
+def state_of(tree, criterion):
+    """The ``encode`` state of a fitted ``tree`` (criterion ``criterion``): a shipped tree's
+    own, or that of a tree with its arrays (a single tree, a pruned one), whose raw thresholds
+    and classification impurities are the ones ``encode`` drops as derived."""
+    shipped = vars(tree).get("_shipped")
+    if shipped is not None:
+        return shipped[0]
+    is_split = tree.children_left != TREE_LEAF
+    compact = tree._split_only_fields()
+    state = {
+        "n_features": tree.n_features,
+        "is_split": np.packbits(is_split),
+        **{name: compact[name] for name in LEAF_CONSTANTS if name not in _DERIVED},
+        "categorical_bitsets": tree.categorical_bitsets,
+        "value": tree.value,
+        "n_node_samples": tree.n_node_samples.astype(_count_dtype(tree.n_node_samples)),
+        "weighted_n_node_samples": tree.weighted_n_node_samples,
+        "max_depth": tree.max_depth,
+        "wire": True,
+    }
+    state["feature"] = state["feature"].astype(feature_dtype(tree.n_features))
+    if criterion == SQUARED_ERROR:
+        state["impurity"] = tree.impurity
+    else:
         state["criterion"] = criterion
     return state
 
@@ -90,9 +122,10 @@ def stump(thresholds, n_values, criterion):
     return encode(nodes, values, no_bitsets, thresholds, len(thresholds), criterion)
 
 
-def _count_dtype(nodes):
-    """int32 for row counts when the root's fits (every node holds at most the root's rows)."""
-    return np.int32 if len(nodes) == 0 or nodes[0]["n_samples"] < 2**31 else np.int64
+def _count_dtype(n_samples):
+    """int32 for row counts when the root's (``n_samples[0]``) fits: every node holds at most
+    the root's rows."""
+    return np.int32 if len(n_samples) == 0 or n_samples[0] < 2**31 else np.int64
 
 
 def feature_dtype(n_features):
