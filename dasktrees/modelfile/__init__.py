@@ -5,9 +5,11 @@ A model is a directory of two files (docs/models.md):
     model/
       manifest.json  estimator, parameters, fitted scalars, classes, feature names, bins, tree
                      counts, the dtype, shape and sha256 of every array, its own sha256
-      arrays.npz     the numbers (np.savez); each tree field concatenated over the trees:
+      arrays.npz     the numbers (np.savez); each field of the trees' shipped state
+                     (``tree.wire``) concatenated over the trees:
 
-                     children_left = [ tree 0: n0 nodes | tree 1: n1 nodes | ... ]  (local ids)
+                     value         = [ tree 0: n0 nodes | tree 1: n1 nodes | ... ]
+                     children_left = [ tree 0: s0 split nodes | tree 1: s1 | ... ]  (local ids)
 
                      and a quantile forest's leaf targets, leaf after leaf (leaf_offsets, ...)
 
