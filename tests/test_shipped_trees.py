@@ -92,6 +92,11 @@ def test_shipped_tree_properties_and_pickle(table):
         full.max_depth,
         1,
     )
+    # Impurity importance from the shipped state (a regressor's impurities are shipped).
+    np.testing.assert_array_equal(
+        tree.compute_feature_importances(), full.compute_feature_importances()
+    )
+    assert expanded_arrays(tree) == []
     again = pickle.loads(pickle.dumps(tree))
     assert "_shipped" in vars(again) and expanded_arrays(again) == []
     for name in TREE_ARRAYS:

@@ -244,18 +244,25 @@ class Tree:
         divided by the root weight; with ``normalize`` the importances sum to one (unless the
         tree is a single leaf, when they are all zero).
         """
-        tree = self.expanded()
-        split = np.flatnonzero(tree.children_left != TREE_LEAF)
-        left = tree.children_left[split]
-        right = tree.children_right[split]
-        w = tree.weighted_n_node_samples
+        shipped = self.__dict__.get("_shipped")
+        if shipped is None:
+            split = np.flatnonzero(self.children_left != TREE_LEAF)
+            left, right = self.children_left[split], self.children_right[split]
+            feature, w, impurity = self.feature[split], self.weighted_n_node_samples, self.impurity
+        else:  # from the shipped state: the few arrays needed, not the whole tree expanded
+            state = shipped[0]
+            w = state["weighted_n_node_samples"]
+            split = np.flatnonzero(np.unpackbits(state["is_split"], count=len(w)))
+            left, right, feature = state["children_left"], state["children_right"], state["feature"]
+            impurity = state.get("impurity")
+            if impurity is None:
+                impurity = np.empty(len(w))
+                _class_impurities(state["value"], w, state["criterion"], impurity)
         decrease = (
-            w[split] * tree.impurity[split]
-            - w[left] * tree.impurity[left]
-            - w[right] * tree.impurity[right]
+            w[split] * impurity[split] - w[left] * impurity[left] - w[right] * impurity[right]
         )
         importances = np.zeros(self.n_features)
-        np.add.at(importances, tree.feature[split], decrease)
+        np.add.at(importances, feature, decrease)
         importances /= w[0]
         total = importances.sum()
         if normalize and total > 0.0:
