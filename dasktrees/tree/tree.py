@@ -97,7 +97,7 @@ class Tree:
         if shipped is None or name not in TREE_ARRAYS:
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
         self.__setstate__(expand_shipped(*shipped))
-        del self._shipped
+        self.__dict__.pop("_shipped", None)  # two threads may expand the same tree at once
         return getattr(self, name)
 
     def expanded(self):
