@@ -73,7 +73,7 @@ def dasktrees_sizes(X, y, n_trees):
     arrays = Counter()
     shared = {}  # arrays several trees hold (the bin table of shipped trees): counted once
     for tree in trees:
-        if "_shipped" in vars(tree):  # as the tasks ship them (``Tree.shipped``)
+        if tree.shipped_state is not None:  # as the tasks ship them (``Tree.shipped``)
             state, thresholds = tree._shipped
             shared[id(thresholds)] = ("Tree shipped: bin table", thresholds.nbytes)
             for name, value in state.items():

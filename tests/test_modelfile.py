@@ -621,7 +621,7 @@ def test_version_2_stores_what_the_tasks_ship_and_loads_it_compact(tmp_path):
     tree_bytes = sum(stored[name] for name in model_format.SHIPPED_ARRAYS if name in stored)
     assert tree_bytes / n_nodes < 37
     loaded = dt.load(tmp_path / "model")
-    assert all("_shipped" in vars(est.tree_) for est in loaded.estimators_)
+    assert all(est.tree_.shipped_state is not None for est in loaded.estimators_)
     np.testing.assert_array_equal(loaded.predict_proba(X), forest.predict_proba(X))
     np.testing.assert_array_equal(loaded.feature_importances_, forest.feature_importances_)
     for a, b in zip(loaded.estimators_, forest.estimators_):

@@ -41,7 +41,7 @@ def test_a_forest_stays_compact_through_its_whole_use(client, numeric_table, tmp
         n_estimators=4, random_state=0, client=client if on_cluster else None
     ).fit(X, y)
     trees = [est.tree_ for est in forest.estimators_]
-    assert all("_shipped" in vars(tree) for tree in trees)
+    assert all(tree.shipped_state is not None for tree in trees)
     proba = forest.predict_proba(X)
     importances = forest.feature_importances_
     shap = forest.shap_values(X[:20])
@@ -98,7 +98,7 @@ def test_shipped_tree_properties_and_pickle(table):
     )
     assert expanded_arrays(tree) == []
     again = pickle.loads(pickle.dumps(tree))
-    assert "_shipped" in vars(again) and expanded_arrays(again) == []
+    assert again.shipped_state is not None and expanded_arrays(again) == []
     for name in TREE_ARRAYS:
         np.testing.assert_array_equal(getattr(again, name), getattr(full, name), err_msg=name)
     # A pickled forest keeps its trees compact, and one copy of the bin table for all.

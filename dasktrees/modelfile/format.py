@@ -12,6 +12,7 @@ import shutil
 import numpy as np
 
 from .._dtypes import TREE_ARRAY_DTYPES
+from ..tree.tree import SPLIT_NODE_FIELDS
 
 FORMAT = "dasktrees-model"
 # Version 2 stores each tree as a forest task ships it (``tree.wire``): split fields for split
@@ -27,21 +28,16 @@ ARRAYS = "arrays.npz"
 # concatenated over the trees: ``is_split`` (np.packbits of every node's flag, the trees' nodes
 # one after the other), the split fields at split nodes, the rest at every node; ``impurity``
 # for regressors only (a classifier's is derived from its class fractions).
+SPLIT_FIELDS = SPLIT_NODE_FIELDS  # one entry per split node
 SHIPPED_ARRAYS = (
     "is_split",
-    "children_left",
-    "children_right",
-    "feature",
-    "bin_threshold",
-    "missing_go_to_left",
-    "bitset_idx",
+    *SPLIT_FIELDS,
     "categorical_bitsets",
     "value",
     "n_node_samples",
     "weighted_n_node_samples",
     "impurity",
 )
-SPLIT_FIELDS = SHIPPED_ARRAYS[1:7]  # one entry per split node
 
 # Every array a file may hold, with its dtype: the tree's own (``_dtypes.TREE_ARRAY_DTYPES``),
 # little-endian whatever the machine, C order. In version 2 files, ``feature`` and

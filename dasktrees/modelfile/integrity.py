@@ -437,49 +437,35 @@ def _read_array(archive, info, name, entry, shape, dtype_str, npz):
 
 
 def check_trees(a, node_counts, bitset_counts, feature_is_categorical, npz):
-    """Check that the concatenated tree arrays ``a`` hold trees the kernels can walk.
+    """Check that the concatenated tree arrays ``a`` of a version 1 file hold trees the kernels
+    can walk.
 
     The numba kernels do not check bounds, so a file that passes its checksums but was written
     by something else must not make them read or write out of their arrays: every split has two
     children later in its own tree, every node but a root exactly one parent, depths count
     edges from the root, and a split's feature, kind and bitset row exist.
     """
-    counts = np.asarray(node_counts, dtype=np.int64)
-    tree = np.repeat(np.arange(len(counts)), counts)  # tree of each node
-    start = (np.cumsum(counts) - counts)[tree]  # its tree's root
-    node = np.arange(len(tree))
-    split = np.flatnonzero(a["children_left"] != TREE_LEAF)
-    left = start[split] + a["children_left"][split]
-    right = start[split] + a["children_right"][split]
-    end = start[split] + counts[tree[split]]
-
-    def require(ok, at, problem):
-        if not ok.all():
-            bad = at[np.argmin(ok)]
-            raise ValueError(f"{npz}: tree {tree[bad]}, node {bad - start[bad]}: {problem}")
-
+    nodes = _Nodes(node_counts, npz)
     is_leaf = a["children_left"] == TREE_LEAF
-    require(~is_leaf | (a["children_right"] == TREE_LEAF), node, "a leaf with a right child")
-    require(
-        (split < left) & (left < end) & (split < right) & (right < end),
-        split,
-        "a child outside its tree or before its parent",
+    nodes.require(
+        ~is_leaf | (a["children_right"] == TREE_LEAF), nodes.index, "a leaf with a right child"
     )
-    n_parents = np.bincount(np.concatenate([left, right]), minlength=len(node))
-    require(n_parents == (node != start), node, "not exactly one parent (a root: none)")
-    depth = np.zeros(len(node), dtype=np.int64)
+    split = np.flatnonzero(~is_leaf)
+    left, right = nodes.check_splits(
+        split,
+        a["children_left"][split],
+        a["children_right"][split],
+        a["feature"][split],
+        a["is_categorical"][split] != 0,
+        a["bitset_idx"][split],
+        bitset_counts,
+        feature_is_categorical,
+    )
+    depth = np.zeros(len(nodes.index), dtype=np.int64)
     depth[left] = depth[right] = a["node_depth"][split].astype(np.int64) + 1
-    require(a["node_depth"] == depth, node, "node_depth is not the distance from the root")
-    feature = a["feature"][split]
-    require((feature >= 0) & (feature < len(feature_is_categorical)), split, "no such feature")
-    categorical = a["is_categorical"][split] != 0
-    require(
-        categorical == feature_is_categorical[feature],
-        split,
-        "is_categorical differs from the kind of the split's feature",
+    nodes.require(
+        a["node_depth"] == depth, nodes.index, "node_depth is not the distance from the root"
     )
-    row, n_rows = a["bitset_idx"][split], np.asarray(bitset_counts)[tree[split]]
-    require(~categorical | ((row >= 0) & (row < n_rows)), split, "no such categorical bitset")
 
 
 def check_shipped_trees(a, trees, feature_is_categorical, npz):
@@ -493,13 +479,10 @@ def check_shipped_trees(a, trees, feature_is_categorical, npz):
     depth : ndarray of int64, shape (n_nodes,)
         Every node's distance from its tree's root.
     """
-    counts = np.asarray(trees["node_counts"], dtype=np.int64)
-    is_split = np.unpackbits(a["is_split"], count=int(counts.sum())).astype(bool)
-    tree = np.repeat(np.arange(len(counts)), counts)  # tree of each node
-    start = (np.cumsum(counts) - counts)[tree]  # its tree's root
-    node = np.arange(len(tree))
+    nodes = _Nodes(trees["node_counts"], npz)
+    is_split = np.unpackbits(a["is_split"], count=len(nodes.index)).astype(bool)
     split = np.flatnonzero(is_split)
-    marked = np.bincount(tree[split], minlength=len(counts))
+    marked = np.bincount(nodes.tree[split], minlength=len(nodes.counts))
     differs = np.flatnonzero(marked != np.asarray(trees["split_counts"]))
     if len(differs):
         t = differs[0]
@@ -507,38 +490,76 @@ def check_shipped_trees(a, trees, feature_is_categorical, npz):
             f"{npz}: tree {t}: is_split marks {marked[t]} split nodes, the manifest's "
             f"split_counts {trees['split_counts'][t]}"
         )
-    left = start[split] + a["children_left"]
-    right = start[split] + a["children_right"]
-    end = start[split] + counts[tree[split]]
-
-    def require(ok, at, problem):
-        if not ok.all():
-            bad = at[np.argmin(ok)]
-            raise ValueError(f"{npz}: tree {tree[bad]}, node {bad - start[bad]}: {problem}")
-
-    require(
-        (split < left) & (left < end) & (split < right) & (right < end),
+    left, right = nodes.check_splits(
         split,
-        "a child outside its tree or before its parent",
+        a["children_left"],
+        a["children_right"],
+        a["feature"],
+        a["bitset_idx"] >= 0,
+        a["bitset_idx"],
+        trees["bitset_counts"],
+        feature_is_categorical,
     )
-    n_parents = np.bincount(np.concatenate([left, right]), minlength=len(node))
-    require(n_parents == (node != start), node, "not exactly one parent (a root: none)")
-    feature = a["feature"].astype(np.int64)
-    require(feature < len(feature_is_categorical), split, "no such feature")
-    categorical = a["bitset_idx"] >= 0
-    require(
-        categorical == feature_is_categorical[feature],
-        split,
-        "a categorical split on a numeric feature, or the other way round",
-    )
-    n_rows = np.asarray(trees["bitset_counts"])[tree[split]]
-    require(~categorical | (a["bitset_idx"] < n_rows), split, "no such categorical bitset")
     # Children come after their parents (checked above): one pass gives every depth.
-    children = np.full((2, len(node)), TREE_LEAF, dtype=np.int64)
+    children = np.full((2, len(nodes.index)), TREE_LEAF, dtype=np.int64)
     children[0, split], children[1, split] = left, right
-    depth = np.zeros(len(node), dtype=np.int64)
+    depth = np.zeros(len(nodes.index), dtype=np.int64)
     fill_depths(children[0], children[1], depth)
     return is_split, depth
+
+
+class _Nodes:
+    """The nodes of concatenated trees (``counts`` nodes each), and the checks on them that
+    both format versions make; a failed check names the file, the tree and the node."""
+
+    def __init__(self, counts, npz):
+        self.counts = np.asarray(counts, dtype=np.int64)
+        self.tree = np.repeat(np.arange(len(self.counts)), self.counts)  # tree of each node
+        self.start = (np.cumsum(self.counts) - self.counts)[self.tree]  # its tree's root
+        self.index = np.arange(len(self.tree))
+        self.npz = npz
+
+    def require(self, ok, at, problem):
+        if not ok.all():
+            bad = at[np.argmin(ok)]
+            raise ValueError(
+                f"{self.npz}: tree {self.tree[bad]}, node {bad - self.start[bad]}: {problem}"
+            )
+
+    def check_splits(
+        self, split, left, right, feature, categorical, bitset_row, bitset_counts, is_categorical
+    ):
+        """Check the split nodes ``split`` (global indices) with their local children, feature,
+        kind and bitset row: each child later in the split's tree, every node but a root one
+        parent, the feature, its kind and the bitset row existing. Returns the children's global
+        indices."""
+        start, end = self.start[split], self.start[split] + self.counts[self.tree[split]]
+        left, right = start + left, start + right
+        self.require(
+            (split < left) & (left < end) & (split < right) & (right < end),
+            split,
+            "a child outside its tree or before its parent",
+        )
+        n_parents = np.bincount(np.concatenate([left, right]), minlength=len(self.index))
+        self.require(
+            n_parents == (self.index != self.start),
+            self.index,
+            "not exactly one parent (a root: none)",
+        )
+        feature = feature.astype(np.int64)
+        self.require((feature >= 0) & (feature < len(is_categorical)), split, "no such feature")
+        self.require(
+            categorical == is_categorical[feature],
+            split,
+            "a categorical split on a numeric feature, or the other way round",
+        )
+        n_rows = np.asarray(bitset_counts)[self.tree[split]]
+        self.require(
+            ~categorical | ((bitset_row >= 0) & (bitset_row < n_rows)),
+            split,
+            "no such categorical bitset",
+        )
+        return left, right
 
 
 def check_leaf_targets(a, n_leaves, npz):

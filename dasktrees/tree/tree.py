@@ -112,31 +112,34 @@ class Tree:
         return tree
 
     @property
-    def node_count(self):
+    def shipped_state(self):
+        """The state a tree kept as shipped is in (``wire.encode``), or None for a tree with
+        its arrays."""
         shipped = self.__dict__.get("_shipped")
-        if shipped is not None:
-            return len(shipped[0]["n_node_samples"])
-        return len(self.children_left)
+        return None if shipped is None else shipped[0]
+
+    @property
+    def node_count(self):
+        state = self.shipped_state
+        return len(self.children_left if state is None else state["n_node_samples"])
 
     @property
     def n_leaves(self):
-        shipped = self.__dict__.get("_shipped")
-        if shipped is not None:
-            return self.node_count - len(shipped[0]["bitset_idx"])
+        state = self.shipped_state
+        if state is not None:
+            return self.node_count - len(state["bitset_idx"])
         return int(np.sum(self.children_left == TREE_LEAF))
 
     @property
     def max_depth(self):
-        shipped = self.__dict__.get("_shipped")
-        if shipped is not None:
-            return shipped[0]["max_depth"]
-        return int(self.node_depth.max())
+        state = self.shipped_state
+        return int(self.node_depth.max()) if state is None else state["max_depth"]
 
     @property
     def n_values(self):
         """Values per node: the number of classes, or 1."""
-        shipped = self.__dict__.get("_shipped")
-        return (shipped[0] if shipped is not None else self.__dict__)["value"].shape[1]
+        state = self.shipped_state
+        return (self.value if state is None else state["value"]).shape[1]
 
     def split_nodes(self):
         """The split nodes' fields, in node order, with what locates them among all nodes.
@@ -152,13 +155,12 @@ class Tree:
         value : ndarray of float64, shape (n_nodes, n_values)
         categorical_bitsets : ndarray of uint32, shape (n_bitsets, BITSET_WORDS)
         """
-        shipped = self.__dict__.get("_shipped")
-        if shipped is not None:
-            state = shipped[0]
-            fields = [state[name] for name in _SPLIT_NODE_FIELDS]
+        state = self.shipped_state
+        if state is not None:
+            fields = [state[name] for name in SPLIT_NODE_FIELDS]
             return state["is_split"], *fields, state["value"], state["categorical_bitsets"]
         compact = self._split_only_fields()
-        fields = [compact[name] for name in _SPLIT_NODE_FIELDS]
+        fields = [compact[name] for name in SPLIT_NODE_FIELDS]
         is_split = np.packbits(self.children_left != TREE_LEAF)
         return is_split, *fields, self.value, self.categorical_bitsets
 
@@ -244,13 +246,12 @@ class Tree:
         divided by the root weight; with ``normalize`` the importances sum to one (unless the
         tree is a single leaf, when they are all zero).
         """
-        shipped = self.__dict__.get("_shipped")
-        if shipped is None:
+        state = self.shipped_state
+        if state is None:
             split = np.flatnonzero(self.children_left != TREE_LEAF)
             left, right = self.children_left[split], self.children_right[split]
             feature, w, impurity = self.feature[split], self.weighted_n_node_samples, self.impurity
         else:  # from the shipped state: the few arrays needed, not the whole tree expanded
-            state = shipped[0]
             w = state["weighted_n_node_samples"]
             split = np.flatnonzero(np.unpackbits(state["is_split"], count=len(w)))
             left, right, feature = state["children_left"], state["children_right"], state["feature"]
@@ -312,8 +313,9 @@ class Tree:
 
 
 def expand_shipped(state, thresholds):
-    """The ``Tree.__getstate__`` state of the tree an ``encode`` state describes: what the
-    client derives again (raw thresholds, ``is_categorical``, classification impurities)."""
+    """The ``Tree.__getstate__`` state of the tree a shipped state (``wire.encode``) describes,
+    given its bin ``thresholds`` table: with what the shipped state leaves out derived again
+    (raw thresholds, ``is_categorical``, classification impurities)."""
     state = {k: v for k, v in state.items() if k not in ("wire", "max_depth")}
     bitset_idx = state["bitset_idx"]
     state["feature"] = state["feature"].astype(np.int32)
@@ -333,7 +335,7 @@ def expand_shipped(state, thresholds):
 
 
 # The split fields ``Tree.split_nodes`` gives, in its order.
-_SPLIT_NODE_FIELDS = (
+SPLIT_NODE_FIELDS = (
     "children_left",
     "children_right",
     "feature",
@@ -601,5 +603,6 @@ def _split_thresholds(thresholds, feature, bin_threshold, bitset_idx, out):
 
 @njit(cache=True, nogil=True)
 def _class_impurities(value, weighted_n_node_samples, criterion, out):
+    """Each node's impurity from its class fractions and weight (``criteria.class_impurity``)."""
     for i in range(value.shape[0]):
         out[i] = class_impurity(value[i], weighted_n_node_samples[i], criterion)

@@ -67,9 +67,8 @@ def state_of(tree, criterion):
     """The ``encode`` state of a fitted ``tree`` (criterion ``criterion``): a shipped tree's
     own, or that of a tree with its arrays (a single tree, a pruned one), whose raw thresholds
     and classification impurities are the ones ``encode`` drops as derived."""
-    shipped = vars(tree).get("_shipped")
-    if shipped is not None:
-        return shipped[0]
+    if tree.shipped_state is not None:
+        return tree.shipped_state
     is_split = tree.children_left != TREE_LEAF
     compact = tree._split_only_fields()
     state = {
