@@ -35,6 +35,7 @@ from ._dtypes import (
     X_BINNED_DTYPE,
 )
 from .binning import _bin_code
+from .tree.tree import node_class_fractions
 
 SOFT = 0  # sum class fractions (or means); divide by the number of trees
 HARD = 1  # one vote per tree for its majority class
@@ -218,6 +219,7 @@ def _pack_tree(
     missing_go_to_left,
     bitset_idx,
     value,
+    class_weights,
     n_nodes,
     node_start,
     leaf_start,
@@ -233,9 +235,11 @@ def _pack_tree(
 
     Parameters
     ----------
-    is_split, children_left, ..., value :
+    is_split, children_left, ..., value, class_weights :
         The tree's split nodes (``Tree.split_nodes``): ``is_split`` packed eight nodes a byte,
-        the split fields for split nodes only, ``value`` for every node.
+        the split fields for split nodes only, ``value`` for every node (with
+        ``class_weights``, class weights, whose fractions the leaves get:
+        ``tree.class_fractions``).
     n_nodes : int
     node_start, leaf_start, bitset_start : int
         Where the tree's split nodes, leaves and bitset rows start in the forest's tables.
@@ -254,8 +258,10 @@ def _pack_tree(
             n_split += 1
         else:
             index[i] = ~(leaf_start + n_leaf)
-            for c in range(value.shape[1]):
-                values[leaf_start + n_leaf, c] = value[i, c]
+            if class_weights:
+                node_class_fractions(value[i], values[leaf_start + n_leaf])
+            else:
+                values[leaf_start + n_leaf] = value[i]
             n_leaf += 1
     for j in range(children_left.shape[0]):
         record = nodes[node_start + j]

@@ -613,13 +613,14 @@ def test_version_2_stores_what_the_tasks_ship_and_loads_it_compact(tmp_path):
     forest.save(tmp_path / "model")
     with np.load(tmp_path / "model" / "arrays.npz", allow_pickle=False) as npz:
         stored = {name: npz[name].nbytes for name in npz.files}
-    assert {"threshold", "is_categorical", "node_depth", "impurity"}.isdisjoint(stored)
-    assert {"is_split", "children_left", "value"} <= set(stored)
+    derived = {"threshold", "is_categorical", "node_depth", "impurity"}
+    assert (derived | {"value", "weighted_n_node_samples"}).isdisjoint(stored)
+    assert {"is_split", "children_left", "class_weight"} <= set(stored)
     n_nodes = sum(est.tree_.node_count for est in forest.estimators_)
-    # Two class fractions (16 bytes), weight (8) and row count (4) a node, 15 bytes a split
-    # node (about half of them) and a bit: version 1 stored 71.5 bytes a node.
+    # Two class weights (16 bytes) and a row count (4) a node, 15 bytes a split node (about
+    # half of them) and a bit: version 1 stored 71.5 bytes a node.
     tree_bytes = sum(stored[name] for name in model_format.SHIPPED_ARRAYS if name in stored)
-    assert tree_bytes / n_nodes < 37
+    assert tree_bytes / n_nodes < 29
     loaded = dt.load(tmp_path / "model")
     assert all(est.tree_.shipped_state is not None for est in loaded.estimators_)
     np.testing.assert_array_equal(loaded.predict_proba(X), forest.predict_proba(X))
@@ -662,3 +663,21 @@ def test_inconsistent_version_2_trees_are_refused(tmp_path, change, message):
     rewrite_arrays(tmp_path / "model", change)
     with pytest.raises(ValueError, match=message):
         dt.load(tmp_path / "model")
+
+
+def test_a_classifier_with_pruned_trees_stores_fractions_and_weights(tmp_path):
+    # A pruned tree arrives with its arrays (its fractions, not class weights): a forest holding
+    # one stores every tree's fractions and weights, those of its shipped trees derived exactly.
+    X, y = carseats_data("frame-str")
+    forest = dt.RandomForestClassifier(n_estimators=2, warm_start=True, random_state=0).fit(X, y)
+    forest.set_params(n_estimators=4, ccp_alpha=0.005).fit(X, y)
+    kinds = [est.tree_.shipped_state is not None for est in forest.estimators_]
+    assert kinds == [True, True, False, False]
+    forest.save(tmp_path / "model")
+    with np.load(tmp_path / "model" / "arrays.npz", allow_pickle=False) as npz:
+        assert "class_weight" not in npz.files and "value" in npz.files
+    loaded = dt.load(tmp_path / "model")
+    np.testing.assert_array_equal(loaded.predict_proba(X), forest.predict_proba(X))
+    for a, b in zip(loaded.estimators_, forest.estimators_):
+        for array in TREE_ARRAYS:
+            np.testing.assert_array_equal(getattr(a.tree_, array), getattr(b.tree_, array))

@@ -263,8 +263,11 @@ def test_wire_state_gives_back_the_tree(criterion, fractional_weights):
     records = _grow_records(codes, target, weights, arrays, params, n_values, 7, None, None)
     state = wire.encode(*records, arrays.thresholds, codes.shape[1], params.criterion)
     assert ("impurity" in state) == regression
+    # A classifier ships class weights; fractions and node weights are derived from them.
+    assert ("class_weight" in state) != regression
+    assert ("value" in state) == ("weighted_n_node_samples" in state) == regression
     assert "threshold" not in state and state["feature"].dtype == np.uint8
-    expected = Tree.from_growth(*records, arrays.thresholds, codes.shape[1])
+    expected = Tree.from_growth(*records, arrays.thresholds, codes.shape[1], params.criterion)
     tree = wire.decode(state, arrays.thresholds)
     assert (expected.is_categorical == 1).any() and (expected.impurity > 0).any()
     for name in TREE_ARRAYS:
@@ -291,7 +294,7 @@ def test_wire_state_of_best_first_trees_and_single_leaves(max_leaf_nodes, min_sa
     arrays = model.bin_mapper_.kernel_arrays()
     records = _grow_records(codes, labels, np.ones(len(y)), arrays, params, 2, 0, None, None)
     state = wire.encode(*records, arrays.thresholds, codes.shape[1], params.criterion)
-    expected = Tree.from_growth(*records, arrays.thresholds, codes.shape[1])
+    expected = Tree.from_growth(*records, arrays.thresholds, codes.shape[1], params.criterion)
     assert expected.node_count == (1 if max_leaf_nodes is None else 2 * max_leaf_nodes - 1)
     tree = wire.decode(state, arrays.thresholds)
     for name in TREE_ARRAYS:

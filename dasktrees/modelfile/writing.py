@@ -12,6 +12,7 @@ from sklearn.utils.validation import check_is_fitted
 from .._validation import column_label
 from .._version import __version__
 from ..criteria import CLASSIFICATION_CRITERIA, SQUARED_ERROR
+from ..tree.tree import class_fractions
 from ..tree.wire import state_of
 from .format import (
     ARRAY_DTYPES,
@@ -126,13 +127,26 @@ def _criterion(estimator):
 def _tree_arrays(states):
     """The trees' shipped states (``wire.state_of``) as the arrays of a version 2 file
     (``format.SHIPPED_ARRAYS``), concatenated over the trees."""
+    if not all("class_weight" in s for s in states):  # a classifier's pruned tree among them
+        states = [_with_fractions(s) for s in states]
     is_split = [np.unpackbits(s["is_split"], count=len(s["n_node_samples"])) for s in states]
     arrays = {"is_split": np.packbits(np.concatenate(is_split))}
     for name in SHIPPED_ARRAYS[1:]:
-        if name == "impurity" and "impurity" not in states[0]:
-            continue  # a classifier's: derived from the class fractions
-        arrays[name] = np.concatenate([s[name] for s in states])
+        if name in states[0]:
+            arrays[name] = np.concatenate([s[name] for s in states])
     return arrays
+
+
+def _with_fractions(state):
+    """A shipped state with its class fractions and node weights instead of class weights."""
+    if "class_weight" not in state:
+        return state
+    state = dict(state)
+    class_weight = state.pop("class_weight")
+    state["value"] = np.empty(class_weight.shape)
+    state["weighted_n_node_samples"] = np.empty(len(class_weight))
+    class_fractions(class_weight, state["value"], state["weighted_n_node_samples"])
+    return state
 
 
 def _fitted_scalars(estimator, is_forest):

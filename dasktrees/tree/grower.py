@@ -406,8 +406,10 @@ def _open_node(node_id, parent, depth, start, stop, total, node_impurity, nodes,
     record["impurity"] = node_impurity
     record["improvement"] = 0.0
     if classification:
+        # The class weights, not their fractions: a forest ships them (``wire.encode``), and
+        # the node weight and fractions follow exactly (``tree.class_fractions``).
         for k in range(n_classes):
-            values[node_id, k] = total[1 + k] / w_node if w_node > 0.0 else 0.0
+            values[node_id, k] = total[1 + k]
     else:
         values[node_id, 0] = total[2] / w_node if w_node > 0.0 else 0.0
     n_node = stop - start
@@ -785,7 +787,8 @@ def grow(codes, y, w, sample_indices, bin_arrays, params, n_classes, seed, candi
     -------
     nodes : ndarray of NODE_DTYPE, shape (n_nodes,)
     values : ndarray of float64, shape (n_nodes, n_values)
-        Class weight fractions (classification) or weighted mean target (regression).
+        Class weights (classification: the weights of the node's rows of each class, whose sum
+        is the node's weight) or weighted mean target (regression).
     bitsets : ndarray of uint32, shape (n_bitsets, BITSET_WORDS)
         Left-going codes of the categorical splits.
 
@@ -1018,7 +1021,7 @@ def grow_tree(
     records = _grow_records(
         codes, y, weights, bin_arrays, params, n_classes, seed, candidates, workspace
     )
-    tree = Tree.from_growth(*records, bin_arrays.thresholds, codes.shape[1])
+    tree = Tree.from_growth(*records, bin_arrays.thresholds, codes.shape[1], params.criterion)
     if params.ccp_alpha > 0.0:
         tree = prune_cost_complexity(tree, params.ccp_alpha)
     return tree

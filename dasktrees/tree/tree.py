@@ -13,7 +13,7 @@ from .._dtypes import (
     TREE_LEAF,
     TREE_UNDEFINED,
 )
-from ..criteria import class_impurity
+from ..criteria import SQUARED_ERROR, class_impurity
 
 # The arrays that define a tree, in the order the kernels take them. Everything a Tree can do
 # (predict, export, save) reads only these.
@@ -54,11 +54,13 @@ class Tree:
             setattr(self, name, arrays[name])
 
     @classmethod
-    def from_growth(cls, nodes, values, bitsets, thresholds, n_features):
+    def from_growth(cls, nodes, values, bitsets, thresholds, n_features, criterion):
         """Build a Tree from the grower's records.
 
         ``thresholds`` is the (n_features, N_BIN_CODES) table of raw split values
         (``BinMapper.threshold_table``): a numeric split at bin b is ``x <= thresholds[f, b]``.
+        ``criterion`` (``criteria``) says what ``values`` holds: class weights, whose fractions
+        become ``value``, or a regression tree's means.
         """
         if len(bitsets) == 0:  # one all-zero row, so that kernels can always index the table
             bitsets = np.zeros((1, BITSET_WORDS), dtype=BITSET_DTYPE)
@@ -70,11 +72,13 @@ class Tree:
         # One pass over the records: a forest task turns trees of 100,000 nodes into arrays, and
         # numpy's field-by-field copies were slower (measured in docs/benchmarks.md).
         fields_from_records(nodes, thresholds, False, *(arrays[name] for name in _RECORD_ARRAYS))
+        if criterion == SQUARED_ERROR:
+            value = np.array(values, order="C")  # a copy: the grower's workspace is reused
+        else:
+            value = np.empty(values.shape)
+            class_fractions(values, value, np.empty(len(values)))
         return cls(
-            n_features,
-            categorical_bitsets=np.ascontiguousarray(bitsets),
-            value=np.array(values, order="C"),  # a copy: the grower's workspace is reused
-            **arrays,
+            n_features, categorical_bitsets=np.ascontiguousarray(bitsets), value=value, **arrays
         )
 
     @classmethod
@@ -139,7 +143,7 @@ class Tree:
     def n_values(self):
         """Values per node: the number of classes, or 1."""
         state = self.shipped_state
-        return (self.value if state is None else state["value"]).shape[1]
+        return (self.value if state is None else _shipped_values(state)[0]).shape[1]
 
     def split_nodes(self):
         """The split nodes' fields, in node order, with what locates them among all nodes.
@@ -152,17 +156,21 @@ class Tree:
             ndarray, shape (n_splits,)
             The fields of ``TREE_ARRAYS`` at split nodes (``feature`` in any integer type; a
             split is categorical where ``bitset_idx >= 0``).
-        value : ndarray of float64, shape (n_nodes, n_values)
+        values : ndarray of float64, shape (n_nodes, n_values)
+            ``value``, or a shipped classifier's class weights.
+        class_weights : bool
+            Whether ``values`` holds class weights, whose fractions are ``value``.
         categorical_bitsets : ndarray of uint32, shape (n_bitsets, BITSET_WORDS)
         """
         state = self.shipped_state
         if state is not None:
             fields = [state[name] for name in SPLIT_NODE_FIELDS]
-            return state["is_split"], *fields, state["value"], state["categorical_bitsets"]
+            values, class_weights = _shipped_values(state)
+            return state["is_split"], *fields, values, class_weights, state["categorical_bitsets"]
         compact = self._split_only_fields()
         fields = [compact[name] for name in SPLIT_NODE_FIELDS]
         is_split = np.packbits(self.children_left != TREE_LEAF)
-        return is_split, *fields, self.value, self.categorical_bitsets
+        return is_split, *fields, self.value, False, self.categorical_bitsets
 
     def routing_records(self):
         """The routing fields packed in one ``ROUTING_NODE_DTYPE`` record per node (a new
@@ -252,13 +260,13 @@ class Tree:
             left, right = self.children_left[split], self.children_right[split]
             feature, w, impurity = self.feature[split], self.weighted_n_node_samples, self.impurity
         else:  # from the shipped state: the few arrays needed, not the whole tree expanded
-            w = state["weighted_n_node_samples"]
+            value, w = _value_and_weight(state)
             split = np.flatnonzero(np.unpackbits(state["is_split"], count=len(w)))
             left, right, feature = state["children_left"], state["children_right"], state["feature"]
             impurity = state.get("impurity")
             if impurity is None:
                 impurity = np.empty(len(w))
-                _class_impurities(state["value"], w, state["criterion"], impurity)
+                _class_impurities(value, w, state["criterion"], impurity)
         decrease = (
             w[split] * impurity[split] - w[left] * impurity[left] - w[right] * impurity[right]
         )
@@ -312,11 +320,13 @@ class Tree:
         self.__init__(state.pop("n_features"), **state)
 
 
-def expand_shipped(state, thresholds):
+def expand_shipped(shipped, thresholds):
     """The ``Tree.__getstate__`` state of the tree a shipped state (``wire.encode``) describes,
     given its bin ``thresholds`` table: with what the shipped state leaves out derived again
-    (raw thresholds, ``is_categorical``, classification impurities)."""
-    state = {k: v for k, v in state.items() if k not in ("wire", "max_depth")}
+    (raw thresholds, ``is_categorical``; a classifier's class fractions, node weights and
+    impurities)."""
+    state = {k: v for k, v in shipped.items() if k not in ("wire", "max_depth", "class_weight")}
+    state["value"], state["weighted_n_node_samples"] = _value_and_weight(shipped)
     bitset_idx = state["bitset_idx"]
     state["feature"] = state["feature"].astype(np.int32)
     state["is_categorical"] = (bitset_idx >= 0).astype(np.uint8)
@@ -332,6 +342,25 @@ def expand_shipped(state, thresholds):
             state["value"], state["weighted_n_node_samples"], criterion, state["impurity"]
         )
     return state
+
+
+def _shipped_values(state):
+    """A shipped state's per-node values and whether they are class weights (a classifier
+    grown in a forest task ships its class weights; ``class_fractions``)."""
+    if "class_weight" in state:
+        return state["class_weight"], True
+    return state["value"], False
+
+
+def _value_and_weight(state):
+    """``value`` and ``weighted_n_node_samples`` of a shipped state, derived from its class
+    weights if it has them."""
+    values, class_weights = _shipped_values(state)
+    if not class_weights:
+        return values, state["weighted_n_node_samples"]
+    value, weight = np.empty(values.shape), np.empty(len(values))
+    class_fractions(values, value, weight)
+    return value, weight
 
 
 # The split fields ``Tree.split_nodes`` gives, in its order.
@@ -606,3 +635,33 @@ def _class_impurities(value, weighted_n_node_samples, criterion, out):
     """Each node's impurity from its class fractions and weight (``criteria.class_impurity``)."""
     for i in range(value.shape[0]):
         out[i] = class_impurity(value[i], weighted_n_node_samples[i], criterion)
+
+
+@njit(cache=True, nogil=True)
+def class_fractions(class_weight, value, weight):
+    """Each node's weight and class fractions from its class weights (``node_class_fractions``).
+
+    Parameters
+    ----------
+    class_weight : ndarray of float64, shape (n_nodes, n_classes)
+    value : ndarray of float64, shape (n_nodes, n_classes)
+        Written: the class fractions.
+    weight : ndarray of float64, shape (n_nodes,)
+        Written: the node weights.
+    """
+    for i in range(class_weight.shape[0]):
+        weight[i] = node_class_fractions(class_weight[i], value[i])
+
+
+@njit(cache=True, inline="always")
+def node_class_fractions(class_weight, value):
+    """One node's class fractions (written to ``value``) and weight (returned) from its class
+    weights, as the grower computes them: the weight is the class weights summed in class order
+    (``criteria.stats_weight``), a fraction a class weight over it (0 in a node of no weight).
+    Bit for bit the grower's."""
+    w = 0.0
+    for k in range(class_weight.shape[0]):
+        w += class_weight[k]
+    for k in range(class_weight.shape[0]):
+        value[k] = class_weight[k] / w if w > 0.0 else 0.0
+    return w
