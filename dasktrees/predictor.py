@@ -219,7 +219,7 @@ def _pack_tree(
     missing_go_to_left,
     bitset_idx,
     value,
-    class_weights,
+    class_counts,
     n_nodes,
     node_start,
     leaf_start,
@@ -235,10 +235,10 @@ def _pack_tree(
 
     Parameters
     ----------
-    is_split, children_left, ..., value, class_weights :
+    is_split, children_left, ..., value, class_counts :
         The tree's split nodes (``Tree.split_nodes``): ``is_split`` packed eight nodes a byte,
         the split fields for split nodes only, ``value`` for every node (with
-        ``class_weights``, class weights, whose fractions the leaves get:
+        ``class_counts``, weighted class counts, whose fractions the leaves get:
         ``tree.class_fractions``).
     n_nodes : int
     node_start, leaf_start, bitset_start : int
@@ -258,7 +258,7 @@ def _pack_tree(
             n_split += 1
         else:
             index[i] = ~(leaf_start + n_leaf)
-            if class_weights:
+            if class_counts:
                 node_class_fractions(value[i], values[leaf_start + n_leaf])
             else:
                 values[leaf_start + n_leaf] = value[i]

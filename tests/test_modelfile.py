@@ -615,7 +615,7 @@ def test_version_2_stores_what_the_tasks_ship_and_loads_it_compact(tmp_path):
         stored = {name: npz[name].nbytes for name in npz.files}
     derived = {"threshold", "is_categorical", "node_depth", "impurity"}
     assert (derived | {"value", "weighted_n_node_samples"}).isdisjoint(stored)
-    assert {"is_split", "children_left", "class_weight"} <= set(stored)
+    assert {"is_split", "children_left", "weighted_class_counts"} <= set(stored)
     n_nodes = sum(est.tree_.node_count for est in forest.estimators_)
     # Two class weights (16 bytes) and a row count (4) a node, 15 bytes a split node (about
     # half of them) and a bit: version 1 stored 71.5 bytes a node.
@@ -675,7 +675,7 @@ def test_a_classifier_with_pruned_trees_stores_fractions_and_weights(tmp_path):
     assert kinds == [True, True, False, False]
     forest.save(tmp_path / "model")
     with np.load(tmp_path / "model" / "arrays.npz", allow_pickle=False) as npz:
-        assert "class_weight" not in npz.files and "value" in npz.files
+        assert "weighted_class_counts" not in npz.files and "value" in npz.files
     loaded = dt.load(tmp_path / "model")
     np.testing.assert_array_equal(loaded.predict_proba(X), forest.predict_proba(X))
     for a, b in zip(loaded.estimators_, forest.estimators_):

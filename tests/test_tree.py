@@ -264,7 +264,7 @@ def test_wire_state_gives_back_the_tree(criterion, fractional_weights):
     state = wire.encode(*records, arrays.thresholds, codes.shape[1], params.criterion)
     assert ("impurity" in state) == regression
     # A classifier ships class weights; fractions and node weights are derived from them.
-    assert ("class_weight" in state) != regression
+    assert ("weighted_class_counts" in state) != regression
     assert ("value" in state) == ("weighted_n_node_samples" in state) == regression
     assert "threshold" not in state and state["feature"].dtype == np.uint8
     expected = Tree.from_growth(*records, arrays.thresholds, codes.shape[1], params.criterion)

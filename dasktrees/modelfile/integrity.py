@@ -341,17 +341,17 @@ def expected_shapes(manifest):
         shapes = {name: (n_nodes,) for name in SHIPPED_ARRAYS}
         shapes.update({name: (n_splits,) for name in SPLIT_FIELDS})
         shapes["is_split"] = ((n_nodes + 7) // 8,)
-        # What each node holds (format.SHIPPED_ARRAYS): a classifier's class weights, or its
+        # What each node holds (format.SHIPPED_ARRAYS): a classifier's weighted class counts, or its
         # fractions and weights; a regressor's means, weights and impurities.
-        if "class_weight" in manifest["arrays"]:
+        if "weighted_class_counts" in manifest["arrays"]:
             del shapes["value"], shapes["weighted_n_node_samples"]
-            shapes["class_weight"] = (n_nodes, trees["n_values"])
+            shapes["weighted_class_counts"] = (n_nodes, trees["n_values"])
         else:
-            del shapes["class_weight"]
+            del shapes["weighted_class_counts"]
         if ESTIMATOR_KINDS[manifest["estimator"]][1] == "classification":
             del shapes["impurity"]  # derived from the class fractions
-        elif "class_weight" in shapes:
-            raise ValueError(f"{MANIFEST}: a regressor's nodes hold no class weights")
+        elif "weighted_class_counts" in shapes:
+            raise ValueError(f"{MANIFEST}: a regressor's nodes hold no weighted class counts")
     else:
         shapes = {name: (n_nodes,) for name in TREE_ARRAYS}
     shapes["categorical_bitsets"] = (sum(trees["bitset_counts"]), BITSET_WORDS)

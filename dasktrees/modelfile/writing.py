@@ -127,7 +127,7 @@ def _criterion(estimator):
 def _tree_arrays(states):
     """The trees' shipped states (``wire.state_of``) as the arrays of a version 2 file
     (``format.SHIPPED_ARRAYS``), concatenated over the trees."""
-    if not all("class_weight" in s for s in states):  # a classifier's pruned tree among them
+    if not all("weighted_class_counts" in s for s in states):  # a classifier's pruned tree too
         states = [_with_fractions(s) for s in states]
     is_split = [np.unpackbits(s["is_split"], count=len(s["n_node_samples"])) for s in states]
     arrays = {"is_split": np.packbits(np.concatenate(is_split))}
@@ -138,14 +138,15 @@ def _tree_arrays(states):
 
 
 def _with_fractions(state):
-    """A shipped state with its class fractions and node weights instead of class weights."""
-    if "class_weight" not in state:
+    """A shipped state with its class fractions and node weights instead of its weighted class
+    counts."""
+    if "weighted_class_counts" not in state:
         return state
     state = dict(state)
-    class_weight = state.pop("class_weight")
-    state["value"] = np.empty(class_weight.shape)
-    state["weighted_n_node_samples"] = np.empty(len(class_weight))
-    class_fractions(class_weight, state["value"], state["weighted_n_node_samples"])
+    counts = state.pop("weighted_class_counts")
+    state["value"] = np.empty(counts.shape)
+    state["weighted_n_node_samples"] = np.empty(len(counts))
+    class_fractions(counts, state["value"], state["weighted_n_node_samples"])
     return state
 
 

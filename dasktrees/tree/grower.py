@@ -406,7 +406,7 @@ def _open_node(node_id, parent, depth, start, stop, total, node_impurity, nodes,
     record["impurity"] = node_impurity
     record["improvement"] = 0.0
     if classification:
-        # The class weights, not their fractions: a forest ships them (``wire.encode``), and
+        # The weighted class counts, not their fractions: a forest ships them (``wire.encode``), and
         # the node weight and fractions follow exactly (``tree.class_fractions``).
         for k in range(n_classes):
             values[node_id, k] = total[1 + k]

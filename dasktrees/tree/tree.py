@@ -59,8 +59,8 @@ class Tree:
 
         ``thresholds`` is the (n_features, N_BIN_CODES) table of raw split values
         (``BinMapper.threshold_table``): a numeric split at bin b is ``x <= thresholds[f, b]``.
-        ``criterion`` (``criteria``) says what ``values`` holds: class weights, whose fractions
-        become ``value``, or a regression tree's means.
+        ``criterion`` (``criteria``) says what ``values`` holds: weighted class counts, whose
+        fractions become ``value``, or a regression tree's means.
         """
         if len(bitsets) == 0:  # one all-zero row, so that kernels can always index the table
             bitsets = np.zeros((1, BITSET_WORDS), dtype=BITSET_DTYPE)
@@ -157,16 +157,16 @@ class Tree:
             The fields of ``TREE_ARRAYS`` at split nodes (``feature`` in any integer type; a
             split is categorical where ``bitset_idx >= 0``).
         values : ndarray of float64, shape (n_nodes, n_values)
-            ``value``, or a shipped classifier's class weights.
-        class_weights : bool
-            Whether ``values`` holds class weights, whose fractions are ``value``.
+            ``value``, or a shipped classifier's weighted class counts.
+        class_counts : bool
+            Whether ``values`` holds weighted class counts, whose fractions are ``value``.
         categorical_bitsets : ndarray of uint32, shape (n_bitsets, BITSET_WORDS)
         """
         state = self.shipped_state
         if state is not None:
             fields = [state[name] for name in SPLIT_NODE_FIELDS]
-            values, class_weights = _shipped_values(state)
-            return state["is_split"], *fields, values, class_weights, state["categorical_bitsets"]
+            values, class_counts = _shipped_values(state)
+            return state["is_split"], *fields, values, class_counts, state["categorical_bitsets"]
         compact = self._split_only_fields()
         fields = [compact[name] for name in SPLIT_NODE_FIELDS]
         is_split = np.packbits(self.children_left != TREE_LEAF)
@@ -325,7 +325,8 @@ def expand_shipped(shipped, thresholds):
     given its bin ``thresholds`` table: with what the shipped state leaves out derived again
     (raw thresholds, ``is_categorical``; a classifier's class fractions, node weights and
     impurities)."""
-    state = {k: v for k, v in shipped.items() if k not in ("wire", "max_depth", "class_weight")}
+    left_out = ("wire", "max_depth", "weighted_class_counts")
+    state = {k: v for k, v in shipped.items() if k not in left_out}
     state["value"], state["weighted_n_node_samples"] = _value_and_weight(shipped)
     bitset_idx = state["bitset_idx"]
     state["feature"] = state["feature"].astype(np.int32)
@@ -345,18 +346,18 @@ def expand_shipped(shipped, thresholds):
 
 
 def _shipped_values(state):
-    """A shipped state's per-node values and whether they are class weights (a classifier
-    grown in a forest task ships its class weights; ``class_fractions``)."""
-    if "class_weight" in state:
-        return state["class_weight"], True
+    """A shipped state's per-node values and whether they are weighted class counts (a classifier
+    grown in a forest task ships its weighted class counts; ``class_fractions``)."""
+    if "weighted_class_counts" in state:
+        return state["weighted_class_counts"], True
     return state["value"], False
 
 
 def _value_and_weight(state):
     """``value`` and ``weighted_n_node_samples`` of a shipped state, derived from its class
     weights if it has them."""
-    values, class_weights = _shipped_values(state)
-    if not class_weights:
+    values, class_counts = _shipped_values(state)
+    if not class_counts:
         return values, state["weighted_n_node_samples"]
     value, weight = np.empty(values.shape), np.empty(len(values))
     class_fractions(values, value, weight)
@@ -638,30 +639,31 @@ def _class_impurities(value, weighted_n_node_samples, criterion, out):
 
 
 @njit(cache=True, nogil=True)
-def class_fractions(class_weight, value, weight):
-    """Each node's weight and class fractions from its class weights (``node_class_fractions``).
+def class_fractions(counts, value, weight):
+    """Each node's weight and class fractions from its weighted class counts
+    (``node_class_fractions``).
 
     Parameters
     ----------
-    class_weight : ndarray of float64, shape (n_nodes, n_classes)
+    counts : ndarray of float64, shape (n_nodes, n_classes)
     value : ndarray of float64, shape (n_nodes, n_classes)
         Written: the class fractions.
     weight : ndarray of float64, shape (n_nodes,)
         Written: the node weights.
     """
-    for i in range(class_weight.shape[0]):
-        weight[i] = node_class_fractions(class_weight[i], value[i])
+    for i in range(counts.shape[0]):
+        weight[i] = node_class_fractions(counts[i], value[i])
 
 
 @njit(cache=True, inline="always")
-def node_class_fractions(class_weight, value):
-    """One node's class fractions (written to ``value``) and weight (returned) from its class
-    weights, as the grower computes them: the weight is the class weights summed in class order
-    (``criteria.stats_weight``), a fraction a class weight over it (0 in a node of no weight).
+def node_class_fractions(counts, value):
+    """One node's class fractions (written to ``value``) and weight (returned) from its weighted
+    class counts, as the grower computes them: the weight is the counts summed in class order
+    (``criteria.stats_weight``), a fraction a class's count over it (0 in a node of no weight).
     Bit for bit the grower's."""
     w = 0.0
-    for k in range(class_weight.shape[0]):
-        w += class_weight[k]
-    for k in range(class_weight.shape[0]):
-        value[k] = class_weight[k] / w if w > 0.0 else 0.0
+    for k in range(counts.shape[0]):
+        w += counts[k]
+    for k in range(counts.shape[0]):
+        value[k] = counts[k] / w if w > 0.0 else 0.0
     return w

@@ -8,7 +8,7 @@ depths) without what can be derived again exactly:
 
 * a numeric split's raw threshold (``thresholds[feature, bin_threshold]``, the bin table) and
   ``is_categorical`` (``bitset_idx >= 0``);
-* a classification node's class fractions and weight, from its class weights (the weight is
+* a classification node's class fractions and weight, from its weighted class counts (the weight is
   their sum, as the grower computes it: ``tree.class_fractions``), and its impurity from those
   (``criteria.class_impurity``);
 * feature indices travel in the narrowest unsigned type, row counts as int32.
@@ -34,8 +34,9 @@ def encode(nodes, values, bitsets, thresholds, n_features, criterion):
     """The shipped state of the tree ``Tree.from_growth(nodes, values, bitsets, thresholds,
     n_features, criterion)`` would build (``grower.grow`` records, ``criterion`` the tree's).
 
-    A classifier ships its nodes' class weights (``class_weight``) instead of their fractions
-    and weights, which the client derives from them bit for bit (``tree.class_fractions``).
+    A classifier ships its nodes' weighted class counts (``weighted_class_counts``) instead of
+    their fractions and weights, which the client derives from them bit for bit
+    (``tree.class_fractions``).
     """
     is_split = nodes["left"] != TREE_LEAF
     n_split = int(np.count_nonzero(is_split))
@@ -64,7 +65,7 @@ def encode(nodes, values, bitsets, thresholds, n_features, criterion):
         del state[name]
     if criterion != SQUARED_ERROR:
         del state["impurity"], state["value"], state["weighted_n_node_samples"]
-        state["class_weight"] = np.array(values, order="C")
+        state["weighted_class_counts"] = np.array(values, order="C")
         state["criterion"] = criterion
     return state
 
