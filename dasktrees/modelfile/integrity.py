@@ -341,8 +341,8 @@ def expected_shapes(manifest):
         shapes = {name: (n_nodes,) for name in SHIPPED_ARRAYS}
         shapes.update({name: (n_splits,) for name in SPLIT_FIELDS})
         shapes["is_split"] = ((n_nodes + 7) // 8,)
-        # What each node holds (format.SHIPPED_ARRAYS): a classifier's weighted class counts, or its
-        # fractions and weights; a regressor's means, weights and impurities.
+        # What each node holds (format.SHIPPED_ARRAYS): a classifier's weighted class counts,
+        # or its fractions and weights; a regressor's means, weights and impurities.
         if "weighted_class_counts" in manifest["arrays"]:
             del shapes["value"], shapes["weighted_n_node_samples"]
             shapes["weighted_class_counts"] = (n_nodes, trees["n_values"])

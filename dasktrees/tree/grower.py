@@ -406,8 +406,9 @@ def _open_node(node_id, parent, depth, start, stop, total, node_impurity, nodes,
     record["impurity"] = node_impurity
     record["improvement"] = 0.0
     if classification:
-        # The weighted class counts, not their fractions: a forest ships them (``wire.encode``), and
-        # the node weight and fractions follow exactly (``tree.class_fractions``).
+        # The weighted class counts, not their fractions: a forest ships them
+        # (``wire.encode``), and the node weight and fractions follow exactly
+        # (``tree.class_fractions``).
         for k in range(n_classes):
             values[node_id, k] = total[1 + k]
     else:
@@ -787,8 +788,8 @@ def grow(codes, y, w, sample_indices, bin_arrays, params, n_classes, seed, candi
     -------
     nodes : ndarray of NODE_DTYPE, shape (n_nodes,)
     values : ndarray of float64, shape (n_nodes, n_values)
-        Class weights (classification: the weights of the node's rows of each class, whose sum
-        is the node's weight) or weighted mean target (regression).
+        Weighted class counts (classification: the weights of the node's rows of each class,
+        whose sum is the node's weight) or weighted mean target (regression).
     bitsets : ndarray of uint32, shape (n_bitsets, BITSET_WORDS)
         Left-going codes of the categorical splits.
 

@@ -346,16 +346,16 @@ def expand_shipped(shipped, thresholds):
 
 
 def _shipped_values(state):
-    """A shipped state's per-node values and whether they are weighted class counts (a classifier
-    grown in a forest task ships its weighted class counts; ``class_fractions``)."""
+    """A shipped state's per-node values and whether they are weighted class counts (what a
+    classifier grown in a forest task ships; ``class_fractions``)."""
     if "weighted_class_counts" in state:
         return state["weighted_class_counts"], True
     return state["value"], False
 
 
 def _value_and_weight(state):
-    """``value`` and ``weighted_n_node_samples`` of a shipped state, derived from its class
-    weights if it has them."""
+    """``value`` and ``weighted_n_node_samples`` of a shipped state, derived from its weighted
+    class counts if it has them."""
     values, class_counts = _shipped_values(state)
     if not class_counts:
         return values, state["weighted_n_node_samples"]

@@ -8,9 +8,9 @@ depths) without what can be derived again exactly:
 
 * a numeric split's raw threshold (``thresholds[feature, bin_threshold]``, the bin table) and
   ``is_categorical`` (``bitset_idx >= 0``);
-* a classification node's class fractions and weight, from its weighted class counts (the weight is
-  their sum, as the grower computes it: ``tree.class_fractions``), and its impurity from those
-  (``criteria.class_impurity``);
+* a classification node's class fractions and weight, from its weighted class counts (the
+  weight is their sum, as the grower computes it: ``tree.class_fractions``), and its impurity
+  from those (``criteria.class_impurity``);
 * feature indices travel in the narrowest unsigned type, row counts as int32.
 
 The client keeps each tree in this state (``Tree.shipped``): packing the forest for prediction
