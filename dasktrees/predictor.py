@@ -35,7 +35,7 @@ from ._dtypes import (
     X_BINNED_DTYPE,
 )
 from .binning import _bin_code
-from .tree.tree import node_class_fractions
+from .tree.tree import LEAF_COUNTS, NODE_VALUES, node_class_fractions
 
 SOFT = 0  # sum class fractions (or means); divide by the number of trees
 HARD = 1  # one vote per tree for its majority class
@@ -219,7 +219,7 @@ def _pack_tree(
     missing_go_to_left,
     bitset_idx,
     value,
-    class_counts,
+    kind,
     n_nodes,
     node_start,
     leaf_start,
@@ -235,11 +235,12 @@ def _pack_tree(
 
     Parameters
     ----------
-    is_split, children_left, ..., value, class_counts :
+    is_split, children_left, ..., value, kind :
         The tree's split nodes (``Tree.split_nodes``): ``is_split`` packed eight nodes a byte,
-        the split fields for split nodes only, ``value`` for every node (with
-        ``class_counts``, weighted class counts, whose fractions the leaves get:
-        ``tree.class_fractions``).
+        the split fields for split nodes only, and the values of every node (``kind`` is
+        ``tree.NODE_VALUES``) or its weighted class counts, of every node (``NODE_COUNTS``) or
+        of the leaves only (``LEAF_COUNTS``), whose fractions the leaves get
+        (``tree.node_class_fractions``).
     n_nodes : int
     node_start, leaf_start, bitset_start : int
         Where the tree's split nodes, leaves and bitset rows start in the forest's tables.
@@ -258,10 +259,11 @@ def _pack_tree(
             n_split += 1
         else:
             index[i] = ~(leaf_start + n_leaf)
-            if class_counts:
-                node_class_fractions(value[i], values[leaf_start + n_leaf])
-            else:
+            if kind == NODE_VALUES:
                 values[leaf_start + n_leaf] = value[i]
+            else:
+                row = n_leaf if kind == LEAF_COUNTS else i
+                node_class_fractions(value[row], values[leaf_start + n_leaf])
             n_leaf += 1
     for j in range(children_left.shape[0]):
         record = nodes[node_start + j]

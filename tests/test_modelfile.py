@@ -615,12 +615,13 @@ def test_version_2_stores_what_the_tasks_ship_and_loads_it_compact(tmp_path):
         stored = {name: npz[name].nbytes for name in npz.files}
     derived = {"threshold", "is_categorical", "node_depth", "impurity"}
     assert (derived | {"value", "weighted_n_node_samples"}).isdisjoint(stored)
-    assert {"is_split", "children_left", "weighted_class_counts"} <= set(stored)
+    assert "weighted_class_counts" not in stored  # a split node's are its children's summed
+    assert {"is_split", "children_left", "leaf_class_counts"} <= set(stored)
     n_nodes = sum(est.tree_.node_count for est in forest.estimators_)
-    # Two class weights (16 bytes) and a row count (4) a node, 15 bytes a split node (about
-    # half of them) and a bit: version 1 stored 71.5 bytes a node.
+    # Two weighted class counts (16 bytes) a leaf, 15 bytes a split node (about half the nodes
+    # each), a row count (4) a node and a bit: version 1 stored 71.5 bytes a node.
     tree_bytes = sum(stored[name] for name in model_format.SHIPPED_ARRAYS if name in stored)
-    assert tree_bytes / n_nodes < 29
+    assert tree_bytes / n_nodes < 21
     loaded = dt.load(tmp_path / "model")
     assert all(est.tree_.shipped_state is not None for est in loaded.estimators_)
     np.testing.assert_array_equal(loaded.predict_proba(X), forest.predict_proba(X))
@@ -675,7 +676,26 @@ def test_a_classifier_with_pruned_trees_stores_fractions_and_weights(tmp_path):
     assert kinds == [True, True, False, False]
     forest.save(tmp_path / "model")
     with np.load(tmp_path / "model" / "arrays.npz", allow_pickle=False) as npz:
-        assert "weighted_class_counts" not in npz.files and "value" in npz.files
+        assert {"leaf_class_counts", "weighted_class_counts"}.isdisjoint(npz.files)
+        assert "value" in npz.files
+    loaded = dt.load(tmp_path / "model")
+    np.testing.assert_array_equal(loaded.predict_proba(X), forest.predict_proba(X))
+    for a, b in zip(loaded.estimators_, forest.estimators_):
+        for array in TREE_ARRAYS:
+            np.testing.assert_array_equal(getattr(a.tree_, array), getattr(b.tree_, array))
+
+
+def test_fractional_weights_store_every_nodes_class_counts(tmp_path):
+    # With fractional weights a node's counts are not its children's summed, bit for bit: the
+    # trees ship, and the file stores, every node's.
+    X, y = carseats_data("frame-str")
+    weights = np.random.default_rng(0).uniform(0.1, 3.0, len(y))
+    forest = dt.RandomForestClassifier(n_estimators=3, random_state=0).fit(X, y, weights)
+    states = [est.tree_.shipped_state for est in forest.estimators_]
+    assert all("weighted_class_counts" in state for state in states)
+    forest.save(tmp_path / "model")
+    with np.load(tmp_path / "model" / "arrays.npz", allow_pickle=False) as npz:
+        assert "weighted_class_counts" in npz.files and "leaf_class_counts" not in npz.files
     loaded = dt.load(tmp_path / "model")
     np.testing.assert_array_equal(loaded.predict_proba(X), forest.predict_proba(X))
     for a, b in zip(loaded.estimators_, forest.estimators_):

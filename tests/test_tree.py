@@ -264,7 +264,10 @@ def test_wire_state_gives_back_the_tree(criterion, fractional_weights):
     state = wire.encode(*records, arrays.thresholds, codes.shape[1], params.criterion)
     assert ("impurity" in state) == regression
     # A classifier ships class weights; fractions and node weights are derived from them.
-    assert ("weighted_class_counts" in state) != regression
+    # Of the leaves only when the split nodes' are their children's summed: whole-number
+    # weights (bootstrap counts); fractional weights sum differently in a node and its children.
+    assert ("leaf_class_counts" in state) == (not regression and not fractional_weights)
+    assert ("weighted_class_counts" in state) == (not regression and fractional_weights)
     assert ("value" in state) == ("weighted_n_node_samples" in state) == regression
     assert "threshold" not in state and state["feature"].dtype == np.uint8
     expected = Tree.from_growth(*records, arrays.thresholds, codes.shape[1], params.criterion)

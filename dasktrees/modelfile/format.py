@@ -27,8 +27,10 @@ ARRAYS = "arrays.npz"
 # The tree arrays of a version 2 file, the fields of a shipped state (``tree.wire.encode``),
 # concatenated over the trees: ``is_split`` (np.packbits of every node's flag, the trees' nodes
 # one after the other), the split fields at split nodes, the rest at every node. A classifier's
-# nodes hold their weighted class counts (``weighted_class_counts``), whose fractions, weights
-# and impurities are derived; a regressor's, and a classifier's when one of its trees has only
+# nodes hold their weighted class counts, whose fractions, weights and impurities are derived:
+# its leaves' only (``leaf_class_counts``, the leaves of every tree in node order) when every
+# tree's split nodes have their children's summed, else every node's
+# (``weighted_class_counts``). A regressor's, and a classifier's when one of its trees has only
 # its fractions (a pruned tree), hold ``value`` and ``weighted_n_node_samples``, and a
 # regressor's ``impurity`` too.
 SPLIT_FIELDS = SPLIT_NODE_FIELDS  # one entry per split node
@@ -36,6 +38,7 @@ SHIPPED_ARRAYS = (
     "is_split",
     *SPLIT_FIELDS,
     "categorical_bitsets",
+    "leaf_class_counts",
     "weighted_class_counts",
     "value",
     "n_node_samples",
@@ -51,6 +54,7 @@ ARRAY_DTYPES = {
     **{name: np.dtype(dtype).newbyteorder("<") for name, dtype in TREE_ARRAY_DTYPES.items()},
     "is_split": np.dtype("u1"),
     "weighted_class_counts": np.dtype("<f8"),
+    "leaf_class_counts": np.dtype("<f8"),
     "bin_edges": np.dtype("<f8"),  # edges of the numeric features, concatenated
     "bin_values": np.dtype("<f8"),  # their representative values (BinMapper.bin_values_)
     "oob_curve": np.dtype("<f8"),  # forests fitted with oob_score

@@ -341,16 +341,19 @@ def expected_shapes(manifest):
         shapes = {name: (n_nodes,) for name in SHIPPED_ARRAYS}
         shapes.update({name: (n_splits,) for name in SPLIT_FIELDS})
         shapes["is_split"] = ((n_nodes + 7) // 8,)
-        # What each node holds (format.SHIPPED_ARRAYS): a classifier's weighted class counts,
-        # or its fractions and weights; a regressor's means, weights and impurities.
-        if "weighted_class_counts" in manifest["arrays"]:
+        # What each node holds (format.SHIPPED_ARRAYS): a classifier's weighted class counts
+        # (its leaves', or every node's), or its fractions and weights; a regressor's means,
+        # weights and impurities. The manifest's list of arrays says which.
+        counts = {"leaf_class_counts": n_nodes - n_splits, "weighted_class_counts": n_nodes}
+        layout = next((name for name in counts if name in manifest["arrays"]), None)
+        for name in counts:
+            del shapes[name]
+        if layout is not None:
             del shapes["value"], shapes["weighted_n_node_samples"]
-            shapes["weighted_class_counts"] = (n_nodes, trees["n_values"])
-        else:
-            del shapes["weighted_class_counts"]
+            shapes[layout] = (counts[layout], trees["n_values"])
         if ESTIMATOR_KINDS[manifest["estimator"]][1] == "classification":
             del shapes["impurity"]  # derived from the class fractions
-        elif "weighted_class_counts" in shapes:
+        elif layout is not None:
             raise ValueError(f"{MANIFEST}: a regressor's nodes hold no weighted class counts")
     else:
         shapes = {name: (n_nodes,) for name in TREE_ARRAYS}

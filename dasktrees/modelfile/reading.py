@@ -197,6 +197,7 @@ def _shipped_trees(arrays, trees, structure, mapper, criterion):
     is_split, depth = structure
     node_ends = np.cumsum(trees["node_counts"], dtype=np.int64)
     split_ends = np.cumsum(trees["split_counts"], dtype=np.int64)
+    leaf_ends = node_ends - split_ends
     bitset_ends = np.cumsum(trees["bitset_counts"], dtype=np.int64)
     thresholds = mapper.threshold_table()  # one bin table for all the trees
     out = []
@@ -204,12 +205,15 @@ def _shipped_trees(arrays, trees, structure, mapper, criterion):
         nodes = slice(node_ends[t] - trees["node_counts"][t], node_ends[t])
         splits = slice(split_ends[t] - trees["split_counts"][t], split_ends[t])
         bitsets = slice(bitset_ends[t] - trees["bitset_counts"][t], bitset_ends[t])
+        leaves = slice(leaf_ends[t - 1] if t else 0, leaf_ends[t])
         state = {"n_features": mapper.n_features_in_, "is_split": np.packbits(is_split[nodes])}
         for name in SHIPPED_ARRAYS[1:]:
             if name in SPLIT_FIELDS:
                 state[name] = arrays[name][splits]
             elif name == "categorical_bitsets":
                 state[name] = arrays[name][bitsets]
+            elif name == "leaf_class_counts" and name in arrays:
+                state[name] = arrays[name][leaves]
             elif name in arrays:
                 state[name] = arrays[name][nodes]
         if criterion != SQUARED_ERROR:

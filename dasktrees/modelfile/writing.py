@@ -12,7 +12,7 @@ from sklearn.utils.validation import check_is_fitted
 from .._validation import column_label
 from .._version import __version__
 from ..criteria import CLASSIFICATION_CRITERIA, SQUARED_ERROR
-from ..tree.tree import class_fractions
+from ..tree.tree import class_fractions, node_counts
 from ..tree.wire import state_of
 from .format import (
     ARRAY_DTYPES,
@@ -126,15 +126,28 @@ def _criterion(estimator):
 
 def _tree_arrays(states):
     """The trees' shipped states (``wire.state_of``) as the arrays of a version 2 file
-    (``format.SHIPPED_ARRAYS``), concatenated over the trees."""
-    if not all("weighted_class_counts" in s for s in states):  # a classifier's pruned tree too
-        states = [_with_fractions(s) for s in states]
+    (``format.SHIPPED_ARRAYS``), concatenated over the trees: their values in the one layout
+    they all have or can be given (leaves' counts, every node's counts, fractions)."""
+    for layout in ("leaf_class_counts", "weighted_class_counts", "value"):
+        if all(layout in s for s in states):
+            break
+        states = [_LAYOUTS[layout](s) for s in states]
     is_split = [np.unpackbits(s["is_split"], count=len(s["n_node_samples"])) for s in states]
     arrays = {"is_split": np.packbits(np.concatenate(is_split))}
     for name in SHIPPED_ARRAYS[1:]:
         if name in states[0]:
             arrays[name] = np.concatenate([s[name] for s in states])
     return arrays
+
+
+def _with_node_counts(state):
+    """A shipped state with every node's weighted class counts instead of its leaves' only."""
+    if "leaf_class_counts" not in state:
+        return state
+    state = dict(state)
+    state["weighted_class_counts"] = node_counts(state)
+    del state["leaf_class_counts"]
+    return state
 
 
 def _with_fractions(state):
@@ -148,6 +161,10 @@ def _with_fractions(state):
     state["weighted_n_node_samples"] = np.empty(len(counts))
     class_fractions(counts, state["value"], state["weighted_n_node_samples"])
     return state
+
+
+# How a state is given the next layout of ``_tree_arrays`` when not all trees have one.
+_LAYOUTS = {"leaf_class_counts": _with_node_counts, "weighted_class_counts": _with_fractions}
 
 
 def _fitted_scalars(estimator, is_forest):

@@ -156,21 +156,23 @@ class Tree:
             ndarray, shape (n_splits,)
             The fields of ``TREE_ARRAYS`` at split nodes (``feature`` in any integer type; a
             split is categorical where ``bitset_idx >= 0``).
-        values : ndarray of float64, shape (n_nodes, n_values)
+        values : ndarray of float64, shape (n_nodes or n_leaves, n_values)
             ``value``, or a shipped classifier's weighted class counts.
-        class_counts : bool
-            Whether ``values`` holds weighted class counts, whose fractions are ``value``.
+        kind : int
+            What ``values`` holds: ``NODE_VALUES`` (``value``), ``NODE_COUNTS`` (every node's
+            weighted class counts, whose fractions are ``value``) or ``LEAF_COUNTS`` (the
+            leaves' only, in node order).
         categorical_bitsets : ndarray of uint32, shape (n_bitsets, BITSET_WORDS)
         """
         state = self.shipped_state
         if state is not None:
             fields = [state[name] for name in SPLIT_NODE_FIELDS]
-            values, class_counts = _shipped_values(state)
-            return state["is_split"], *fields, values, class_counts, state["categorical_bitsets"]
+            values, kind = _shipped_values(state)
+            return state["is_split"], *fields, values, kind, state["categorical_bitsets"]
         compact = self._split_only_fields()
         fields = [compact[name] for name in SPLIT_NODE_FIELDS]
         is_split = np.packbits(self.children_left != TREE_LEAF)
-        return is_split, *fields, self.value, False, self.categorical_bitsets
+        return is_split, *fields, self.value, NODE_VALUES, self.categorical_bitsets
 
     def routing_records(self):
         """The routing fields packed in one ``ROUTING_NODE_DTYPE`` record per node (a new
@@ -325,7 +327,7 @@ def expand_shipped(shipped, thresholds):
     given its bin ``thresholds`` table: with what the shipped state leaves out derived again
     (raw thresholds, ``is_categorical``; a classifier's class fractions, node weights and
     impurities)."""
-    left_out = ("wire", "max_depth", "weighted_class_counts")
+    left_out = ("wire", "max_depth", "weighted_class_counts", "leaf_class_counts")
     state = {k: v for k, v in shipped.items() if k not in left_out}
     state["value"], state["weighted_n_node_samples"] = _value_and_weight(shipped)
     bitset_idx = state["bitset_idx"]
@@ -345,22 +347,43 @@ def expand_shipped(shipped, thresholds):
     return state
 
 
+# What the per-node values of a shipped state are (``Tree.split_nodes``).
+NODE_VALUES = 0  # ``value``: class fractions or means, every node
+NODE_COUNTS = 1  # a classifier's weighted class counts, every node
+LEAF_COUNTS = 2  # the same, leaves only: a split node's are its children's summed
+
+
 def _shipped_values(state):
-    """A shipped state's per-node values and whether they are weighted class counts (what a
-    classifier grown in a forest task ships; ``class_fractions``)."""
+    """A shipped state's per-node values and their kind (``NODE_VALUES`` ...): a classifier
+    grown in a forest task ships its weighted class counts, of its leaves only when a split
+    node's are its children's summed (``wire.encode``)."""
+    if "leaf_class_counts" in state:
+        return state["leaf_class_counts"], LEAF_COUNTS
     if "weighted_class_counts" in state:
-        return state["weighted_class_counts"], True
-    return state["value"], False
+        return state["weighted_class_counts"], NODE_COUNTS
+    return state["value"], NODE_VALUES
+
+
+def node_counts(state):
+    """Every node's weighted class counts of a shipped classifier's state: a split node's are
+    its children's summed, bit for bit those it was shipped without (``wire.encode`` checked)."""
+    values, kind = _shipped_values(state)
+    if kind != LEAF_COUNTS:
+        return values
+    counts = np.empty((len(state["n_node_samples"]), values.shape[1]))
+    sum_to_root(state["is_split"], state["children_left"], state["children_right"], values, counts)
+    return counts
 
 
 def _value_and_weight(state):
     """``value`` and ``weighted_n_node_samples`` of a shipped state, derived from its weighted
     class counts if it has them."""
-    values, class_counts = _shipped_values(state)
-    if not class_counts:
+    values, kind = _shipped_values(state)
+    if kind == NODE_VALUES:
         return values, state["weighted_n_node_samples"]
-    value, weight = np.empty(values.shape), np.empty(len(values))
-    class_fractions(values, value, weight)
+    counts = node_counts(state)
+    value, weight = np.empty(counts.shape), np.empty(len(counts))
+    class_fractions(counts, value, weight)
     return value, weight
 
 
@@ -667,3 +690,33 @@ def node_class_fractions(counts, value):
     for k in range(counts.shape[0]):
         value[k] = counts[k] / w if w > 0.0 else 0.0
     return w
+
+
+@njit(cache=True, nogil=True)
+def sum_to_root(is_split, children_left, children_right, leaf_rows, out):
+    """Every node's row of a per-node quantity given its leaves' (``leaf_rows``, in node order):
+    a split node's is its children's summed, left plus right. Children come after their parent,
+    so one pass backwards over the nodes fills them.
+
+    Parameters
+    ----------
+    is_split : ndarray of uint8
+        ``np.packbits`` of each node's "is a split" flag.
+    children_left, children_right : ndarray of int32, shape (n_splits,)
+        The split nodes' children, in node order.
+    leaf_rows : ndarray, shape (n_leaves, n_columns)
+    out : ndarray, shape (n_nodes, n_columns)
+        Written.
+    """
+    n_leaf = 0
+    for i in range(out.shape[0]):
+        if not (is_split[i >> 3] >> (7 - (i & 7))) & 1:
+            out[i] = leaf_rows[n_leaf]
+            n_leaf += 1
+    j = children_left.shape[0]
+    for i in range(out.shape[0] - 1, -1, -1):
+        if (is_split[i >> 3] >> (7 - (i & 7))) & 1:
+            j -= 1
+            left, right = children_left[j], children_right[j]
+            for c in range(out.shape[1]):
+                out[i, c] = out[left, c] + out[right, c]

@@ -34,9 +34,9 @@ def encode(nodes, values, bitsets, thresholds, n_features, criterion):
     """The shipped state of the tree ``Tree.from_growth(nodes, values, bitsets, thresholds,
     n_features, criterion)`` would build (``grower.grow`` records, ``criterion`` the tree's).
 
-    A classifier ships its nodes' weighted class counts (``weighted_class_counts``) instead of
-    their fractions and weights, which the client derives from them bit for bit
-    (``tree.class_fractions``).
+    A classifier ships its nodes' weighted class counts instead of their fractions and weights,
+    which the client derives from them bit for bit (``tree.class_fractions``); of its leaves
+    only when the split nodes' are their children's summed (``_class_counts``).
     """
     is_split = nodes["left"] != TREE_LEAF
     n_split = int(np.count_nonzero(is_split))
@@ -56,18 +56,32 @@ def encode(nodes, values, bitsets, thresholds, n_features, criterion):
         **compact,
         "feature": compact["feature"].astype(feature_dtype(n_features)),
         "categorical_bitsets": np.ascontiguousarray(bitsets),
-        "value": np.array(values, order="C"),
         **per_node,
         "max_depth": int(nodes["depth"].max()) if len(nodes) else 0,
         "wire": True,
     }
     for name in _DERIVED:
         del state[name]
-    if criterion != SQUARED_ERROR:
-        del state["impurity"], state["value"], state["weighted_n_node_samples"]
-        state["weighted_class_counts"] = np.array(values, order="C")
+    if criterion == SQUARED_ERROR:
+        state["value"] = np.array(values, order="C")
+    else:
+        del state["impurity"], state["weighted_n_node_samples"]
+        state.update(
+            _class_counts(values, is_split, state["children_left"], state["children_right"])
+        )
         state["criterion"] = criterion
     return state
+
+
+def _class_counts(counts, is_split, children_left, children_right):
+    """A classifier's weighted class counts as a shipped state holds them: of its leaves only
+    (``leaf_class_counts``) when every split node's are exactly its children's summed, left plus
+    right, as ``tree.sum_to_root`` gives them back (true of whole-number weights, bootstrap
+    counts among them), else of every node (``weighted_class_counts``)."""
+    split = np.flatnonzero(is_split)
+    if np.array_equal(counts[split], counts[children_left] + counts[children_right]):
+        return {"leaf_class_counts": np.ascontiguousarray(counts[~is_split])}
+    return {"weighted_class_counts": np.array(counts, order="C")}
 
 
 def state_of(tree, criterion):
