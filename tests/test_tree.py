@@ -268,6 +268,7 @@ def test_wire_state_gives_back_the_tree(criterion, fractional_weights):
     # weights (bootstrap counts); fractional weights sum differently in a node and its children.
     assert ("leaf_class_counts" in state) == (not regression and not fractional_weights)
     assert ("weighted_class_counts" in state) == (not regression and fractional_weights)
+    assert "leaf_n_node_samples" in state and "n_node_samples" not in state  # rows: always
     assert ("value" in state) == ("weighted_n_node_samples" in state) == regression
     assert "threshold" not in state and state["feature"].dtype == np.uint8
     expected = Tree.from_growth(*records, arrays.thresholds, codes.shape[1], params.criterion)

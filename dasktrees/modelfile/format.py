@@ -32,7 +32,8 @@ ARRAYS = "arrays.npz"
 # tree's split nodes have their children's summed, else every node's
 # (``weighted_class_counts``). A regressor's, and a classifier's when one of its trees has only
 # its fractions (a pruned tree), hold ``value`` and ``weighted_n_node_samples``, and a
-# regressor's ``impurity`` too.
+# regressor's ``impurity`` too. Row counts are the leaves' only (``leaf_n_node_samples``) when
+# every tree's split nodes have their children's summed (any grown tree), else every node's.
 SPLIT_FIELDS = SPLIT_NODE_FIELDS  # one entry per split node
 SHIPPED_ARRAYS = (
     "is_split",
@@ -41,6 +42,7 @@ SHIPPED_ARRAYS = (
     "leaf_class_counts",
     "weighted_class_counts",
     "value",
+    "leaf_n_node_samples",
     "n_node_samples",
     "weighted_n_node_samples",
     "impurity",
@@ -55,6 +57,7 @@ ARRAY_DTYPES = {
     "is_split": np.dtype("u1"),
     "weighted_class_counts": np.dtype("<f8"),
     "leaf_class_counts": np.dtype("<f8"),
+    "leaf_n_node_samples": np.dtype("<i4"),  # or "<i8" (integrity.expected_dtypes)
     "bin_edges": np.dtype("<f8"),  # edges of the numeric features, concatenated
     "bin_values": np.dtype("<f8"),  # their representative values (BinMapper.bin_values_)
     "oob_curve": np.dtype("<f8"),  # forests fitted with oob_score

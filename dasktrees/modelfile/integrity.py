@@ -5,6 +5,7 @@ against what the prediction kernels assume. Knows no estimator class."""
 
 import json
 import struct
+import tokenize
 import zipfile
 from pathlib import Path
 
@@ -44,6 +45,8 @@ _CORRUPT = (
     RuntimeError,  # a damaged flag that claims encryption
     struct.error,
     OverflowError,
+    SyntaxError,  # a damaged .npy header, which numpy parses as a Python literal
+    tokenize.TokenError,  # the same, cut short
 )
 
 
@@ -326,8 +329,9 @@ def expected_dtypes(manifest):
     if manifest["format_version"] >= 2:
         n_features = manifest["fitted"]["n_features_in_"]
         dtypes["feature"] = np.dtype(feature_dtype(n_features)).newbyteorder("<").str
-        declared = manifest["arrays"].get("n_node_samples", {}).get("dtype")
-        dtypes["n_node_samples"] = declared if declared in ("<i4", "<i8") else "<i4"
+        for name in ("n_node_samples", "leaf_n_node_samples"):
+            declared = manifest["arrays"].get(name, {}).get("dtype")
+            dtypes[name] = declared if declared in ("<i4", "<i8") else "<i4"
     return dtypes
 
 
@@ -351,6 +355,12 @@ def expected_shapes(manifest):
         if layout is not None:
             del shapes["value"], shapes["weighted_n_node_samples"]
             shapes[layout] = (counts[layout], trees["n_values"])
+        # Row counts: the leaves', or every node's.
+        if "leaf_n_node_samples" in manifest["arrays"]:
+            del shapes["n_node_samples"]
+            shapes["leaf_n_node_samples"] = (n_nodes - n_splits,)
+        else:
+            del shapes["leaf_n_node_samples"]
         if ESTIMATOR_KINDS[manifest["estimator"]][1] == "classification":
             del shapes["impurity"]  # derived from the class fractions
         elif layout is not None:

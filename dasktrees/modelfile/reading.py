@@ -212,13 +212,14 @@ def _shipped_trees(arrays, trees, structure, mapper, criterion):
                 state[name] = arrays[name][splits]
             elif name == "categorical_bitsets":
                 state[name] = arrays[name][bitsets]
-            elif name == "leaf_class_counts" and name in arrays:
+            elif name in ("leaf_class_counts", "leaf_n_node_samples") and name in arrays:
                 state[name] = arrays[name][leaves]
             elif name in arrays:
                 state[name] = arrays[name][nodes]
         if criterion != SQUARED_ERROR:
             state["criterion"] = criterion
         state["max_depth"] = int(depth[nodes].max())
+        state["n_nodes"] = trees["node_counts"][t]
         state["wire"] = True
         out.append(Tree.shipped(state, thresholds))
     return out

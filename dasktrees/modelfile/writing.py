@@ -12,7 +12,7 @@ from sklearn.utils.validation import check_is_fitted
 from .._validation import column_label
 from .._version import __version__
 from ..criteria import CLASSIFICATION_CRITERIA, SQUARED_ERROR
-from ..tree.tree import class_fractions, node_counts
+from ..tree.tree import class_fractions, node_counts, node_samples
 from ..tree.wire import state_of
 from .format import (
     ARRAY_DTYPES,
@@ -82,7 +82,9 @@ def _describe(estimator):
             arrays[name] = getattr(estimator.leaf_targets_, field)
     # "safe" casting: a tree field whose dtype changed must fail here, not be truncated
     dtypes = {**ARRAY_DTYPES, "feature": states[0]["feature"].dtype}
-    dtypes["n_node_samples"] = arrays["n_node_samples"].dtype
+    for name in ("n_node_samples", "leaf_n_node_samples"):
+        if name in arrays:
+            dtypes[name] = arrays[name].dtype
     arrays = {
         name: np.ascontiguousarray(
             np.asarray(a).astype(np.dtype(dtypes[name]).newbyteorder("<"), casting="safe")
@@ -132,12 +134,25 @@ def _tree_arrays(states):
         if all(layout in s for s in states):
             break
         states = [_LAYOUTS[layout](s) for s in states]
-    is_split = [np.unpackbits(s["is_split"], count=len(s["n_node_samples"])) for s in states]
+    if not all("leaf_n_node_samples" in s for s in states):
+        states = [_with_node_samples(s) for s in states]
+    is_split = [np.unpackbits(s["is_split"], count=s["n_nodes"]) for s in states]
     arrays = {"is_split": np.packbits(np.concatenate(is_split))}
     for name in SHIPPED_ARRAYS[1:]:
         if name in states[0]:
             arrays[name] = np.concatenate([s[name] for s in states])
     return arrays
+
+
+def _with_node_samples(state):
+    """A shipped state with every node's row count instead of its leaves' only."""
+    if "leaf_n_node_samples" not in state:
+        return state
+    state = dict(state)
+    dtype = state["leaf_n_node_samples"].dtype
+    state["n_node_samples"] = node_samples(state).astype(dtype)
+    del state["leaf_n_node_samples"]
+    return state
 
 
 def _with_node_counts(state):

@@ -125,7 +125,7 @@ class Tree:
     @property
     def node_count(self):
         state = self.shipped_state
-        return len(self.children_left if state is None else state["n_node_samples"])
+        return len(self.children_left) if state is None else state["n_nodes"]
 
     @property
     def n_leaves(self):
@@ -325,11 +325,11 @@ class Tree:
 def expand_shipped(shipped, thresholds):
     """The ``Tree.__getstate__`` state of the tree a shipped state (``wire.encode``) describes,
     given its bin ``thresholds`` table: with what the shipped state leaves out derived again
-    (raw thresholds, ``is_categorical``; a classifier's class fractions, node weights and
-    impurities)."""
-    left_out = ("wire", "max_depth", "weighted_class_counts", "leaf_class_counts")
-    state = {k: v for k, v in shipped.items() if k not in left_out}
+    (raw thresholds, ``is_categorical``, split nodes' row counts; a classifier's class
+    fractions, node weights and impurities)."""
+    state = {k: v for k, v in shipped.items() if k not in _NOT_IN_ARRAYS}
     state["value"], state["weighted_n_node_samples"] = _value_and_weight(shipped)
+    state["n_node_samples"] = node_samples(shipped)
     bitset_idx = state["bitset_idx"]
     state["feature"] = state["feature"].astype(np.int32)
     state["is_categorical"] = (bitset_idx >= 0).astype(np.uint8)
@@ -337,7 +337,6 @@ def expand_shipped(shipped, thresholds):
     _split_thresholds(
         thresholds, state["feature"], state["bin_threshold"], bitset_idx, state["threshold"]
     )
-    state["n_node_samples"] = state["n_node_samples"].astype(np.int64)
     criterion = state.pop("criterion", None)
     if criterion is not None:
         state["impurity"] = np.empty(len(state["n_node_samples"]))
@@ -346,6 +345,16 @@ def expand_shipped(shipped, thresholds):
         )
     return state
 
+
+# What a shipped state holds besides the arrays ``expand_shipped`` gives back as they are.
+_NOT_IN_ARRAYS = (
+    "wire",
+    "max_depth",
+    "n_nodes",
+    "weighted_class_counts",
+    "leaf_class_counts",
+    "leaf_n_node_samples",
+)
 
 # What the per-node values of a shipped state are (``Tree.split_nodes``).
 NODE_VALUES = 0  # ``value``: class fractions or means, every node
@@ -370,9 +379,20 @@ def node_counts(state):
     values, kind = _shipped_values(state)
     if kind != LEAF_COUNTS:
         return values
-    counts = np.empty((len(state["n_node_samples"]), values.shape[1]))
+    counts = np.empty((state["n_nodes"], values.shape[1]))
     sum_to_root(state["is_split"], state["children_left"], state["children_right"], values, counts)
     return counts
+
+
+def node_samples(state):
+    """Every node's row count (``n_node_samples``, int64) of a shipped state: shipped for the
+    leaves only when a split node's are its children's summed (``wire.encode`` checked)."""
+    if "leaf_n_node_samples" not in state:
+        return state["n_node_samples"].astype(np.int64)
+    out = np.empty((state["n_nodes"], 1), dtype=np.int64)
+    leaves = state["leaf_n_node_samples"].astype(np.int64).reshape(-1, 1)
+    sum_to_root(state["is_split"], state["children_left"], state["children_right"], leaves, out)
+    return out.ravel()
 
 
 def _value_and_weight(state):

@@ -58,10 +58,12 @@ def encode(nodes, values, bitsets, thresholds, n_features, criterion):
         "categorical_bitsets": np.ascontiguousarray(bitsets),
         **per_node,
         "max_depth": int(nodes["depth"].max()) if len(nodes) else 0,
+        "n_nodes": len(nodes),
         "wire": True,
     }
     for name in _DERIVED:
         del state[name]
+    state.update(_row_counts(state.pop("n_node_samples"), is_split, state))
     if criterion == SQUARED_ERROR:
         state["value"] = np.array(values, order="C")
     else:
@@ -71,6 +73,16 @@ def encode(nodes, values, bitsets, thresholds, n_features, criterion):
         )
         state["criterion"] = criterion
     return state
+
+
+def _row_counts(n_node_samples, is_split, state):
+    """A shipped state's row counts: of its leaves only (``leaf_n_node_samples``) when a split
+    node's are its children's summed, as after any growth (``tree.node_samples``)."""
+    split = np.flatnonzero(is_split)
+    left, right = state["children_left"], state["children_right"]
+    if np.array_equal(n_node_samples[split], n_node_samples[left] + n_node_samples[right]):
+        return {"leaf_n_node_samples": np.ascontiguousarray(n_node_samples[~is_split])}
+    return {"n_node_samples": n_node_samples}
 
 
 def _class_counts(counts, is_split, children_left, children_right):
@@ -98,12 +110,14 @@ def state_of(tree, criterion):
         **{name: compact[name] for name in LEAF_CONSTANTS if name not in _DERIVED},
         "categorical_bitsets": tree.categorical_bitsets,
         "value": tree.value,
-        "n_node_samples": tree.n_node_samples.astype(_count_dtype(tree.n_node_samples)),
         "weighted_n_node_samples": tree.weighted_n_node_samples,
         "max_depth": tree.max_depth,
+        "n_nodes": tree.node_count,
         "wire": True,
     }
     state["feature"] = state["feature"].astype(feature_dtype(tree.n_features))
+    n_node_samples = tree.n_node_samples.astype(_count_dtype(tree.n_node_samples))
+    state.update(_row_counts(n_node_samples, is_split, state))
     if criterion == SQUARED_ERROR:
         state["impurity"] = tree.impurity
     else:
