@@ -35,7 +35,7 @@ from ._dtypes import (
     X_BINNED_DTYPE,
 )
 from .binning import _bin_code
-from .tree.tree import LEAF_COUNTS, NODE_VALUES, node_class_fractions
+from .tree.tree import LEAF_COUNTS, NODE_VALUES, node_class_fractions, packed_bit
 
 SOFT = 0  # sum class fractions (or means); divide by the number of trees
 HARD = 1  # one vote per tree for its majority class
@@ -254,7 +254,7 @@ def _pack_tree(
     n_split = 0
     n_leaf = 0
     for i in range(n_nodes):
-        if (is_split[i >> 3] >> (7 - (i & 7))) & 1:  # np.packbits' bit order
+        if packed_bit(is_split, i):
             index[i] = node_start + n_split
             n_split += 1
         else:

@@ -12,7 +12,7 @@ from sklearn.utils.validation import check_is_fitted
 from .._validation import column_label
 from .._version import __version__
 from ..criteria import CLASSIFICATION_CRITERIA, SQUARED_ERROR
-from ..tree.tree import class_fractions, node_counts, node_samples
+from ..tree.tree import node_counts, node_samples, value_and_weight
 from ..tree.wire import state_of
 from .format import (
     ARRAY_DTYPES,
@@ -71,7 +71,8 @@ def _describe(estimator):
     is_forest = ESTIMATOR_KINDS[cls.__name__][0] == "forest"
     check_is_fitted(estimator, "estimators_" if is_forest else "tree_")
     trees = [est.tree_ for est in estimator.estimators_] if is_forest else [estimator.tree_]
-    states = [state_of(tree, _criterion(estimator)) for tree in trees]
+    criterion = _criterion(estimator)
+    states = [state_of(tree, criterion) for tree in trees]
     arrays = _tree_arrays(states)
     bins, arrays["bin_edges"], arrays["bin_values"] = _describe_bins(estimator.bin_mapper_)
     if hasattr(estimator, "oob_curve_"):
@@ -171,10 +172,8 @@ def _with_fractions(state):
     if "weighted_class_counts" not in state:
         return state
     state = dict(state)
-    counts = state.pop("weighted_class_counts")
-    state["value"] = np.empty(counts.shape)
-    state["weighted_n_node_samples"] = np.empty(len(counts))
-    class_fractions(counts, state["value"], state["weighted_n_node_samples"])
+    state["value"], state["weighted_n_node_samples"] = value_and_weight(state)
+    del state["weighted_class_counts"]
     return state
 
 

@@ -262,7 +262,7 @@ class Tree:
             left, right = self.children_left[split], self.children_right[split]
             feature, w, impurity = self.feature[split], self.weighted_n_node_samples, self.impurity
         else:  # from the shipped state: the few arrays needed, not the whole tree expanded
-            value, w = _value_and_weight(state)
+            value, w = value_and_weight(state)
             split = np.flatnonzero(np.unpackbits(state["is_split"], count=len(w)))
             left, right, feature = state["children_left"], state["children_right"], state["feature"]
             impurity = state.get("impurity")
@@ -328,7 +328,7 @@ def expand_shipped(shipped, thresholds):
     (raw thresholds, ``is_categorical``, split nodes' row counts; a classifier's class
     fractions, node weights and impurities)."""
     state = {k: v for k, v in shipped.items() if k not in _NOT_IN_ARRAYS}
-    state["value"], state["weighted_n_node_samples"] = _value_and_weight(shipped)
+    state["value"], state["weighted_n_node_samples"] = value_and_weight(shipped)
     state["n_node_samples"] = node_samples(shipped)
     bitset_idx = state["bitset_idx"]
     state["feature"] = state["feature"].astype(np.int32)
@@ -374,28 +374,29 @@ def _shipped_values(state):
 
 
 def node_counts(state):
-    """Every node's weighted class counts of a shipped classifier's state: a split node's are
-    its children's summed, bit for bit those it was shipped without (``wire.encode`` checked)."""
+    """Every node's weighted class counts of a shipped classifier's state."""
     values, kind = _shipped_values(state)
-    if kind != LEAF_COUNTS:
-        return values
-    counts = np.empty((state["n_nodes"], values.shape[1]))
-    sum_to_root(state["is_split"], state["children_left"], state["children_right"], values, counts)
-    return counts
+    return _summed_up(state, values) if kind == LEAF_COUNTS else values
 
 
 def node_samples(state):
-    """Every node's row count (``n_node_samples``, int64) of a shipped state: shipped for the
-    leaves only when a split node's are its children's summed (``wire.encode`` checked)."""
+    """Every node's row count (``n_node_samples``, int64) of a shipped state."""
     if "leaf_n_node_samples" not in state:
         return state["n_node_samples"].astype(np.int64)
-    out = np.empty((state["n_nodes"], 1), dtype=np.int64)
-    leaves = state["leaf_n_node_samples"].astype(np.int64).reshape(-1, 1)
-    sum_to_root(state["is_split"], state["children_left"], state["children_right"], leaves, out)
-    return out.ravel()
+    leaves = state["leaf_n_node_samples"].astype(np.int64)
+    return _summed_up(state, leaves.reshape(-1, 1)).ravel()
 
 
-def _value_and_weight(state):
+def _summed_up(state, leaf_rows):
+    """Every node's rows of a quantity a shipped state holds for its leaves only
+    (``leaf_rows``, 2-d): a split node's are its children's summed, bit for bit those it was
+    shipped without (``wire._put_summable`` checked)."""
+    out = np.empty((state["n_nodes"], leaf_rows.shape[1]), dtype=leaf_rows.dtype)
+    sum_to_root(state["is_split"], state["children_left"], state["children_right"], leaf_rows, out)
+    return out
+
+
+def value_and_weight(state):
     """``value`` and ``weighted_n_node_samples`` of a shipped state, derived from its weighted
     class counts if it has them."""
     values, kind = _shipped_values(state)
@@ -730,13 +731,20 @@ def sum_to_root(is_split, children_left, children_right, leaf_rows, out):
     """
     n_leaf = 0
     for i in range(out.shape[0]):
-        if not (is_split[i >> 3] >> (7 - (i & 7))) & 1:
+        if not packed_bit(is_split, i):
             out[i] = leaf_rows[n_leaf]
             n_leaf += 1
     j = children_left.shape[0]
     for i in range(out.shape[0] - 1, -1, -1):
-        if (is_split[i >> 3] >> (7 - (i & 7))) & 1:
+        if packed_bit(is_split, i):
             j -= 1
             left, right = children_left[j], children_right[j]
             for c in range(out.shape[1]):
                 out[i, c] = out[left, c] + out[right, c]
+
+
+@njit(cache=True, inline="always")
+def packed_bit(bits, i):
+    """Flag i of ``np.packbits`` output ``bits`` (its bit order: the first flag is the high bit
+    of the first byte)."""
+    return (bits[i >> 3] >> (7 - (i & 7))) & 1 == 1

@@ -36,7 +36,7 @@ def encode(nodes, values, bitsets, thresholds, n_features, criterion):
 
     A classifier ships its nodes' weighted class counts instead of their fractions and weights,
     which the client derives from them bit for bit (``tree.class_fractions``); of its leaves
-    only when the split nodes' are their children's summed (``_class_counts``).
+    only when the split nodes' are their children's summed (``_put_summable``).
     """
     is_split = nodes["left"] != TREE_LEAF
     n_split = int(np.count_nonzero(is_split))
@@ -63,37 +63,29 @@ def encode(nodes, values, bitsets, thresholds, n_features, criterion):
     }
     for name in _DERIVED:
         del state[name]
-    state.update(_row_counts(state.pop("n_node_samples"), is_split, state))
+    n_node_samples = state.pop("n_node_samples")
+    _put_summable(state, is_split, "n_node_samples", "leaf_n_node_samples", n_node_samples)
     if criterion == SQUARED_ERROR:
         state["value"] = np.array(values, order="C")
     else:
         del state["impurity"], state["weighted_n_node_samples"]
-        state.update(
-            _class_counts(values, is_split, state["children_left"], state["children_right"])
-        )
+        _put_summable(state, is_split, "weighted_class_counts", "leaf_class_counts", values)
         state["criterion"] = criterion
     return state
 
 
-def _row_counts(n_node_samples, is_split, state):
-    """A shipped state's row counts: of its leaves only (``leaf_n_node_samples``) when a split
-    node's are its children's summed, as after any growth (``tree.node_samples``)."""
+def _put_summable(state, is_split, name, leaf_name, per_node):
+    """Put a per-node quantity in a shipped state (``is_split`` its nodes' flags, as bools): as
+    ``leaf_name``, its leaves' rows only, when every split node's row is exactly its children's
+    summed, left plus right, as ``tree.sum_to_root`` gives it back (row counts after any growth;
+    weighted class counts with whole-number weights, bootstrap counts among them); else as
+    ``name``, every node's."""
     split = np.flatnonzero(is_split)
     left, right = state["children_left"], state["children_right"]
-    if np.array_equal(n_node_samples[split], n_node_samples[left] + n_node_samples[right]):
-        return {"leaf_n_node_samples": np.ascontiguousarray(n_node_samples[~is_split])}
-    return {"n_node_samples": n_node_samples}
-
-
-def _class_counts(counts, is_split, children_left, children_right):
-    """A classifier's weighted class counts as a shipped state holds them: of its leaves only
-    (``leaf_class_counts``) when every split node's are exactly its children's summed, left plus
-    right, as ``tree.sum_to_root`` gives them back (true of whole-number weights, bootstrap
-    counts among them), else of every node (``weighted_class_counts``)."""
-    split = np.flatnonzero(is_split)
-    if np.array_equal(counts[split], counts[children_left] + counts[children_right]):
-        return {"leaf_class_counts": np.ascontiguousarray(counts[~is_split])}
-    return {"weighted_class_counts": np.array(counts, order="C")}
+    if np.array_equal(per_node[split], per_node[left] + per_node[right]):
+        state[leaf_name] = np.ascontiguousarray(per_node[~is_split])
+    else:
+        state[name] = np.array(per_node, order="C")
 
 
 def state_of(tree, criterion):
@@ -117,7 +109,7 @@ def state_of(tree, criterion):
     }
     state["feature"] = state["feature"].astype(feature_dtype(tree.n_features))
     n_node_samples = tree.n_node_samples.astype(_count_dtype(tree.n_node_samples))
-    state.update(_row_counts(n_node_samples, is_split, state))
+    _put_summable(state, is_split, "n_node_samples", "leaf_n_node_samples", n_node_samples)
     if criterion == SQUARED_ERROR:
         state["impurity"] = tree.impurity
     else:
