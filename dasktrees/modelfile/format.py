@@ -12,21 +12,25 @@ import shutil
 import numpy as np
 
 from .._dtypes import TREE_ARRAY_DTYPES
-from ..tree.tree import SPLIT_NODE_FIELDS
 
 FORMAT = "dasktrees-model"
-# Version 2 stores each tree as a forest task ships it (``tree.wire``): split fields for split
-# nodes only, nothing derived. Version 1 (every array of ``tree.TREE_ARRAYS``, every node) is
-# still read.
-FORMAT_VERSION = 2
-READ_VERSIONS = (1, 2)
+# Version 3 stores each tree as a forest task ships it (``tree.wire``): split fields for split
+# nodes only, nothing derived, whole numbers in the narrowest type. Version 2 (the same, but
+# ``VERSION_2_SPLIT_FIELDS`` at every split, right children always, counts in fixed types) and
+# version 1 (every array of ``tree.TREE_ARRAYS``, every node) are still read.
+FORMAT_VERSION = 3
+READ_VERSIONS = (1, 2, 3)
 MANIFEST = "manifest.json"
 ARRAYS = "arrays.npz"
 
 
-# The tree arrays of a version 2 file, the fields of a shipped state (``tree.wire.encode``),
+# The tree arrays of a version 3 file, the fields of a shipped state (``tree.wire.encode``),
 # concatenated over the trees: ``is_split`` (np.packbits of every node's flag, the trees' nodes
-# one after the other), the split fields at split nodes, the rest at every node. A classifier's
+# one after the other), the split fields at split nodes (``children_right`` only when a split's
+# right child is not the node after its left one), their flags as bits (``SPLIT_BITS``, the
+# trees' split nodes one after the other), the bitset rows of categorical splits, the rest at
+# every node. Whole numbers are stored in the narrowest type holding them (``NARROW_DTYPES``).
+# A tree without categorical splits stores no bitsets. A classifier's
 # nodes hold their weighted class counts, whose fractions, weights and impurities are derived:
 # its leaves' only (``leaf_class_counts``, the leaves of every tree in node order) when every
 # tree's split nodes have their children's summed, else every node's
@@ -34,10 +38,13 @@ ARRAYS = "arrays.npz"
 # its fractions (a pruned tree), hold ``value`` and ``weighted_n_node_samples``, and a
 # regressor's ``impurity`` too. Row counts are the leaves' only (``leaf_n_node_samples``) when
 # every tree's split nodes have their children's summed (any grown tree), else every node's.
-SPLIT_FIELDS = SPLIT_NODE_FIELDS  # one entry per split node
+SPLIT_FIELDS = ("children_left", "children_right", "feature", "bin_threshold")  # one a split node
+SPLIT_BITS = ("missing_go_to_left_bits", "is_categorical_bits")  # np.packbits, a bit a split node
 SHIPPED_ARRAYS = (
     "is_split",
     *SPLIT_FIELDS,
+    *SPLIT_BITS,
+    "categorical_bitset_idx",  # one a categorical split node
     "categorical_bitsets",
     "leaf_class_counts",
     "weighted_class_counts",
@@ -48,16 +55,23 @@ SHIPPED_ARRAYS = (
     "impurity",
 )
 
+# What a version 2 file stores at every split node instead of ``SPLIT_BITS`` and
+# ``categorical_bitset_idx`` (``tree.from_version_2`` turns them into those).
+VERSION_2_SPLIT_FIELDS = ("missing_go_to_left", "bitset_idx")
+
 # Every array a file may hold, with its dtype: the tree's own (``_dtypes.TREE_ARRAY_DTYPES``),
-# little-endian whatever the machine, C order. In version 2 files, ``feature`` and
-# ``n_node_samples`` have the narrower types of a shipped state instead
-# (``integrity.expected_dtypes``), and ``is_split`` is added.
+# little-endian whatever the machine, C order. In version 2 and 3 files, ``feature`` has the
+# narrowest unsigned type holding the features, and the arrays of ``NARROW_DTYPES`` the type
+# their manifest entry declares among those (``integrity.expected_dtypes``).
 ARRAY_DTYPES = {
     **{name: np.dtype(dtype).newbyteorder("<") for name, dtype in TREE_ARRAY_DTYPES.items()},
     "is_split": np.dtype("u1"),
+    "missing_go_to_left_bits": np.dtype("u1"),
+    "is_categorical_bits": np.dtype("u1"),
+    "categorical_bitset_idx": np.dtype("<u4"),
     "weighted_class_counts": np.dtype("<f8"),
     "leaf_class_counts": np.dtype("<f8"),
-    "leaf_n_node_samples": np.dtype("<i4"),  # or "<i8" (integrity.expected_dtypes)
+    "leaf_n_node_samples": np.dtype("<i4"),
     "bin_edges": np.dtype("<f8"),  # edges of the numeric features, concatenated
     "bin_values": np.dtype("<f8"),  # their representative values (BinMapper.bin_values_)
     "oob_curve": np.dtype("<f8"),  # forests fitted with oob_score
@@ -66,6 +80,23 @@ ARRAY_DTYPES = {
     "leaf_target_ids": np.dtype("<u4"),
     "leaf_cum_weights": np.dtype("<f8"),
     "leaf_targets": np.dtype("<f8"),
+}
+
+# The types an array of whole numbers may be stored in (its manifest entry says which), by
+# format version: counts of rows and bootstrap draws, and bitset rows, in the narrowest.
+_UNSIGNED = ("|u1", "<u2", "<u4")
+NARROW_DTYPES = {
+    2: {
+        "n_node_samples": ("<i4", "<i8"),
+        "leaf_n_node_samples": ("<i4", "<i8"),
+    },
+    3: {
+        "n_node_samples": ("<i4", "<i8"),
+        "leaf_n_node_samples": (*_UNSIGNED, "<u8"),
+        "leaf_class_counts": (*_UNSIGNED, "<f8"),
+        "weighted_class_counts": (*_UNSIGNED, "<f8"),
+        "categorical_bitset_idx": _UNSIGNED,
+    },
 }
 
 # The arrays of a quantile forest's ``leaf_targets_``, by field of ``quantiles.LeafTargets``.

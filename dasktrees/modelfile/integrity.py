@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from .._dtypes import BITSET_WORDS, MAX_BINS, TREE_LEAF
-from ..tree.tree import TREE_ARRAYS, fill_depths
+from ..tree.tree import TREE_ARRAYS, fill_depths, split_fields
 from ..tree.wire import feature_dtype
 from .format import (
     ARRAY_DTYPES,
@@ -23,12 +23,15 @@ from .format import (
     FORMAT,
     LEAF_TARGET_ARRAYS,
     MANIFEST,
+    NARROW_DTYPES,
     OOB_SCORES,
     QUANTILE_FORESTS,
     READ_VERSIONS,
     SHIPPED_ARRAYS,
+    SPLIT_BITS,
     SPLIT_FIELDS,
     TREE_FITTED,
+    VERSION_2_SPLIT_FIELDS,
     array_checksum,
     from_json,
     is_scalar,
@@ -259,8 +262,8 @@ def _check_contents(manifest, where):
         raise ValueError(f"{where}: a regressor has no classes")
     else:
         n_values = 1
-    shipped = manifest["format_version"] >= 2
-    _check_trees_entry(manifest["trees"], is_forest, n_values, shipped, f"{where}: trees")
+    version = manifest["format_version"]
+    _check_trees_entry(manifest["trees"], is_forest, n_values, version, f"{where}: trees")
     for name, entry in manifest["arrays"].items():
         _check_fields(entry, _ARRAY_FIELDS, f"{where}: arrays: {name!r}")
 
@@ -288,8 +291,12 @@ def _check_bins(bins, n_features, where):
             raise ValueError(f"{where}: feature {j}: needs one bin below {MAX_BINS} per category")
 
 
-def _check_trees_entry(trees, is_forest, n_values, shipped, where):
-    fields = {**_TREES_FIELDS, "split_counts": _COUNTS} if shipped else _TREES_FIELDS
+def _check_trees_entry(trees, is_forest, n_values, version, where):
+    fields = dict(_TREES_FIELDS)
+    if version >= 2:
+        fields["split_counts"] = _COUNTS
+    if version >= 3:
+        fields["categorical_split_counts"] = _COUNTS
     _check_fields(trees, fields, where)
     n_trees = trees["n_trees"]
     if n_trees < 1 or (n_trees > 1 and not is_forest):
@@ -323,15 +330,17 @@ def decode_classes(classes, where):
 
 def expected_dtypes(manifest):
     """The dtype (``str``) every array of the file must have, by name: ``format.ARRAY_DTYPES``,
-    but in version 2 the shipped state's feature indices (the narrowest unsigned type for the
-    features) and row counts (int32, or int64 as declared)."""
+    but from version 2 on the shipped state's feature indices (the narrowest unsigned type for
+    the features), and the whole numbers of ``format.NARROW_DTYPES`` in the type declared, if
+    it is one of theirs."""
     dtypes = {name: dtype.str for name, dtype in ARRAY_DTYPES.items()}
-    if manifest["format_version"] >= 2:
+    version = manifest["format_version"]
+    if version >= 2:
         n_features = manifest["fitted"]["n_features_in_"]
         dtypes["feature"] = np.dtype(feature_dtype(n_features)).newbyteorder("<").str
-        for name in ("n_node_samples", "leaf_n_node_samples"):
+        for name, allowed in NARROW_DTYPES[version].items():
             declared = manifest["arrays"].get(name, {}).get("dtype")
-            dtypes[name] = declared if declared in ("<i4", "<i8") else "<i4"
+            dtypes[name] = declared if declared in allowed else allowed[0]
     return dtypes
 
 
@@ -340,11 +349,22 @@ def expected_shapes(manifest):
     trees = manifest["trees"]
     numeric = [f for f in manifest["bins"]["features"] if f["kind"] == "numeric"]
     n_nodes = sum(trees["node_counts"])
-    if manifest["format_version"] >= 2:
+    version = manifest["format_version"]
+    if version >= 2:
         n_splits = sum(trees["split_counts"])
         shapes = {name: (n_nodes,) for name in SHIPPED_ARRAYS}
         shapes.update({name: (n_splits,) for name in SPLIT_FIELDS})
         shapes["is_split"] = ((n_nodes + 7) // 8,)
+        for name in SPLIT_BITS:
+            del shapes[name]
+        del shapes["categorical_bitset_idx"]
+        if version == 2:
+            shapes.update({name: (n_splits,) for name in VERSION_2_SPLIT_FIELDS})
+        else:
+            shapes.update({name: ((n_splits + 7) // 8,) for name in SPLIT_BITS})
+            shapes["categorical_bitset_idx"] = (sum(trees["categorical_split_counts"]),)
+            if "children_right" not in manifest["arrays"]:  # the node after the left child
+                del shapes["children_right"]
         # What each node holds (format.SHIPPED_ARRAYS): a classifier's weighted class counts
         # (its leaves', or every node's), or its fractions and weights; a regressor's means,
         # weights and impurities. The manifest's list of arrays says which.
@@ -492,9 +512,10 @@ def check_trees(a, node_counts, bitset_counts, feature_is_categorical, npz):
 
 
 def check_shipped_trees(a, trees, feature_is_categorical, npz):
-    """Check that the trees of a version 2 file (``format.SHIPPED_ARRAYS`` in ``a``, counted by
-    the manifest's ``trees``) are trees the kernels can walk, as ``check_trees`` does for version
-    1, and give their depths (which a version 2 file does not store).
+    """Check that the trees of a version 3 file (``format.SHIPPED_ARRAYS`` in ``a``, counted by
+    the manifest's ``trees``; a version 2 file's after ``tree.from_version_2``) are trees the
+    kernels can walk, as ``check_trees`` does for version 1, and give their depths (which these
+    versions do not store).
 
     Returns
     -------
@@ -505,21 +526,23 @@ def check_shipped_trees(a, trees, feature_is_categorical, npz):
     nodes = _Nodes(trees["node_counts"], npz)
     is_split = np.unpackbits(a["is_split"], count=len(nodes.index)).astype(bool)
     split = np.flatnonzero(is_split)
-    marked = np.bincount(nodes.tree[split], minlength=len(nodes.counts))
-    differs = np.flatnonzero(marked != np.asarray(trees["split_counts"]))
-    if len(differs):
-        t = differs[0]
-        raise ValueError(
-            f"{npz}: tree {t}: is_split marks {marked[t]} split nodes, the manifest's "
-            f"split_counts {trees['split_counts'][t]}"
-        )
+    _check_marks(nodes.tree[split], trees["split_counts"], "is_split", "split nodes", npz)
+    categorical = np.unpackbits(a["is_categorical_bits"], count=len(split)).astype(bool)
+    _check_marks(
+        nodes.tree[split[categorical]],
+        trees["categorical_split_counts"],
+        "is_categorical_bits",
+        "categorical split nodes",
+        npz,
+    )
+    fields = split_fields(a)
     left, right = nodes.check_splits(
         split,
-        a["children_left"],
-        a["children_right"],
+        fields["children_left"],
+        fields["children_right"],
         a["feature"],
-        a["bitset_idx"] >= 0,
-        a["bitset_idx"],
+        categorical,
+        fields["bitset_idx"],
         trees["bitset_counts"],
         feature_is_categorical,
     )
@@ -529,6 +552,18 @@ def check_shipped_trees(a, trees, feature_is_categorical, npz):
     depth = np.zeros(len(nodes.index), dtype=np.int64)
     fill_depths(children[0], children[1], depth)
     return is_split, depth
+
+
+def _check_marks(tree, counts, name, what, npz):
+    """Check that the nodes a bit array marks (``tree``: the tree of each) are as many in each
+    tree as the manifest's ``counts``."""
+    marked = np.bincount(tree, minlength=len(counts))
+    differs = np.flatnonzero(marked != np.asarray(counts))
+    if len(differs):
+        t = differs[0]
+        raise ValueError(
+            f"{npz}: tree {t}: {name} marks {marked[t]} {what}, the manifest counts {counts[t]}"
+        )
 
 
 class _Nodes:

@@ -17,7 +17,7 @@ from ..ensemble import (
 from ..estimators import DecisionTreeClassifier, DecisionTreeRegressor
 from ..quantile_forests import ExtraTreesQuantileRegressor, RandomForestQuantileRegressor
 from ..quantiles import LeafTargets
-from ..tree.tree import TREE_ARRAYS, Tree
+from ..tree.tree import TREE_ARRAYS, Tree, from_version_2
 from .format import (
     ARRAYS,
     ESTIMATOR_KINDS,
@@ -26,6 +26,7 @@ from .format import (
     OOB_SCORES,
     QUANTILE_FORESTS,
     SHIPPED_ARRAYS,
+    SPLIT_BITS,
     SPLIT_FIELDS,
     from_json,
 )
@@ -159,6 +160,8 @@ def load(path):
     mapper = _build_bin_mapper(manifest["bins"], arrays["bin_edges"], arrays["bin_values"])
     trees = manifest["trees"]
     if manifest["format_version"] >= 2:
+        if manifest["format_version"] == 2:
+            arrays, trees = _version_2_as_3(arrays, trees)
         structure = check_shipped_trees(arrays, trees, mapper.is_categorical_, npz)
         criterion = _criterion(manifest)
         fitted_trees = _shipped_trees(arrays, trees, structure, mapper, criterion)
@@ -192,37 +195,55 @@ def _criterion(manifest):
 
 
 def _shipped_trees(arrays, trees, structure, mapper, criterion):
-    """The trees of a version 2 file, each kept in its shipped state (``Tree.shipped``): views
-    of the concatenated arrays, but for each tree's ``is_split`` bits and depth."""
+    """The trees of a version 3 file (or a version 2 one's, ``_version_2_as_3``), each kept in
+    its shipped state (``Tree.shipped``): views of the concatenated arrays, but for each tree's
+    bits and depth."""
     is_split, depth = structure
-    node_ends = np.cumsum(trees["node_counts"], dtype=np.int64)
-    split_ends = np.cumsum(trees["split_counts"], dtype=np.int64)
-    leaf_ends = node_ends - split_ends
-    bitset_ends = np.cumsum(trees["bitset_counts"], dtype=np.int64)
+    counts = {
+        "nodes": trees["node_counts"],
+        "splits": trees["split_counts"],
+        "leaves": np.subtract(trees["node_counts"], trees["split_counts"]),
+        "categorical splits": trees["categorical_split_counts"],
+        "bitsets": trees["bitset_counts"],
+    }
+    ends = {part: np.cumsum(n, dtype=np.int64) for part, n in counts.items()}
+    split_bits = {
+        name: np.unpackbits(arrays[name], count=ends["splits"][-1]) for name in SPLIT_BITS
+    }
+    part_of = {name: "splits" for name in SPLIT_FIELDS}
+    part_of.update(
+        categorical_bitset_idx="categorical splits",
+        categorical_bitsets="bitsets",
+        leaf_class_counts="leaves",
+        leaf_n_node_samples="leaves",
+    )
     thresholds = mapper.threshold_table()  # one bin table for all the trees
     out = []
     for t in range(trees["n_trees"]):
-        nodes = slice(node_ends[t] - trees["node_counts"][t], node_ends[t])
-        splits = slice(split_ends[t] - trees["split_counts"][t], split_ends[t])
-        bitsets = slice(bitset_ends[t] - trees["bitset_counts"][t], bitset_ends[t])
-        leaves = slice(leaf_ends[t - 1] if t else 0, leaf_ends[t])
-        state = {"n_features": mapper.n_features_in_, "is_split": np.packbits(is_split[nodes])}
+        cut = {part: slice(ends[part][t] - n[t], ends[part][t]) for part, n in counts.items()}
+        state = {"n_features": mapper.n_features_in_, "is_split": np.packbits(is_split[cut["nodes"]])}
         for name in SHIPPED_ARRAYS[1:]:
-            if name in SPLIT_FIELDS:
-                state[name] = arrays[name][splits]
-            elif name == "categorical_bitsets":
-                state[name] = arrays[name][bitsets]
-            elif name in ("leaf_class_counts", "leaf_n_node_samples") and name in arrays:
-                state[name] = arrays[name][leaves]
+            if name in SPLIT_BITS:
+                state[name] = np.packbits(split_bits[name][cut["splits"]])
             elif name in arrays:
-                state[name] = arrays[name][nodes]
+                state[name] = arrays[name][cut[part_of.get(name, "nodes")]]
         if criterion != SQUARED_ERROR:
             state["criterion"] = criterion
-        state["max_depth"] = int(depth[nodes].max())
+        state["max_depth"] = int(depth[cut["nodes"]].max())
         state["n_nodes"] = trees["node_counts"][t]
         state["wire"] = True
         out.append(Tree.shipped(state, thresholds))
     return out
+
+
+def _version_2_as_3(arrays, trees):
+    """A version 2 file's arrays and manifest ``trees`` entry in version 3's form: its split
+    flags and bitset rows at every split become bits and the categorical splits' rows
+    (``tree.from_version_2``), counted per tree."""
+    categorical = arrays["bitset_idx"] >= 0
+    tree_of_split = np.repeat(np.arange(trees["n_trees"]), trees["split_counts"])
+    per_tree = np.bincount(tree_of_split[categorical], minlength=trees["n_trees"])
+    return from_version_2(arrays), {**trees, "categorical_split_counts": per_tree.tolist()}
 
 
 def _split_trees(arrays, trees, n_features):

@@ -12,8 +12,8 @@ from sklearn.utils.validation import check_is_fitted
 from .._validation import column_label
 from .._version import __version__
 from ..criteria import CLASSIFICATION_CRITERIA, SQUARED_ERROR
-from ..tree.tree import node_counts, node_samples, value_and_weight
-from ..tree.wire import state_of
+from ..tree.tree import children, node_counts, node_samples, value_and_weight
+from ..tree.wire import narrow_counts, narrowest_uint, state_of
 from .format import (
     ARRAY_DTYPES,
     BIN_PARAMS,
@@ -22,9 +22,11 @@ from .format import (
     FORMAT,
     FORMAT_VERSION,
     LEAF_TARGET_ARRAYS,
+    NARROW_DTYPES,
     OOB_SCORES,
     QUANTILE_FORESTS,
     SHIPPED_ARRAYS,
+    SPLIT_BITS,
     TREE_FITTED,
     array_checksum,
     manifest_checksum,
@@ -83,7 +85,7 @@ def _describe(estimator):
             arrays[name] = getattr(estimator.leaf_targets_, field)
     # "safe" casting: a tree field whose dtype changed must fail here, not be truncated
     dtypes = {**ARRAY_DTYPES, "feature": states[0]["feature"].dtype}
-    for name in ("n_node_samples", "leaf_n_node_samples"):
+    for name in NARROW_DTYPES[FORMAT_VERSION]:
         if name in arrays:
             dtypes[name] = arrays[name].dtype
     arrays = {
@@ -109,6 +111,7 @@ def _describe(estimator):
             "n_values": int(trees[0].n_values),
             "node_counts": [tree.node_count for tree in trees],
             "split_counts": [len(state["children_left"]) for state in states],
+            "categorical_split_counts": [len(s["categorical_bitset_idx"]) for s in states],
             "bitset_counts": [len(state["categorical_bitsets"]) for state in states],
         },
         "arrays": {
@@ -128,21 +131,38 @@ def _criterion(estimator):
 
 
 def _tree_arrays(states):
-    """The trees' shipped states (``wire.state_of``) as the arrays of a version 2 file
+    """The trees' shipped states (``wire.state_of``) as the arrays of a version 3 file
     (``format.SHIPPED_ARRAYS``), concatenated over the trees: their values in the one layout
-    they all have or can be given (leaves' counts, every node's counts, fractions)."""
+    they all have or can be given (leaves' counts, every node's counts, fractions), right
+    children for all if one needs them, and whole numbers in the narrowest type holding all."""
     for layout in ("leaf_class_counts", "weighted_class_counts", "value"):
         if all(layout in s for s in states):
             break
         states = [_LAYOUTS[layout](s) for s in states]
     if not all("leaf_n_node_samples" in s for s in states):
         states = [_with_node_samples(s) for s in states]
-    is_split = [np.unpackbits(s["is_split"], count=s["n_nodes"]) for s in states]
-    arrays = {"is_split": np.packbits(np.concatenate(is_split))}
-    for name in SHIPPED_ARRAYS[1:]:
-        if name in states[0]:
+    if any("children_right" in s for s in states):
+        states = [{**s, "children_right": children(s)[1]} for s in states]
+    arrays = {"is_split": _bits([s["is_split"] for s in states], [s["n_nodes"] for s in states])}
+    n_splits = [len(s["children_left"]) for s in states]
+    for name in SPLIT_BITS:
+        arrays[name] = _bits([s[name] for s in states], n_splits)
+    for name in SHIPPED_ARRAYS:
+        if name not in arrays and name in states[0]:
             arrays[name] = np.concatenate([s[name] for s in states])
+    for name in ("leaf_n_node_samples", "leaf_class_counts", "weighted_class_counts"):
+        if name in arrays:
+            arrays[name] = narrow_counts(arrays[name])
+    rows = arrays["categorical_bitset_idx"]
+    arrays["categorical_bitset_idx"] = rows.astype(narrowest_uint(rows.max(initial=0)))
     return arrays
+
+
+def _bits(packed, counts):
+    """The trees' bit arrays (``np.packbits`` of ``counts[t]`` flags each) as one, their flags
+    one tree after the other."""
+    flags = [np.unpackbits(bits, count=n) for bits, n in zip(packed, counts)]
+    return np.packbits(np.concatenate(flags))
 
 
 def _with_node_samples(state):

@@ -92,7 +92,7 @@ class Tree:
         """
         tree = cls.__new__(cls)
         tree.n_features = int(state["n_features"])
-        tree._shipped = (state, thresholds)
+        tree._shipped = (from_version_2(state), thresholds)
         return tree
 
     def __getattr__(self, name):
@@ -131,7 +131,7 @@ class Tree:
     def n_leaves(self):
         state = self.shipped_state
         if state is not None:
-            return self.node_count - len(state["bitset_idx"])
+            return self.node_count - len(state["children_left"])
         return int(np.sum(self.children_left == TREE_LEAF))
 
     @property
@@ -166,7 +166,8 @@ class Tree:
         """
         state = self.shipped_state
         if state is not None:
-            fields = [state[name] for name in SPLIT_NODE_FIELDS]
+            fields = split_fields(state)
+            fields = [fields[name] for name in SPLIT_NODE_FIELDS]
             values, kind = _shipped_values(state)
             return state["is_split"], *fields, values, kind, state["categorical_bitsets"]
         compact = self._split_only_fields()
@@ -264,7 +265,8 @@ class Tree:
         else:  # from the shipped state: the few arrays needed, not the whole tree expanded
             value, w = value_and_weight(state)
             split = np.flatnonzero(np.unpackbits(state["is_split"], count=len(w)))
-            left, right, feature = state["children_left"], state["children_right"], state["feature"]
+            left, right = children(state)
+            feature = state["feature"]
             impurity = state.get("impurity")
             if impurity is None:
                 impurity = np.empty(len(w))
@@ -328,8 +330,11 @@ def expand_shipped(shipped, thresholds):
     (raw thresholds, ``is_categorical``, split nodes' row counts; a classifier's class
     fractions, node weights and impurities)."""
     state = {k: v for k, v in shipped.items() if k not in _NOT_IN_ARRAYS}
+    state.update(split_fields(shipped))
     state["value"], state["weighted_n_node_samples"] = value_and_weight(shipped)
     state["n_node_samples"] = node_samples(shipped)
+    if len(state["categorical_bitsets"]) == 0:  # as from_growth: one all-zero row
+        state["categorical_bitsets"] = np.zeros((1, BITSET_WORDS), dtype=BITSET_DTYPE)
     bitset_idx = state["bitset_idx"]
     state["feature"] = state["feature"].astype(np.int32)
     state["is_categorical"] = (bitset_idx >= 0).astype(np.uint8)
@@ -354,7 +359,55 @@ _NOT_IN_ARRAYS = (
     "weighted_class_counts",
     "leaf_class_counts",
     "leaf_n_node_samples",
+    "children_right",
+    "missing_go_to_left_bits",
+    "is_categorical_bits",
+    "categorical_bitset_idx",
 )
+
+
+def split_fields(state):
+    """A shipped state's split fields (``SPLIT_NODE_FIELDS``) at its split nodes, in node order,
+    as the tree's arrays hold them: ``children_right`` (``children_left + 1`` unless shipped),
+    ``missing_go_to_left`` (uint8) and ``bitset_idx`` (int32, -1 for a numeric split) from their
+    bits and the categorical splits' rows (``wire._put_split_fields``)."""
+    left, right = children(state)
+    n_split = len(left)
+    categorical = np.unpackbits(state["is_categorical_bits"], count=n_split).view(bool)
+    bitset_idx = np.full(n_split, -1, dtype=np.int32)
+    bitset_idx[categorical] = state["categorical_bitset_idx"]
+    return {
+        "children_left": left,
+        "children_right": right,
+        "feature": state["feature"],
+        "bin_threshold": state["bin_threshold"],
+        "missing_go_to_left": np.unpackbits(state["missing_go_to_left_bits"], count=n_split),
+        "bitset_idx": bitset_idx,
+    }
+
+
+def children(state):
+    """A shipped state's split nodes' children (``children_left``, ``children_right``): the
+    right child is the node after the left one unless the state says otherwise."""
+    left = state["children_left"]
+    right = state.get("children_right")
+    return left, left + 1 if right is None else right
+
+
+def from_version_2(state):
+    """A shipped state as model format 2 (and the forest pickles of its time) held it, in
+    today's form: ``missing_go_to_left`` (uint8) and ``bitset_idx`` (int32, -1 for a numeric
+    split) at every split become their bits and the categorical splits' rows."""
+    if "bitset_idx" not in state:
+        return state
+    state = dict(state)
+    bitset_idx = state.pop("bitset_idx")
+    categorical = bitset_idx >= 0
+    state["missing_go_to_left_bits"] = np.packbits(state.pop("missing_go_to_left") != 0)
+    state["is_categorical_bits"] = np.packbits(categorical)
+    state["categorical_bitset_idx"] = bitset_idx[categorical].astype(np.uint32)
+    return state
+
 
 # What the per-node values of a shipped state are (``Tree.split_nodes``).
 NODE_VALUES = 0  # ``value``: class fractions or means, every node
@@ -366,10 +419,10 @@ def _shipped_values(state):
     """A shipped state's per-node values and their kind (``NODE_VALUES`` ...): a classifier
     grown in a forest task ships its weighted class counts, of its leaves only when a split
     node's are its children's summed (``wire.encode``)."""
-    if "leaf_class_counts" in state:
-        return state["leaf_class_counts"], LEAF_COUNTS
+    if "leaf_class_counts" in state:  # float64 whatever type they travel in: what kernels take
+        return state["leaf_class_counts"].astype(np.float64, copy=False), LEAF_COUNTS
     if "weighted_class_counts" in state:
-        return state["weighted_class_counts"], NODE_COUNTS
+        return state["weighted_class_counts"].astype(np.float64, copy=False), NODE_COUNTS
     return state["value"], NODE_VALUES
 
 
@@ -392,7 +445,7 @@ def _summed_up(state, leaf_rows):
     (``leaf_rows``, 2-d): a split node's are its children's summed, bit for bit those it was
     shipped without (``wire._put_summable`` checked)."""
     out = np.empty((state["n_nodes"], leaf_rows.shape[1]), dtype=leaf_rows.dtype)
-    sum_to_root(state["is_split"], state["children_left"], state["children_right"], leaf_rows, out)
+    sum_to_root(state["is_split"], *children(state), leaf_rows, out)
     return out
 
 

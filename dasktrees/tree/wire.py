@@ -6,12 +6,15 @@ bytes cost twice, in pickling and sending on the worker and in receiving into fr
 the client, so a task ships the tree's compact state (split fields for split nodes only, no
 depths) without what can be derived again exactly:
 
-* a numeric split's raw threshold (``thresholds[feature, bin_threshold]``, the bin table) and
-  ``is_categorical`` (``bitset_idx >= 0``);
+* a numeric split's raw threshold (``thresholds[feature, bin_threshold]``, the bin table), a
+  right child (the node after the left one, as the grower numbers them), and the split flags
+  beyond a bit each (``_put_split_fields``);
 * a classification node's class fractions and weight, from its weighted class counts (the
   weight is their sum, as the grower computes it: ``tree.class_fractions``), and its impurity
   from those (``criteria.class_impurity``);
-* feature indices travel in the narrowest unsigned type, row counts as int32.
+* a split node's row and class counts, its children's summed (``_put_summable``);
+* whole numbers travel in the narrowest unsigned type holding them (feature indices, bitset
+  rows, bootstrap counts).
 
 The client keeps each tree in this state (``Tree.shipped``): packing the forest for prediction
 reads the split fields as they are, and the scikit-learn arrays are expanded from it
@@ -25,9 +28,6 @@ import numpy as np
 from .._dtypes import BITSET_DTYPE, BITSET_WORDS, NODE_DTYPE, TREE_LEAF, TREE_UNDEFINED
 from ..criteria import SQUARED_ERROR
 from .tree import LEAF_CONSTANTS, NODE_ARRAY_DTYPES, Tree, fields_from_records
-
-# The split fields a shipped state leaves out: derived from the others (``tree.expand_shipped``).
-_DERIVED = ("threshold", "is_categorical")
 
 
 def encode(nodes, values, bitsets, thresholds, n_features, criterion):
@@ -48,44 +48,68 @@ def encode(nodes, values, bitsets, thresholds, n_features, criterion):
     }
     no_depths = np.empty(0, dtype=np.int32)
     fields_from_records(nodes, thresholds, True, *compact.values(), *per_node.values(), no_depths)
-    if len(bitsets) == 0:
-        bitsets = np.zeros((1, BITSET_WORDS), dtype=BITSET_DTYPE)
     state = {
         "n_features": n_features,
         "is_split": np.packbits(is_split),
-        **compact,
-        "feature": compact["feature"].astype(feature_dtype(n_features)),
-        "categorical_bitsets": np.ascontiguousarray(bitsets),
-        **per_node,
         "max_depth": int(nodes["depth"].max()) if len(nodes) else 0,
         "n_nodes": len(nodes),
         "wire": True,
     }
-    for name in _DERIVED:
-        del state[name]
-    n_node_samples = state.pop("n_node_samples")
-    _put_summable(state, is_split, "n_node_samples", "leaf_n_node_samples", n_node_samples)
+    _put_split_fields(state, compact, n_features, bitsets)
+    _put_summable(state, is_split, compact, "n_node_samples", per_node["n_node_samples"])
     if criterion == SQUARED_ERROR:
         state["value"] = np.array(values, order="C")
+        state["weighted_n_node_samples"] = per_node["weighted_n_node_samples"]
+        state["impurity"] = per_node["impurity"]
     else:
-        del state["impurity"], state["weighted_n_node_samples"]
-        _put_summable(state, is_split, "weighted_class_counts", "leaf_class_counts", values)
+        _put_summable(state, is_split, compact, "class_counts", values)
         state["criterion"] = criterion
     return state
 
 
-def _put_summable(state, is_split, name, leaf_name, per_node):
-    """Put a per-node quantity in a shipped state (``is_split`` its nodes' flags, as bools): as
-    ``leaf_name``, its leaves' rows only, when every split node's row is exactly its children's
-    summed, left plus right, as ``tree.sum_to_root`` gives it back (row counts after any growth;
-    weighted class counts with whole-number weights, bootstrap counts among them); else as
-    ``name``, every node's."""
+def _put_split_fields(state, compact, n_features, bitsets):
+    """Put a tree's split fields (``compact``: ``LEAF_CONSTANTS``' fields at its split nodes,
+    and ``bitsets`` its categorical bitset table) in a shipped state, with nothing that can be
+    derived: a numeric split's raw threshold (``thresholds[feature, bin_threshold]``, the bin
+    table) and ``is_categorical`` (a bit, below); ``children_right`` when it is
+    ``children_left + 1`` at every split, as the grower numbers children; one bit a split for
+    ``missing_go_to_left`` and for being categorical, and a bitset row for categorical splits
+    only; no bitsets for a tree without a categorical split (``tree.split_fields`` gives the
+    fields back). Feature indices and bitset rows take the narrowest unsigned type."""
+    left, right = compact["children_left"], compact["children_right"]
+    state["children_left"] = left
+    if not np.array_equal(right, left + 1):
+        state["children_right"] = right
+    state["feature"] = compact["feature"].astype(feature_dtype(n_features))
+    state["bin_threshold"] = compact["bin_threshold"]
+    state["missing_go_to_left_bits"] = np.packbits(compact["missing_go_to_left"] != 0)
+    bitset_idx = compact["bitset_idx"]
+    categorical = bitset_idx >= 0
+    state["is_categorical_bits"] = np.packbits(categorical)
+    state["categorical_bitset_idx"] = bitset_idx[categorical].astype(
+        narrowest_uint(len(bitsets) - 1)
+    )
+    if not categorical.any():
+        bitsets = bitsets[:0]
+    state["categorical_bitsets"] = np.ascontiguousarray(bitsets, dtype=BITSET_DTYPE)
+
+
+def _put_summable(state, is_split, compact, quantity, per_node):
+    """Put a per-node quantity (``quantity``, "n_node_samples" or "class_counts") in a shipped
+    state (``is_split`` its nodes' flags, as bools; ``compact`` its split nodes' children): as
+    ``leaf_<quantity>``, its leaves' rows only, when every split node's row is exactly its
+    children's summed, left plus right, as ``tree.sum_to_root`` gives it back (row counts after
+    any growth; weighted class counts with whole-number weights, bootstrap counts among them);
+    else every node's, as ``n_node_samples`` or ``weighted_class_counts``. Whole numbers
+    travel in the narrowest unsigned type holding them (``narrow_counts``)."""
     split = np.flatnonzero(is_split)
-    left, right = state["children_left"], state["children_right"]
+    left, right = compact["children_left"], compact["children_right"]
     if np.array_equal(per_node[split], per_node[left] + per_node[right]):
-        state[leaf_name] = np.ascontiguousarray(per_node[~is_split])
+        state[f"leaf_{quantity}"] = narrow_counts(per_node[~is_split])
+    elif quantity == "n_node_samples":
+        state[quantity] = np.array(per_node, order="C")
     else:
-        state[name] = np.array(per_node, order="C")
+        state[f"weighted_{quantity}"] = narrow_counts(per_node)
 
 
 def state_of(tree, criterion):
@@ -99,17 +123,15 @@ def state_of(tree, criterion):
     state = {
         "n_features": tree.n_features,
         "is_split": np.packbits(is_split),
-        **{name: compact[name] for name in LEAF_CONSTANTS if name not in _DERIVED},
-        "categorical_bitsets": tree.categorical_bitsets,
-        "value": tree.value,
-        "weighted_n_node_samples": tree.weighted_n_node_samples,
         "max_depth": tree.max_depth,
         "n_nodes": tree.node_count,
         "wire": True,
     }
-    state["feature"] = state["feature"].astype(feature_dtype(tree.n_features))
+    _put_split_fields(state, compact, tree.n_features, tree.categorical_bitsets)
     n_node_samples = tree.n_node_samples.astype(_count_dtype(tree.n_node_samples))
-    _put_summable(state, is_split, "n_node_samples", "leaf_n_node_samples", n_node_samples)
+    _put_summable(state, is_split, compact, "n_node_samples", n_node_samples)
+    state["value"] = tree.value
+    state["weighted_n_node_samples"] = tree.weighted_n_node_samples
     if criterion == SQUARED_ERROR:
         state["impurity"] = tree.impurity
     else:
@@ -154,10 +176,29 @@ def _count_dtype(n_samples):
     return np.int32 if len(n_samples) == 0 or n_samples[0] < 2**31 else np.int64
 
 
+def narrowest_uint(largest):
+    """The narrowest unsigned integer type holding 0 .. ``largest``."""
+    for dtype in (np.uint8, np.uint16, np.uint32):
+        if largest <= np.iinfo(dtype).max:
+            return dtype
+    return np.uint64
+
+
+def narrow_counts(counts):
+    """``counts`` in the narrowest unsigned integer type that holds them exactly when they are
+    all whole numbers from 0 to 2**32 - 1 (bootstrap counts), else as they are (float64
+    weighted counts): ``counts.astype(np.float64)`` gives them back bit for bit."""
+    counts = np.asarray(counts)
+    if counts.dtype.kind in "ui" and (counts.size == 0 or counts.min() >= 0):
+        return counts.astype(narrowest_uint(counts.max(initial=0)))
+    if counts.size and (counts.min() < 0 or counts.max() >= 2**32):
+        return np.ascontiguousarray(counts)
+    if not np.array_equal(counts, np.floor(counts)):  # fractions, NaN or infinities
+        return np.ascontiguousarray(counts)
+    return counts.astype(narrowest_uint(counts.max(initial=0)))
+
+
 def feature_dtype(n_features):
     """The type a tree's feature indices travel in: the narrowest unsigned integer type
     holding 0 .. n_features - 1."""
-    for dtype in (np.uint8, np.uint16, np.uint32):
-        if n_features <= np.iinfo(dtype).max + 1:
-            return dtype
-    return np.int64
+    return narrowest_uint(max(n_features - 1, 0))
