@@ -15,7 +15,8 @@ Measured for dasktrees:
 - ``pickle``: ``pickle.dumps(estimator)`` per node (what Dask sends, compact tree states);
 - ``client memory``: the arrays the client holds per node: every tree's arrays (as shipped by
   the tasks, ``Tree.shipped``, or expanded, ``tree.TREE_ARRAYS``) plus the forest packed for
-  prediction (``PackedForest``); and each array's share of it;
+  prediction (``PackedForest``), an array that is a view of the forest's counted once; and each
+  array's share of it;
 
 and for scikit-learn, ``pickle.dumps`` of the fitted forest and the nbytes of its trees' node
 and value arrays, per node.
@@ -87,12 +88,18 @@ def dasktrees_sizes(X, y, n_trees, regression):
     n_nodes = sum(t.node_count for t in trees)
     arrays = Counter()
     shared = {}  # arrays several trees hold (the bin table of shipped trees): counted once
+    forest = model.forest_
+    packed = [getattr(forest, name) for name in ("values", "bitsets")]
     for tree in trees:
         if tree.shipped_state is not None:  # as the tasks ship them (``Tree.shipped``)
             state, thresholds = tree._shipped
             shared[id(thresholds)] = ("Tree shipped: bin table", thresholds.nbytes)
             for name, value in state.items():
-                if isinstance(value, np.ndarray):
+                # Views of the packed forest's tables (leaf counts, bitsets) hold no bytes of
+                # their own: counted once, with the forest.
+                if isinstance(value, np.ndarray) and not any(
+                    np.shares_memory(value, table) for table in packed
+                ):
                     arrays[f"Tree shipped: {name}"] += value.nbytes
             continue
         for name, value in vars(tree).items():
@@ -100,7 +107,6 @@ def dasktrees_sizes(X, y, n_trees, regression):
                 arrays[f"Tree.{name}"] += value.nbytes
     for name, nbytes in shared.values():
         arrays[name] += nbytes
-    forest = model.forest_
     for name in ("nodes", "values", "bitsets", "roots", "thresholds", "is_categorical"):
         arrays[f"PackedForest.{name}"] += getattr(forest, name).nbytes
     with tempfile.TemporaryDirectory() as tmp:

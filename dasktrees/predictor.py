@@ -6,7 +6,8 @@ values into another; ``roots[t]`` is tree t's root (``~leaf`` for a tree that is
     nodes   [ tree 0: split nodes | tree 1: split nodes | ... ]     children ids are global;
                                                                      a child k < 0 is leaf ~k
     values  [ tree 0: leaves | tree 1: leaves | ... ]               one row of class fractions
-                                                                     (or a mean) per leaf
+                                                                     (or a mean) per leaf, or
+                                                                     of class counts
 
 Nodes route on the rows' bin codes (``BinMapper``): a numeric split at bin b sends a row left when
 its code is at most b, which is exactly ``x <= threshold`` since the raw threshold is bin b's upper
@@ -16,6 +17,13 @@ Prediction runs chunks of rows in threads; each chunk bins a block of rows and s
 block through the trees one after the other (``_route_block``), so a row's votes are summed in
 tree order: the same sums in any thread or process, bit for bit those of each tree's own
 ``Tree.predict`` added up in order.
+
+A forest of classification trees whose leaves' weighted class counts are whole numbers below
+2**16 (bootstrap counts) keeps those counts, two bytes each, instead of float64 fractions
+(``leaf_counts``): the kernels divide a leaf's counts by their sum as they read it, the same
+division ``tree.node_class_fractions`` makes, so the votes are the same bits. Its trees then
+keep their leaves' counts and their bitsets as views of the forest's tables, not copies of
+their own: the client holds each forest once (docs/forests.md).
 """
 
 from concurrent.futures import ThreadPoolExecutor
@@ -37,6 +45,12 @@ from ._dtypes import (
 from .binning import _bin_code
 from .tree.tree import LEAF_COUNTS, NODE_VALUES, node_class_fractions, packed_bit
 
+# Leaf counts a forest keeps as they are (``PackedForest.leaf_counts``): whole numbers in these.
+_COUNT_DTYPES = (np.uint8, np.uint16)
+_COUNTS_DTYPE = np.uint16
+# What ``_pack_tree`` is told of a tree whose leaf values the caller writes.
+_VALUES_WRITTEN = -1
+
 SOFT = 0  # sum class fractions (or means); divide by the number of trees
 HARD = 1  # one vote per tree for its majority class
 TREE_VALUE = 2  # each tree's value, one column per tree
@@ -55,7 +69,10 @@ class PackedForest:
     Attributes
     ----------
     nodes : ndarray of PACKED_NODE_DTYPE, shape (n_splits,)
-    values : ndarray of float64, shape (n_leaves, n_values)
+    values : ndarray of float64 or uint16, shape (n_leaves, n_values)
+        The leaves' values, or with ``leaf_counts`` their weighted class counts.
+    leaf_counts : bool
+        Whether ``values`` holds counts, whose fractions are the leaves' values.
     bitsets : ndarray of uint32, shape (n_bitsets, BITSET_WORDS)
     roots : ndarray of int64, shape (n_trees,)
     max_depth : int
@@ -81,7 +98,17 @@ class PackedForest:
                 "a forest of more than 2**31 - 1 split nodes or leaves cannot be packed"
             )
         self.nodes = np.empty(n_splits.sum(), dtype=PACKED_NODE_DTYPE)
-        self.values = np.empty((int((n_nodes - n_splits).sum()), trees[0].n_values))
+        states = [t.shipped_state for t in trees]
+        self.leaf_counts = all(
+            s is not None and s.get("leaf_class_counts", np.empty(0)).dtype in _COUNT_DTYPES
+            for s in states
+        )
+        n_leaves = int((n_nodes - n_splits).sum())
+        if self.leaf_counts:
+            self.values = np.empty((n_leaves, trees[0].n_values), dtype=_COUNTS_DTYPE)
+            written = np.empty((0, self.values.shape[1]))  # _pack_tree writes no values
+        else:
+            self.values = written = np.empty((n_leaves, trees[0].n_values))
         self.bitsets = np.empty((int(n_bitsets.sum()), BITSET_WORDS), dtype=BITSET_DTYPE)
         self.roots = np.where(n_splits > 0, node_starts, ~leaf_starts).astype(np.int64)
         self.max_depth = max(tree.max_depth for tree in trees)
@@ -89,17 +116,29 @@ class PackedForest:
         self.is_categorical = np.asarray(bin_mapper.is_categorical_, dtype=np.uint8)
 
         def pack(t):
-            *fields, bitsets = splits[t]
+            *fields, value, kind, bitsets = splits[t]
+            leaves = slice(leaf_starts[t], leaf_starts[t] + n_nodes[t] - n_splits[t])
+            rows = slice(bitset_starts[t], bitset_starts[t] + n_bitsets[t])
+            if self.leaf_counts:
+                self.values[leaves] = states[t]["leaf_class_counts"]
+                value, kind = written, _VALUES_WRITTEN
             _pack_tree(
                 *fields,
+                value,
+                kind,
                 n_nodes[t],
                 node_starts[t],
                 leaf_starts[t],
                 bitset_starts[t],
                 self.nodes,
-                self.values,
+                written,
             )
-            self.bitsets[bitset_starts[t] : bitset_starts[t] + n_bitsets[t]] = bitsets
+            self.bitsets[rows] = bitsets
+            # A shipped tree keeps views of what the forest holds, not copies of its own.
+            if states[t] is not None and n_bitsets[t]:
+                states[t]["categorical_bitsets"] = self.bitsets[rows]
+            if self.leaf_counts:
+                states[t]["leaf_class_counts"] = self.values[leaves]
 
         # Trees in threads (the kernel releases the GIL): much of the time goes to faulting in
         # the new tables' pages, which two cores do nearly twice as fast.
@@ -125,6 +164,11 @@ class PackedForest:
     @property
     def n_trees(self):
         return len(self.roots)
+
+    @property
+    def leaf_values(self):
+        """(``values``, ``leaf_counts``): what the kernels that read leaf values take."""
+        return self.values, self.leaf_counts
 
     def _arrays(self):
         return (
@@ -154,14 +198,16 @@ class PackedForest:
         ndarray of float64, shape (n_samples, n_values)
         """
         out = np.zeros((X.shape[0], self.values.shape[1]))
-        _by_row_chunks(_vote_rows, X, parallel, *self._arrays(), self.values, voting, out)
+        _by_row_chunks(_vote_rows, X, parallel, *self._arrays(), *self.leaf_values, voting, out)
         out /= self.n_trees
         return out
 
     def tree_predictions(self, X, parallel=True):
         """Each tree's value for each row, (n_samples, n_trees): regression's "bragging"."""
         out = np.empty((X.shape[0], self.n_trees))
-        _by_row_chunks(_vote_rows, X, parallel, *self._arrays(), self.values, TREE_VALUE, out)
+        _by_row_chunks(
+            _vote_rows, X, parallel, *self._arrays(), *self.leaf_values, TREE_VALUE, out
+        )
         return out
 
     def apply(self, X, parallel=True):
@@ -170,7 +216,7 @@ class PackedForest:
         # Each leaf's "value" is its own index: the block routing of tree_predictions, reused.
         leaf_ids = np.arange(len(self.values), dtype=np.float64)[:, None]
         out = np.empty((X.shape[0], self.n_trees))
-        _by_row_chunks(_vote_rows, X, parallel, *self._arrays(), leaf_ids, TREE_VALUE, out)
+        _by_row_chunks(_vote_rows, X, parallel, *self._arrays(), leaf_ids, False, TREE_VALUE, out)
         return out.astype(np.int64)
 
 
@@ -200,6 +246,7 @@ def leaves_of_codes(codes, nodes, bitsets, roots, max_depth, n_leaves, out):
                 rows,
                 stack,
                 leaf_ids,
+                False,
                 TREE_VALUE,
                 tree_leaves,
                 t,
@@ -240,7 +287,7 @@ def _pack_tree(
         the split fields for split nodes only, and the values of every node (``kind`` is
         ``tree.NODE_VALUES``) or its weighted class counts, of every node (``NODE_COUNTS``) or
         of the leaves only (``LEAF_COUNTS``), whose fractions the leaves get
-        (``tree.node_class_fractions``).
+        (``tree.node_class_fractions``); or ``_VALUES_WRITTEN``: the caller writes them.
     n_nodes : int
     node_start, leaf_start, bitset_start : int
         Where the tree's split nodes, leaves and bitset rows start in the forest's tables.
@@ -261,7 +308,7 @@ def _pack_tree(
             index[i] = ~(leaf_start + n_leaf)
             if kind == NODE_VALUES:
                 values[leaf_start + n_leaf] = value[i]
-            else:
+            elif kind != _VALUES_WRITTEN:
                 row = n_leaf if kind == LEAF_COUNTS else i
                 node_class_fractions(value[row], values[leaf_start + n_leaf])
             n_leaf += 1
@@ -331,7 +378,7 @@ _ROWS_WALKED_ALONE = 8
 
 
 @njit(cache=True, nogil=True)
-def _route_block(codes, n_rows, nodes, bitsets, root, rows, stack, values, how, out, t):
+def _route_block(codes, n_rows, nodes, bitsets, root, rows, stack, values, counts, how, out, t):
     """Route the first ``n_rows`` rows of ``codes`` through the tree at ``root``, and write
     each row's leaf value to its row of ``out``.
 
@@ -346,8 +393,8 @@ def _route_block(codes, n_rows, nodes, bitsets, root, rows, stack, values, how, 
     ----------
     codes : ndarray of uint8, shape (>= n_rows, n_features)
         Fortran order, so that the rows' codes of a node's feature are contiguous.
-    nodes, bitsets, values :
-        The packed forest (``PackedForest``).
+    nodes, bitsets, values, counts :
+        The packed forest (``PackedForest``; ``counts`` is its ``leaf_counts``).
     root : int
         A ``PackedForest.roots`` entry.
     rows : ndarray of int64, shape (2, >= n_rows)
@@ -362,6 +409,7 @@ def _route_block(codes, n_rows, nodes, bitsets, root, rows, stack, values, how, 
     t : int
         The tree's column of ``out`` (TREE_VALUE).
     """
+    value = np.empty(values.shape[1])  # a leaf's value, from its counts
     for j in range(n_rows):
         rows[0, j] = j
     stack[0, 0] = root
@@ -375,18 +423,14 @@ def _route_block(codes, n_rows, nodes, bitsets, root, rows, stack, values, how, 
         src = rows[side]
         if k < 0 or stop - first <= _ROWS_WALKED_ALONE:
             # One loop per kind of output: the choice is made once per range, not per row.
-            if how == SOFT:
+            if how == TREE_VALUE:
                 for j in range(first, stop):
                     leaf = _leaf(codes, src[j], nodes, bitsets, k, -1, 0)
-                    for c in range(values.shape[1]):
-                        out[src[j], c] += values[leaf, c]
-            elif how == HARD:
-                for j in range(first, stop):
-                    leaf = _leaf(codes, src[j], nodes, bitsets, k, -1, 0)
-                    out[src[j], np.argmax(values[leaf])] += 1.0
+                    out[src[j], t] = _leaf_value(values, counts, leaf, value)[0]
             else:
                 for j in range(first, stop):
-                    out[src[j], t] = values[_leaf(codes, src[j], nodes, bitsets, k, -1, 0), 0]
+                    leaf = _leaf(codes, src[j], nodes, bitsets, k, -1, 0)
+                    _add_vote(values, counts, leaf, how, value, out[src[j]])
             continue
         # Partition without branches into the other row buffer: left rows up from ``first``,
         # right rows down from ``stop`` (each row is written to both ends; the wrong write is
@@ -416,7 +460,19 @@ def _route_block(codes, n_rows, nodes, bitsets, root, rows, stack, values, how, 
 
 @njit(cache=True, nogil=True)
 def _vote_rows(
-    X, start, stop, thresholds, is_categorical, nodes, bitsets, roots, max_depth, values, how, out
+    X,
+    start,
+    stop,
+    thresholds,
+    is_categorical,
+    nodes,
+    bitsets,
+    roots,
+    max_depth,
+    values,
+    counts,
+    how,
+    out,
 ):
     """Every tree's vote for rows ``start:stop`` of encoded X, or each tree's value.
 
@@ -426,8 +482,8 @@ def _vote_rows(
         Encoded rows (``BinMapper.encode``).
     start, stop : int
         The rows to vote for.
-    thresholds, is_categorical, nodes, bitsets, roots, max_depth, values :
-        The packed forest (``PackedForest``).
+    thresholds, is_categorical, nodes, bitsets, roots, max_depth, values, counts :
+        The packed forest (``PackedForest``; ``counts`` is its ``leaf_counts``).
     how : int
         SOFT (sum leaf values), HARD (one vote per tree for its argmax), or TREE_VALUE.
     out : ndarray of float64, shape (n_samples, n_values), or (n_samples, n_trees)
@@ -444,17 +500,33 @@ def _vote_rows(
         _bin_rows(X, block, block + n, thresholds, is_categorical, codes)
         for t in range(roots.shape[0]):
             _route_block(
-                codes, n, nodes, bitsets, roots[t], rows, stack, values, how, out[block:], t
+                codes, n, nodes, bitsets, roots[t], rows, stack, values, counts, how, out[block:], t
             )
 
 
 @njit(cache=True, inline="always")
-def _add_vote(values, leaf, voting, out_row):
-    if voting == HARD:
-        out_row[np.argmax(values[leaf])] += 1.0
+def _leaf_value(values, counts, leaf, value):
+    """The value of ``leaf`` (a row of ``PackedForest.values``), written to ``value`` and
+    returned: the row, or with ``counts`` the class fractions of its counts (the grower's
+    division, ``tree.node_class_fractions``). One float64 type whatever the table's."""
+    if counts:
+        node_class_fractions(values[leaf], value)
     else:
-        for c in range(values.shape[1]):
-            out_row[c] += values[leaf, c]
+        for c in range(value.shape[0]):
+            value[c] = values[leaf, c]
+    return value
+
+
+@njit(cache=True, inline="always")
+def _add_vote(values, counts, leaf, voting, value, out_row):
+    """Add a tree's vote from ``leaf`` to ``out_row``: its value (SOFT), or one for its class
+    of largest value (HARD). ``value`` is scratch for ``_leaf_value``."""
+    row = _leaf_value(values, counts, leaf, value)
+    if voting == HARD:
+        out_row[np.argmax(row)] += 1.0
+    else:
+        for c in range(row.shape[0]):
+            out_row[c] += row[c]
 
 
 # Rows per thread's chunk, at most: a chunk is cut in blocks anyway (``_ROWS_PER_BLOCK``).
@@ -486,7 +558,7 @@ def _by_row_chunks(kernel, X, parallel, *args):
 
 
 @njit(cache=True, nogil=True)
-def add_oob_votes(codes, nodes, bitsets, root, values, voting, counts, votes, n_oob):
+def add_oob_votes(codes, nodes, bitsets, root, values, leaf_counts, voting, counts, votes, n_oob):
     """Add one tree's votes to the rows of a block it did not sample (``counts == 0``).
 
     Parameters
@@ -494,6 +566,8 @@ def add_oob_votes(codes, nodes, bitsets, root, values, voting, counts, votes, n_
     codes : ndarray of uint8, shape (n_rows, n_features)
     root : int
         The tree's root in the packed node table (``PackedForest.roots``).
+    values, leaf_counts :
+        ``PackedForest.leaf_values``.
     counts : ndarray of float64, shape (n_rows,)
         The tree's row counts (``sampling.tree_counts``).
     votes : ndarray of float64, shape (n_rows, n_values)
@@ -501,14 +575,16 @@ def add_oob_votes(codes, nodes, bitsets, root, values, voting, counts, votes, n_
     n_oob : ndarray of float64, shape (n_rows,)
         Number of out-of-bag trees so far; updated.
     """
+    value = np.empty(values.shape[1])
     for i in range(codes.shape[0]):
         if counts[i] == 0.0:
-            _add_vote(values, _leaf(codes, i, nodes, bitsets, root, -1, 0), voting, votes[i])
+            leaf = _leaf(codes, i, nodes, bitsets, root, -1, 0)
+            _add_vote(values, leaf_counts, leaf, voting, value, votes[i])
             n_oob[i] += 1.0
 
 
 @njit(cache=True, nogil=True)
-def add_oob_moments(codes, nodes, bitsets, root, values, counts, sums, squares, n_oob):
+def add_oob_moments(codes, nodes, bitsets, root, values, leaf_counts, counts, sums, squares, n_oob):
     """Add one tree's leaf values and their squares to the rows of a block it did not sample:
     the running moments from which ``distributed.convergence`` estimates the Monte-Carlo
     variance of the out-of-bag votes.
@@ -518,6 +594,8 @@ def add_oob_moments(codes, nodes, bitsets, root, values, counts, sums, squares, 
     codes : ndarray of uint8, shape (n_rows, n_features)
     root : int
         The tree's root in the packed node table (``PackedForest.roots``).
+    values, leaf_counts :
+        ``PackedForest.leaf_values``.
     counts : ndarray of float64, shape (n_rows,)
         The tree's row counts (``sampling.tree_counts``).
     sums, squares : ndarray of float64, shape (n_rows, n_values)
@@ -525,12 +603,14 @@ def add_oob_moments(codes, nodes, bitsets, root, values, counts, sums, squares, 
     n_oob : ndarray of float64, shape (n_rows,)
         Number of out-of-bag trees so far; updated.
     """
+    value = np.empty(values.shape[1])
     for i in range(codes.shape[0]):
         if counts[i] == 0.0:
             leaf = _leaf(codes, i, nodes, bitsets, root, -1, 0)
-            for c in range(values.shape[1]):
-                sums[i, c] += values[leaf, c]
-                squares[i, c] += values[leaf, c] * values[leaf, c]
+            row = _leaf_value(values, leaf_counts, leaf, value)
+            for c in range(row.shape[0]):
+                sums[i, c] += row[c]
+                squares[i, c] += row[c] * row[c]
             n_oob[i] += 1.0
 
 
@@ -584,20 +664,25 @@ def from_exact(total):
 
 
 @njit(cache=True, nogil=True)
-def tree_loss(codes, y, rows, nodes, bitsets, root, values, classification, feature, donors):
-    """One tree's summed loss over ``rows`` of a block of binned codes.
+def tree_loss(
+    codes, y, rows, nodes, bitsets, root, values, leaf_counts, classification, feature, donors
+):
+    """One tree's summed loss over ``rows`` of a block of binned codes (``values``,
+    ``leaf_counts``: ``PackedForest.leaf_values``).
 
     With ``feature >= 0``, row ``rows[k]`` reads that feature's code from row ``donors[k]``
     instead of its own: a permutation of the feature among ``rows`` (Breiman 2001).
     The loss is 0/1 misclassification of the tree's majority class, or the squared error.
     """
     total = 0.0
+    value = np.empty(values.shape[1])
     for k in range(rows.shape[0]):
         i = rows[k]
         code = np.int64(codes[donors[k], feature]) if feature >= 0 else 0
         leaf = _leaf(codes, i, nodes, bitsets, root, feature, code)
+        row = _leaf_value(values, leaf_counts, leaf, value)
         if classification:
-            total += 0.0 if np.argmax(values[leaf]) == np.int64(y[i]) else 1.0
+            total += 0.0 if np.argmax(row) == np.int64(y[i]) else 1.0
         else:
-            total += (values[leaf, 0] - y[i]) ** 2
+            total += (row[0] - y[i]) ** 2
     return total

@@ -11,8 +11,8 @@ import pytest
 
 import dasktrees
 from dasktrees import treeshap
-from dasktrees.predictor import PackedForest
-from dasktrees.tree.tree import TREE_ARRAYS, Tree
+from dasktrees.predictor import HARD, SOFT, PackedForest
+from dasktrees.tree.tree import TREE_ARRAYS, Tree, class_fractions
 
 from .test_tree import random_table
 
@@ -69,16 +69,49 @@ def test_a_forest_stays_compact_through_its_whole_use(client, numeric_table, tmp
     np.testing.assert_array_equal(leaf_values, full[2].value)
 
 
-def test_shipped_and_expanded_trees_pack_the_same_forest(table):
+@pytest.mark.parametrize("voting", [SOFT, HARD])
+def test_shipped_and_expanded_trees_pack_the_same_forest(table, voting):
     X, y = table
-    forest = dasktrees.ExtraTreesClassifier(n_estimators=5, random_state=1).fit(X, y)
+    forest = dasktrees.ExtraTreesClassifier(
+        n_estimators=5, bootstrap=True, random_state=1
+    ).fit(X, y)
     shipped = [est.tree_ for est in forest.estimators_]
     a = PackedForest(shipped, forest.bin_mapper_)
     b = PackedForest([tree.expanded() for tree in shipped], forest.bin_mapper_)
     assert (a.nodes["feature"] & np.uint32(1 << 31)).any()  # categorical splits packed
-    for name in ("nodes", "values", "bitsets", "roots"):
+    for name in ("nodes", "roots"):
         np.testing.assert_array_equal(getattr(a, name), getattr(b, name), err_msg=name)
     assert a.max_depth == b.max_depth == max(tree.expanded().max_depth for tree in shipped)
+    # The shipped trees' leaves keep their bootstrap counts, two bytes each, and the forest
+    # divides them as it votes: the same fractions, the same votes, bit for bit.
+    assert a.leaf_counts and a.values.dtype == np.uint16 and not b.leaf_counts
+    fractions = np.empty(a.values.shape)
+    class_fractions(a.values.astype(np.float64), fractions, np.empty(len(fractions)))
+    np.testing.assert_array_equal(fractions, b.values)
+    encoded = forest.bin_mapper_.encode(X)
+    np.testing.assert_array_equal(a.vote(encoded, voting), b.vote(encoded, voting))
+    np.testing.assert_array_equal(a.apply(encoded), b.apply(encoded))
+    # Each shipped tree's leaf counts and bitsets are views of the forest's tables now.
+    for tree in shipped:
+        state = tree.shipped_state
+        assert np.shares_memory(state["leaf_class_counts"], a.values)
+        assert len(state["categorical_bitsets"]) == 0 or np.shares_memory(
+            state["categorical_bitsets"], a.bitsets
+        )
+    bitsets = np.concatenate([t.shipped_state["categorical_bitsets"] for t in shipped])
+    np.testing.assert_array_equal(a.bitsets, bitsets)
+
+
+def test_counts_beyond_two_bytes_pack_as_fractions(numeric_table):
+    X, y = numeric_table
+    forest = dasktrees.RandomForestClassifier(
+        n_estimators=2, max_depth=1, random_state=0
+    ).fit(np.repeat(X, 300, axis=0), np.repeat(y, 300))
+    counts = [est.tree_.shipped_state["leaf_class_counts"] for est in forest.estimators_]
+    assert max(c.max() for c in counts) > 2**16 - 1  # uint32 counts: kept as fractions
+    assert not forest.forest_.leaf_counts and forest.forest_.values.dtype == np.float64
+    full = PackedForest([est.tree_.expanded() for est in forest.estimators_], forest.bin_mapper_)
+    np.testing.assert_array_equal(forest.forest_.values, full.values)
 
 
 def test_shipped_tree_properties_and_pickle(table):

@@ -72,7 +72,7 @@ def moments_block(
             forest.nodes,
             forest.bitsets,
             forest.roots[t],
-            forest.values,
+            *forest.leaf_values,
             counts,
             sums,
             squares,

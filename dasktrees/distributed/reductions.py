@@ -64,7 +64,7 @@ def oob_block(
             forest.nodes,
             forest.bitsets,
             forest.roots[t],
-            forest.values,
+            *forest.leaf_values,
             voting,
             counts,
             votes,
@@ -207,7 +207,7 @@ def permutation_block(
             forest.nodes,
             forest.bitsets,
             forest.roots[t],
-            forest.values,
+            *forest.leaf_values,
             classification,
         )
         base[t] = tree_loss(*args, -1, rows)
