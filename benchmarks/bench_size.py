@@ -81,9 +81,7 @@ def dasktrees_sizes(X, y, n_trees, regression):
     import dasktrees
 
     cls = dasktrees.RandomForestRegressor if regression else dasktrees.RandomForestClassifier
-    model = cls(
-        n_estimators=n_trees, max_features="sqrt", random_state=0, client=None
-    ).fit(X, y)
+    model = cls(n_estimators=n_trees, max_features="sqrt", random_state=0, client=None).fit(X, y)
     trees = [est.tree_ for est in model.estimators_]
     n_nodes = sum(t.node_count for t in trees)
     arrays = Counter()
@@ -129,9 +127,7 @@ def sklearn_sizes(X, y, n_trees, regression):
     from sklearn.ensemble import RandomForestClassifier, RandomForestRegressor
 
     cls = RandomForestRegressor if regression else RandomForestClassifier
-    model = cls(
-        n_estimators=n_trees, max_features="sqrt", random_state=0, n_jobs=2
-    ).fit(X, y)
+    model = cls(n_estimators=n_trees, max_features="sqrt", random_state=0, n_jobs=2).fit(X, y)
     n_nodes = sum(est.tree_.node_count for est in model.estimators_)
     memory = sum(
         est.tree_.__getstate__()["nodes"].nbytes + est.tree_.value.nbytes

@@ -205,9 +205,7 @@ class PackedForest:
     def tree_predictions(self, X, parallel=True):
         """Each tree's value for each row, (n_samples, n_trees): regression's "bragging"."""
         out = np.empty((X.shape[0], self.n_trees))
-        _by_row_chunks(
-            _vote_rows, X, parallel, *self._arrays(), *self.leaf_values, TREE_VALUE, out
-        )
+        _by_row_chunks(_vote_rows, X, parallel, *self._arrays(), *self.leaf_values, TREE_VALUE, out)
         return out
 
     def apply(self, X, parallel=True):

@@ -333,11 +333,12 @@ def test_truncated_manifest(saved):
 def test_flipped_byte_in_array_data_fails_a_checksum(saved):
     path, model, _ = saved
     data = bytearray((path / "arrays.npz").read_bytes())
-    start = data.find(model.tree_.weighted_n_node_samples.tobytes())
+    left = model.tree_.children_left
+    start = data.find(left[left != -1].tobytes())  # stored for split nodes only
     assert start > 0
     data[start + 3] ^= 0x10
     (path / "arrays.npz").write_bytes(bytes(data))
-    with pytest.raises(ValueError, match=r"array 'weighted_n_node_samples'.*Bad CRC-32"):
+    with pytest.raises(ValueError, match=r"array 'children_left'.*Bad CRC-32"):
         dt.load(path)
 
 
@@ -367,11 +368,9 @@ def test_rewritten_array_fails_its_checksum(saved):
     path, _, _ = saved
     with np.load(path / "arrays.npz", allow_pickle=False) as npz:
         arrays = dict(npz)
-    arrays["weighted_n_node_samples"][0] += 1.0
+    arrays["value"][0] += 1.0
     np.savez(path / "arrays.npz", **arrays)  # a valid zip, the manifest unchanged: only sha256
-    with pytest.raises(
-        ValueError, match="checksum mismatch in array 'weighted_n_node_samples'.*modified"
-    ):
+    with pytest.raises(ValueError, match="checksum mismatch in array 'value'.*modified"):
         dt.load(path)
 
 
@@ -780,6 +779,28 @@ def test_fractional_weights_store_every_nodes_class_counts(tmp_path):
         assert "weighted_class_counts" in npz.files and "leaf_class_counts" not in npz.files
     loaded = dt.load(tmp_path / "model")
     np.testing.assert_array_equal(loaded.predict_proba(X), forest.predict_proba(X))
+    for a, b in zip(loaded.estimators_, forest.estimators_):
+        for array in TREE_ARRAYS:
+            np.testing.assert_array_equal(getattr(a.tree_, array), getattr(b.tree_, array))
+
+
+def test_trees_of_whole_and_fractional_weights_store_every_nodes_weights(tmp_path):
+    # A regressor ships its leaves' weights when they are whole numbers (bootstrap counts), every
+    # node's when fractional weights make a node's differ from its children's summed: a forest
+    # holding both kinds of trees stores every node's, derived exactly for the first kind.
+    X, y = carseats_data("frame-float")
+    forest = dt.RandomForestRegressor(n_estimators=2, warm_start=True, random_state=0).fit(X, y)
+    weights = np.random.default_rng(0).uniform(0.5, 2.0, len(y))
+    forest.set_params(n_estimators=4).fit(X, y, sample_weight=weights)
+    states = [est.tree_.shipped_state for est in forest.estimators_]
+    assert ["leaf_weighted_n_node_samples" in s for s in states] == [True, True, False, False]
+    forest.save(tmp_path / "model")
+    with np.load(tmp_path / "model" / "arrays.npz", allow_pickle=False) as npz:
+        assert "leaf_weighted_n_node_samples" not in npz.files
+        assert npz["weighted_n_node_samples"].dtype == np.float64
+    loaded = dt.load(tmp_path / "model")
+    np.testing.assert_array_equal(loaded.predict(X), forest.predict(X))
+    np.testing.assert_array_equal(loaded.feature_importances_, forest.feature_importances_)
     for a, b in zip(loaded.estimators_, forest.estimators_):
         for array in TREE_ARRAYS:
             np.testing.assert_array_equal(getattr(a.tree_, array), getattr(b.tree_, array))

@@ -72,9 +72,9 @@ def test_a_forest_stays_compact_through_its_whole_use(client, numeric_table, tmp
 @pytest.mark.parametrize("voting", [SOFT, HARD])
 def test_shipped_and_expanded_trees_pack_the_same_forest(table, voting):
     X, y = table
-    forest = dasktrees.ExtraTreesClassifier(
-        n_estimators=5, bootstrap=True, random_state=1
-    ).fit(X, y)
+    forest = dasktrees.ExtraTreesClassifier(n_estimators=5, bootstrap=True, random_state=1).fit(
+        X, y
+    )
     shipped = [est.tree_ for est in forest.estimators_]
     a = PackedForest(shipped, forest.bin_mapper_)
     b = PackedForest([tree.expanded() for tree in shipped], forest.bin_mapper_)
@@ -104,9 +104,9 @@ def test_shipped_and_expanded_trees_pack_the_same_forest(table, voting):
 
 def test_counts_beyond_two_bytes_pack_as_fractions(numeric_table):
     X, y = numeric_table
-    forest = dasktrees.RandomForestClassifier(
-        n_estimators=2, max_depth=1, random_state=0
-    ).fit(np.repeat(X, 300, axis=0), np.repeat(y, 300))
+    forest = dasktrees.RandomForestClassifier(n_estimators=2, max_depth=1, random_state=0).fit(
+        np.repeat(X, 300, axis=0), np.repeat(y, 300)
+    )
     counts = [est.tree_.shipped_state["leaf_class_counts"] for est in forest.estimators_]
     assert max(c.max() for c in counts) > 2**16 - 1  # uint32 counts: kept as fractions
     assert not forest.forest_.leaf_counts and forest.forest_.values.dtype == np.float64

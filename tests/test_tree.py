@@ -269,7 +269,10 @@ def test_wire_state_gives_back_the_tree(criterion, fractional_weights):
     assert ("leaf_class_counts" in state) == (not regression and not fractional_weights)
     assert ("weighted_class_counts" in state) == (not regression and fractional_weights)
     assert "leaf_n_node_samples" in state and "n_node_samples" not in state  # rows: always
-    assert ("value" in state) == ("weighted_n_node_samples" in state) == regression
+    # A regressor's weights: its leaves' only when whole numbers (as its class counts).
+    assert ("value" in state) == regression
+    assert ("leaf_weighted_n_node_samples" in state) == (regression and not fractional_weights)
+    assert ("weighted_n_node_samples" in state) == (regression and fractional_weights)
     assert "threshold" not in state and state["feature"].dtype == np.uint8
     # Whole numbers in the narrowest unsigned type (a few hundred rows: one byte); class
     # weights when they are whole; a float64 otherwise.

@@ -35,9 +35,10 @@ ARRAYS = "arrays.npz"
 # its leaves' only (``leaf_class_counts``, the leaves of every tree in node order) when every
 # tree's split nodes have their children's summed, else every node's
 # (``weighted_class_counts``). A regressor's, and a classifier's when one of its trees has only
-# its fractions (a pruned tree), hold ``value`` and ``weighted_n_node_samples``, and a
-# regressor's ``impurity`` too. Row counts are the leaves' only (``leaf_n_node_samples``) when
-# every tree's split nodes have their children's summed (any grown tree), else every node's.
+# its fractions (a pruned tree), hold ``value`` and weights, and a regressor's ``impurity``
+# too. Row counts and those weights are the leaves' only (``leaf_n_node_samples``,
+# ``leaf_weighted_n_node_samples``) when every tree's split nodes have their children's summed
+# (any grown tree's row counts, whole-number weights), else every node's.
 SPLIT_FIELDS = ("children_left", "children_right", "feature", "bin_threshold")  # one a split node
 SPLIT_BITS = ("missing_go_to_left_bits", "is_categorical_bits")  # np.packbits, a bit a split node
 SHIPPED_ARRAYS = (
@@ -51,6 +52,7 @@ SHIPPED_ARRAYS = (
     "value",
     "leaf_n_node_samples",
     "n_node_samples",
+    "leaf_weighted_n_node_samples",
     "weighted_n_node_samples",
     "impurity",
 )
@@ -72,6 +74,7 @@ ARRAY_DTYPES = {
     "weighted_class_counts": np.dtype("<f8"),
     "leaf_class_counts": np.dtype("<f8"),
     "leaf_n_node_samples": np.dtype("<i4"),
+    "leaf_weighted_n_node_samples": np.dtype("<f8"),
     "bin_edges": np.dtype("<f8"),  # edges of the numeric features, concatenated
     "bin_values": np.dtype("<f8"),  # their representative values (BinMapper.bin_values_)
     "oob_curve": np.dtype("<f8"),  # forests fitted with oob_score
@@ -86,15 +89,13 @@ ARRAY_DTYPES = {
 # format version: counts of rows and bootstrap draws, and bitset rows, in the narrowest.
 _UNSIGNED = ("|u1", "<u2", "<u4")
 NARROW_DTYPES = {
-    2: {
-        "n_node_samples": ("<i4", "<i8"),
-        "leaf_n_node_samples": ("<i4", "<i8"),
-    },
+    2: {"n_node_samples": ("<i4", "<i8"), "leaf_n_node_samples": ("<i4", "<i8")},
     3: {
         "n_node_samples": ("<i4", "<i8"),
         "leaf_n_node_samples": (*_UNSIGNED, "<u8"),
         "leaf_class_counts": (*_UNSIGNED, "<f8"),
         "weighted_class_counts": (*_UNSIGNED, "<f8"),
+        "leaf_weighted_n_node_samples": (*_UNSIGNED, "<f8"),
         "categorical_bitset_idx": _UNSIGNED,
     },
 }

@@ -13,7 +13,7 @@ import numpy as np
 
 from .._dtypes import BITSET_WORDS, MAX_BINS, TREE_LEAF
 from ..tree.tree import TREE_ARRAYS, fill_depths, split_fields
-from ..tree.wire import feature_dtype
+from ..tree.wire import SUMMABLE, feature_dtype
 from .format import (
     ARRAY_DTYPES,
     ARRAYS,
@@ -374,13 +374,17 @@ def expected_shapes(manifest):
             del shapes[name]
         if layout is not None:
             del shapes["value"], shapes["weighted_n_node_samples"]
+            del shapes["leaf_weighted_n_node_samples"]
             shapes[layout] = (counts[layout], trees["n_values"])
-        # Row counts: the leaves', or every node's.
-        if "leaf_n_node_samples" in manifest["arrays"]:
-            del shapes["n_node_samples"]
-            shapes["leaf_n_node_samples"] = (n_nodes - n_splits,)
-        else:
-            del shapes["leaf_n_node_samples"]
+        # Row counts and (with values) weights: the leaves', or every node's.
+        for name, leaf_name in SUMMABLE.items():
+            if name not in shapes or leaf_name in counts:
+                continue
+            if leaf_name in manifest["arrays"]:
+                del shapes[name]
+                shapes[leaf_name] = (n_nodes - n_splits,)
+            else:
+                del shapes[leaf_name]
         if ESTIMATOR_KINDS[manifest["estimator"]][1] == "classification":
             del shapes["impurity"]  # derived from the class fractions
         elif layout is not None:

@@ -216,12 +216,16 @@ def _shipped_trees(arrays, trees, structure, mapper, criterion):
         categorical_bitsets="bitsets",
         leaf_class_counts="leaves",
         leaf_n_node_samples="leaves",
+        leaf_weighted_n_node_samples="leaves",
     )
     thresholds = mapper.threshold_table()  # one bin table for all the trees
     out = []
     for t in range(trees["n_trees"]):
         cut = {part: slice(ends[part][t] - n[t], ends[part][t]) for part, n in counts.items()}
-        state = {"n_features": mapper.n_features_in_, "is_split": np.packbits(is_split[cut["nodes"]])}
+        state = {
+            "n_features": mapper.n_features_in_,
+            "is_split": np.packbits(is_split[cut["nodes"]]),
+        }
         for name in SHIPPED_ARRAYS[1:]:
             if name in SPLIT_BITS:
                 state[name] = np.packbits(split_bits[name][cut["splits"]])

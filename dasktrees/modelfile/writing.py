@@ -12,8 +12,8 @@ from sklearn.utils.validation import check_is_fitted
 from .._validation import column_label
 from .._version import __version__
 from ..criteria import CLASSIFICATION_CRITERIA, SQUARED_ERROR
-from ..tree.tree import children, node_counts, node_samples, value_and_weight
-from ..tree.wire import narrow_counts, narrowest_uint, state_of
+from ..tree.tree import children, node_counts, node_samples, node_weights, value_and_weight
+from ..tree.wire import SUMMABLE, narrow_counts, narrowest_uint, state_of
 from .format import (
     ARRAY_DTYPES,
     BIN_PARAMS,
@@ -139,8 +139,9 @@ def _tree_arrays(states):
         if all(layout in s for s in states):
             break
         states = [_LAYOUTS[layout](s) for s in states]
-    if not all("leaf_n_node_samples" in s for s in states):
-        states = [_with_node_samples(s) for s in states]
+    for name, leaf_name in SUMMABLE.items():
+        if any(name in s for s in states) and any(leaf_name in s for s in states):
+            states = [_with_every_node(s, name) for s in states]
     if any("children_right" in s for s in states):
         states = [{**s, "children_right": children(s)[1]} for s in states]
     arrays = {"is_split": _bits([s["is_split"] for s in states], [s["n_nodes"] for s in states])}
@@ -150,7 +151,7 @@ def _tree_arrays(states):
     for name in SHIPPED_ARRAYS:
         if name not in arrays and name in states[0]:
             arrays[name] = np.concatenate([s[name] for s in states])
-    for name in ("leaf_n_node_samples", "leaf_class_counts", "weighted_class_counts"):
+    for name in (*SUMMABLE.values(), "weighted_class_counts"):
         if name in arrays:
             arrays[name] = narrow_counts(arrays[name])
     rows = arrays["categorical_bitset_idx"]
@@ -165,14 +166,15 @@ def _bits(packed, counts):
     return np.packbits(np.concatenate(flags))
 
 
-def _with_node_samples(state):
-    """A shipped state with every node's row count instead of its leaves' only."""
-    if "leaf_n_node_samples" not in state:
+def _with_every_node(state, name):
+    """A shipped state with every node's ``name`` (row counts or weights, ``wire.SUMMABLE``)
+    instead of its leaves' only."""
+    leaf_name = SUMMABLE[name]
+    if leaf_name not in state:
         return state
     state = dict(state)
-    dtype = state["leaf_n_node_samples"].dtype
-    state["n_node_samples"] = node_samples(state).astype(dtype)
-    del state["leaf_n_node_samples"]
+    state[name] = node_samples(state) if name == "n_node_samples" else node_weights(state)
+    del state[leaf_name]
     return state
 
 

@@ -359,6 +359,7 @@ _NOT_IN_ARRAYS = (
     "weighted_class_counts",
     "leaf_class_counts",
     "leaf_n_node_samples",
+    "leaf_weighted_n_node_samples",
     "children_right",
     "missing_go_to_left_bits",
     "is_categorical_bits",
@@ -440,6 +441,15 @@ def node_samples(state):
     return _summed_up(state, leaves.reshape(-1, 1)).ravel()
 
 
+def node_weights(state):
+    """Every node's weight (``weighted_n_node_samples``, float64) of a shipped state that holds
+    its values (``value``), not class counts."""
+    if "leaf_weighted_n_node_samples" not in state:
+        return state["weighted_n_node_samples"]
+    leaves = state["leaf_weighted_n_node_samples"].astype(np.float64)
+    return _summed_up(state, leaves.reshape(-1, 1)).ravel()
+
+
 def _summed_up(state, leaf_rows):
     """Every node's rows of a quantity a shipped state holds for its leaves only
     (``leaf_rows``, 2-d): a split node's are its children's summed, bit for bit those it was
@@ -454,7 +464,7 @@ def value_and_weight(state):
     class counts if it has them."""
     values, kind = _shipped_values(state)
     if kind == NODE_VALUES:
-        return values, state["weighted_n_node_samples"]
+        return values, node_weights(state)
     counts = node_counts(state)
     value, weight = np.empty(counts.shape), np.empty(len(counts))
     class_fractions(counts, value, weight)

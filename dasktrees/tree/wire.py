@@ -12,7 +12,7 @@ depths) without what can be derived again exactly:
 * a classification node's class fractions and weight, from its weighted class counts (the
   weight is their sum, as the grower computes it: ``tree.class_fractions``), and its impurity
   from those (``criteria.class_impurity``);
-* a split node's row and class counts, its children's summed (``_put_summable``);
+* a split node's rows, weight and class counts, its children's summed (``_put_summable``);
 * whole numbers travel in the narrowest unsigned type holding them (feature indices, bitset
   rows, bootstrap counts).
 
@@ -59,10 +59,11 @@ def encode(nodes, values, bitsets, thresholds, n_features, criterion):
     _put_summable(state, is_split, compact, "n_node_samples", per_node["n_node_samples"])
     if criterion == SQUARED_ERROR:
         state["value"] = np.array(values, order="C")
-        state["weighted_n_node_samples"] = per_node["weighted_n_node_samples"]
+        weights = per_node["weighted_n_node_samples"]
+        _put_summable(state, is_split, compact, "weighted_n_node_samples", weights)
         state["impurity"] = per_node["impurity"]
     else:
-        _put_summable(state, is_split, compact, "class_counts", values)
+        _put_summable(state, is_split, compact, "weighted_class_counts", values)
         state["criterion"] = criterion
     return state
 
@@ -94,22 +95,31 @@ def _put_split_fields(state, compact, n_features, bitsets):
     state["categorical_bitsets"] = np.ascontiguousarray(bitsets, dtype=BITSET_DTYPE)
 
 
-def _put_summable(state, is_split, compact, quantity, per_node):
-    """Put a per-node quantity (``quantity``, "n_node_samples" or "class_counts") in a shipped
-    state (``is_split`` its nodes' flags, as bools; ``compact`` its split nodes' children): as
-    ``leaf_<quantity>``, its leaves' rows only, when every split node's row is exactly its
-    children's summed, left plus right, as ``tree.sum_to_root`` gives it back (row counts after
-    any growth; weighted class counts with whole-number weights, bootstrap counts among them);
-    else every node's, as ``n_node_samples`` or ``weighted_class_counts``. Whole numbers
-    travel in the narrowest unsigned type holding them (``narrow_counts``)."""
+def _put_summable(state, is_split, compact, name, per_node):
+    """Put a per-node quantity (``name``: ``SUMMABLE``) in a shipped state (``is_split`` its
+    nodes' flags, as bools; ``compact`` its split nodes' children): as ``SUMMABLE[name]``, its
+    leaves' rows only, when every split node's row is exactly its children's summed, left plus
+    right, as ``tree.sum_to_root`` gives it back (row counts after any growth; weights and
+    weighted class counts when the weights are whole numbers, bootstrap counts among them),
+    in the narrowest unsigned type if they are whole numbers (``narrow_counts``); else every
+    node's, as ``name`` (class counts narrowed too)."""
     split = np.flatnonzero(is_split)
     left, right = compact["children_left"], compact["children_right"]
     if np.array_equal(per_node[split], per_node[left] + per_node[right]):
-        state[f"leaf_{quantity}"] = narrow_counts(per_node[~is_split])
-    elif quantity == "n_node_samples":
-        state[quantity] = np.array(per_node, order="C")
+        state[SUMMABLE[name]] = narrow_counts(per_node[~is_split])
+    elif name == "weighted_class_counts":
+        state[name] = narrow_counts(per_node)
     else:
-        state[f"weighted_{quantity}"] = narrow_counts(per_node)
+        state[name] = np.array(per_node, order="C")
+
+
+# The per-node quantities a shipped state may hold for its leaves only (``_put_summable``), and
+# the name it then holds them under.
+SUMMABLE = {
+    "n_node_samples": "leaf_n_node_samples",
+    "weighted_n_node_samples": "leaf_weighted_n_node_samples",
+    "weighted_class_counts": "leaf_class_counts",
+}
 
 
 def state_of(tree, criterion):
@@ -131,7 +141,8 @@ def state_of(tree, criterion):
     n_node_samples = tree.n_node_samples.astype(_count_dtype(tree.n_node_samples))
     _put_summable(state, is_split, compact, "n_node_samples", n_node_samples)
     state["value"] = tree.value
-    state["weighted_n_node_samples"] = tree.weighted_n_node_samples
+    weights = tree.weighted_n_node_samples
+    _put_summable(state, is_split, compact, "weighted_n_node_samples", weights)
     if criterion == SQUARED_ERROR:
         state["impurity"] = tree.impurity
     else:
