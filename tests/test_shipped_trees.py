@@ -89,7 +89,10 @@ def test_shipped_and_expanded_trees_pack_the_same_forest(table, voting):
     class_fractions(a.values.astype(np.float64), fractions, np.empty(len(fractions)))
     np.testing.assert_array_equal(fractions, b.values)
     encoded = forest.bin_mapper_.encode(X)
+    # Many rows: every leaf divided once, into a table for the call; a few: at each visit.
+    assert len(encoded) * a.n_trees >= len(a.values) > 3 * a.n_trees
     np.testing.assert_array_equal(a.vote(encoded, voting), b.vote(encoded, voting))
+    np.testing.assert_array_equal(a.vote(encoded[:3], voting), b.vote(encoded[:3], voting))
     np.testing.assert_array_equal(a.apply(encoded), b.apply(encoded))
     # Each shipped tree's leaf counts and bitsets are views of the forest's tables now.
     for tree in shipped:
