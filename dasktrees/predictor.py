@@ -43,17 +43,11 @@ from ._dtypes import (
     X_BINNED_DTYPE,
 )
 from .binning import _bin_code
-from .tree.tree import (
-    LEAF_COUNTS,
-    NODE_VALUES,
-    class_fractions,
-    node_class_fractions,
-    packed_bit,
-)
+from .tree.tree import LEAF_COUNTS, NODE_VALUES, class_fractions, node_class_fractions, packed_bit
 
 # Leaf counts a forest keeps as they are (``PackedForest.leaf_counts``): whole numbers in these.
-_COUNT_DTYPES = (np.uint8, np.uint16)
-_COUNTS_DTYPE = np.uint16
+_PACKABLE_COUNTS = (np.uint8, np.uint16)
+_PACKED_COUNTS = np.uint16
 # What ``_pack_tree`` is told of a tree whose leaf values the caller writes.
 _VALUES_WRITTEN = -1
 
@@ -106,12 +100,12 @@ class PackedForest:
         self.nodes = np.empty(n_splits.sum(), dtype=PACKED_NODE_DTYPE)
         states = [t.shipped_state for t in trees]
         self.leaf_counts = all(
-            s is not None and s.get("leaf_class_counts", np.empty(0)).dtype in _COUNT_DTYPES
+            s is not None and s.get("leaf_class_counts", np.empty(0)).dtype in _PACKABLE_COUNTS
             for s in states
         )
         n_leaves = int((n_nodes - n_splits).sum())
         if self.leaf_counts:
-            self.values = np.empty((n_leaves, trees[0].n_values), dtype=_COUNTS_DTYPE)
+            self.values = np.empty((n_leaves, trees[0].n_values), dtype=_PACKED_COUNTS)
             written = np.empty((0, self.values.shape[1]))  # _pack_tree writes no values
         else:
             self.values = written = np.empty((n_leaves, trees[0].n_values))
@@ -434,7 +428,8 @@ def _route_block(codes, n_rows, nodes, bitsets, root, rows, stack, values, count
         src = rows[side]
         if k < 0 or stop - first <= _ROWS_WALKED_ALONE:
             # One loop per kind of output and of leaf values: the choice is made once per
-            # range, not per row (a choice per row slowed voting by 18 %).
+            # range, not per row (a choice per row slowed voting by 18 %), but for leaf counts,
+            # which only calls of few rows divide at each visit (``PackedForest.vote``).
             if counts:
                 for j in range(first, stop):
                     leaf = _leaf(codes, src[j], nodes, bitsets, k, -1, 0)

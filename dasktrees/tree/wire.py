@@ -73,7 +73,8 @@ def _put_split_fields(state, compact, n_features, bitsets):
     and ``bitsets`` its categorical bitset table) in a shipped state, with nothing that can be
     derived: a numeric split's raw threshold (``thresholds[feature, bin_threshold]``, the bin
     table) and ``is_categorical`` (a bit, below); ``children_right`` when it is
-    ``children_left + 1`` at every split, as the grower numbers children; one bit a split for
+    ``children_left + 1`` at every split, as the grower numbers children (kept otherwise); one
+    bit a split for
     ``missing_go_to_left`` and for being categorical, and a bitset row for categorical splits
     only; no bitsets for a tree without a categorical split (``tree.split_fields`` gives the
     fields back). Feature indices and bitset rows take the narrowest unsigned type."""
