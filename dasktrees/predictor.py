@@ -43,7 +43,14 @@ from ._dtypes import (
     X_BINNED_DTYPE,
 )
 from .binning import _bin_code
-from .tree.tree import LEAF_COUNTS, NODE_VALUES, class_fractions, node_class_fractions, packed_bit
+from .tree.tree import (
+    LEAF_COUNTS,
+    LEAF_VALUES,
+    NODE_VALUES,
+    class_fractions,
+    node_class_fractions,
+    packed_bit,
+)
 
 # Leaf counts a forest keeps as they are (``PackedForest.leaf_counts``): whole numbers in these.
 _PACKABLE_COUNTS = (np.uint8, np.uint16)
@@ -103,12 +110,17 @@ class PackedForest:
             s is not None and s.get("leaf_class_counts", np.empty(0)).dtype in _PACKABLE_COUNTS
             for s in states
         )
+        # What the trees hold of their leaves that the forest holds as it is, the trees then
+        # keeping views of it: a classifier's leaf counts, a regressor's leaf means.
+        shared = "leaf_class_counts" if self.leaf_counts else "leaf_value"
+        if not all(s is not None and shared in s for s in states):
+            shared = None
         n_leaves = int((n_nodes - n_splits).sum())
-        if self.leaf_counts:
-            self.values = np.empty((n_leaves, trees[0].n_values), dtype=_PACKED_COUNTS)
-            written = np.empty((0, self.values.shape[1]))  # _pack_tree writes no values
-        else:
-            self.values = written = np.empty((n_leaves, trees[0].n_values))
+        self.values = np.empty(
+            (n_leaves, trees[0].n_values), dtype=_PACKED_COUNTS if self.leaf_counts else np.float64
+        )
+        # _pack_tree writes no values when they are shared
+        written = np.empty((0, self.values.shape[1])) if shared else self.values
         self.bitsets = np.empty((int(n_bitsets.sum()), BITSET_WORDS), dtype=BITSET_DTYPE)
         self.roots = np.where(n_splits > 0, node_starts, ~leaf_starts).astype(np.int64)
         self.max_depth = max(tree.max_depth for tree in trees)
@@ -119,8 +131,8 @@ class PackedForest:
             *fields, value, kind, bitsets = splits[t]
             leaves = slice(leaf_starts[t], leaf_starts[t] + n_nodes[t] - n_splits[t])
             rows = slice(bitset_starts[t], bitset_starts[t] + n_bitsets[t])
-            if self.leaf_counts:
-                self.values[leaves] = states[t]["leaf_class_counts"]
+            if shared:
+                self.values[leaves] = states[t][shared]
                 value, kind = written, _VALUES_WRITTEN
             _pack_tree(
                 *fields,
@@ -137,8 +149,8 @@ class PackedForest:
             # A shipped tree keeps views of what the forest holds, not copies of its own.
             if states[t] is not None and n_bitsets[t]:
                 states[t]["categorical_bitsets"] = self.bitsets[rows]
-            if self.leaf_counts:
-                states[t]["leaf_class_counts"] = self.values[leaves]
+            if shared:
+                states[t][shared] = self.values[leaves]
 
         # Trees in threads (the kernel releases the GIL): much of the time goes to faulting in
         # the new tables' pages, which two cores do nearly twice as fast.
@@ -290,8 +302,9 @@ def _pack_tree(
     is_split, children_left, ..., value, kind :
         The tree's split nodes (``Tree.split_nodes``): ``is_split`` packed eight nodes a byte,
         the split fields for split nodes only, and the values of every node (``kind`` is
-        ``tree.NODE_VALUES``) or its weighted class counts, of every node (``NODE_COUNTS``) or
-        of the leaves only (``LEAF_COUNTS``), whose fractions the leaves get
+        ``tree.NODE_VALUES``) or of the leaves only (``LEAF_VALUES``), or its weighted class
+        counts, of every node (``NODE_COUNTS``) or of the leaves only (``LEAF_COUNTS``), whose
+        fractions the leaves get
         (``tree.node_class_fractions``); or ``_VALUES_WRITTEN``: the caller writes them.
     n_nodes : int
     node_start, leaf_start, bitset_start : int
@@ -313,6 +326,8 @@ def _pack_tree(
             index[i] = ~(leaf_start + n_leaf)
             if kind == NODE_VALUES:
                 values[leaf_start + n_leaf] = value[i]
+            elif kind == LEAF_VALUES:
+                values[leaf_start + n_leaf] = value[n_leaf]
             elif kind != _VALUES_WRITTEN:
                 row = n_leaf if kind == LEAF_COUNTS else i
                 node_class_fractions(value[row], values[leaf_start + n_leaf])

@@ -12,6 +12,7 @@ from sklearn.base import clone
 from sklearn.exceptions import NotFittedError
 
 import dasktrees as dt
+from dasktrees._dtypes import TREE_LEAF
 from dasktrees.modelfile import format as model_format
 from dasktrees.modelfile.integrity import read_manifest
 from dasktrees.tree.tree import TREE_ARRAYS, Tree
@@ -579,17 +580,30 @@ def test_missing_leaf_targets_are_refused(quantile_forest, tmp_path):
         dt.load(path)
 
 
-# Written by dasktrees at commit a10e0e7, the last to write format version 1, from
-# carseats_data("frame-str") and ("frame-float") as below.
-OLD_FILES = Path(__file__).parent / "data"  # written by the commits that wrote each version
+# Written by the last commits to write each format version (version 1: a10e0e7, 2: 2fdda6c,
+# 3: e6d140b), from carseats_data("frame-str") and ("frame-float") as below.
+OLD_FILES = Path(__file__).parent / "data"
 
 
-@pytest.mark.parametrize(
-    "name",
-    ["model_v1_forest", "model_v1_quantile_forest", "model_v2_forest", "model_v2_quantile_forest"],
-)
-def test_older_versions_still_load_and_predict_the_same(tmp_path, name):
-    if name.endswith("_forest") and "quantile" not in name:
+def _assert_same_trees(a, b, pooled_apart):
+    """Trees ``a`` and ``b`` array for array; with ``pooled_apart`` (regression trees, one
+    from a file written before split nodes' means and impurities were pooled from their
+    children) those two at split nodes within rounding, at leaves the same bits."""
+    for array in TREE_ARRAYS:
+        x, y = getattr(a.tree_, array), getattr(b.tree_, array)
+        if pooled_apart and array in ("value", "impurity"):
+            leaf = a.tree_.children_left == TREE_LEAF
+            np.testing.assert_array_equal(x[leaf], y[leaf])
+            np.testing.assert_allclose(x, y, rtol=1e-12, atol=1e-12)
+        else:
+            np.testing.assert_array_equal(x, y)
+
+
+@pytest.mark.parametrize("version", [1, 2, 3])
+@pytest.mark.parametrize("kind", ["forest", "quantile_forest"])
+def test_older_versions_still_load_and_predict_the_same(tmp_path, version, kind):
+    name = f"model_v{version}_{kind}"
+    if kind == "forest":
         X, y = carseats_data("frame-str")
         fresh = dt.RandomForestClassifier(n_estimators=3, max_depth=6, random_state=0)
         predict = "predict_proba"
@@ -598,22 +612,26 @@ def test_older_versions_still_load_and_predict_the_same(tmp_path, name):
         fresh = dt.RandomForestQuantileRegressor(n_estimators=2, max_depth=4, random_state=0)
         predict = "predict"
     fresh.fit(X, y)  # the same trees: the growth did not change since
-    version = int(name.split("_")[1][1:])
+    pooled_apart = kind == "quantile_forest"  # means and impurities pooled since version 4
     assert read_manifest(OLD_FILES / name)["format_version"] == version
     old = dt.load(OLD_FILES / name)
     np.testing.assert_array_equal(getattr(old, predict)(X), getattr(fresh, predict)(X))
-    np.testing.assert_array_equal(old.feature_importances_, fresh.feature_importances_)
+    np.testing.assert_allclose(old.feature_importances_, fresh.feature_importances_, rtol=1e-12)
+    if not pooled_apart:
+        np.testing.assert_array_equal(old.feature_importances_, fresh.feature_importances_)
     for a, b in zip(old.estimators_, fresh.estimators_):
-        for array in TREE_ARRAYS:
-            np.testing.assert_array_equal(getattr(a.tree_, array), getattr(b.tree_, array))
-    # Saved again, it is a file of today's version, of the same model.
+        _assert_same_trees(a, b, pooled_apart)
+    # Saved again, it is a file of today's version, of the same model: an old regressor keeps
+    # every node's means and impurities, as written.
     old.save(tmp_path / "again")
-    assert read_manifest(tmp_path / "again")["format_version"] == model_format.FORMAT_VERSION
+    manifest = read_manifest(tmp_path / "again")
+    assert manifest["format_version"] == model_format.FORMAT_VERSION
+    if pooled_apart:
+        assert "value" in manifest["arrays"] and "leaf_value" not in manifest["arrays"]
     again = dt.load(tmp_path / "again")
     np.testing.assert_array_equal(getattr(again, predict)(X), getattr(fresh, predict)(X))
-    for a, b in zip(again.estimators_, fresh.estimators_):
-        for array in TREE_ARRAYS:
-            np.testing.assert_array_equal(getattr(a.tree_, array), getattr(b.tree_, array))
+    for a, b in zip(again.estimators_, old.estimators_):
+        _assert_same_trees(a, b, pooled_apart=False)
 
 
 def test_version_2_stores_what_the_tasks_ship_and_loads_it_compact(tmp_path):
@@ -726,6 +744,48 @@ def test_a_classifier_with_pruned_trees_stores_fractions_and_weights(tmp_path):
     for a, b in zip(loaded.estimators_, forest.estimators_):
         for array in TREE_ARRAYS:
             np.testing.assert_array_equal(getattr(a.tree_, array), getattr(b.tree_, array))
+
+
+def test_a_regressor_stores_its_leaves_means_and_impurities(tmp_path):
+    # A split node's mean and impurity are its children's pooled (``tree.pool_to_root``): a
+    # file holds the leaves' only, and gives back every node's bit for bit.
+    X, y = carseats_data("frame-float")
+    forest = dt.RandomForestRegressor(n_estimators=5, random_state=0).fit(X, y)
+    forest.save(tmp_path / "model")
+    with np.load(tmp_path / "model" / "arrays.npz", allow_pickle=False) as npz:
+        stored = {name: npz[name].nbytes for name in npz.files}
+    assert {"leaf_value", "leaf_impurity"} <= set(stored)
+    assert {"value", "impurity", "weighted_n_node_samples"}.isdisjoint(stored)
+    n_nodes = sum(est.tree_.node_count for est in forest.estimators_)
+    # A leaf: its mean and impurity (16 bytes), its weight and rows (a byte each here); a split
+    # node: a left child (4), feature and bin (1 each), two bits. About half the nodes each.
+    tree_bytes = sum(stored[name] for name in model_format.SHIPPED_ARRAYS if name in stored)
+    assert tree_bytes / n_nodes < 13
+    loaded = dt.load(tmp_path / "model")
+    np.testing.assert_array_equal(loaded.predict(X), forest.predict(X))
+    np.testing.assert_array_equal(loaded.feature_importances_, forest.feature_importances_)
+    assert all(est.tree_.shipped_state is not None for est in loaded.estimators_)
+    for a, b in zip(loaded.estimators_, forest.estimators_):
+        _assert_same_trees(a, b, pooled_apart=False)
+
+
+def test_a_regressor_with_unpooled_means_stores_every_nodes(tmp_path):
+    # One tree whose split nodes' means are not its children's pooled (as in a file of format
+    # 3 or older): the file stores every node's means and impurities, of every tree.
+    X, y = carseats_data("frame-float")
+    forest = dt.RandomForestRegressor(n_estimators=3, max_depth=5, random_state=0).fit(X, y)
+    tree = forest.estimators_[1].tree_
+    root_mean = tree.value[0, 0]  # expands the tree: it keeps its arrays
+    tree.value[0, 0] = np.nextafter(root_mean, np.inf)
+    forest.save(tmp_path / "model")
+    with np.load(tmp_path / "model" / "arrays.npz", allow_pickle=False) as npz:
+        assert {"value", "impurity"} <= set(npz.files)
+        assert {"leaf_value", "leaf_impurity"}.isdisjoint(npz.files)
+    loaded = dt.load(tmp_path / "model")
+    assert loaded.estimators_[1].tree_.value[0, 0] == np.nextafter(root_mean, np.inf)
+    np.testing.assert_array_equal(loaded.predict(X), forest.predict(X))
+    for a, b in zip(loaded.estimators_, forest.estimators_):
+        _assert_same_trees(a, b, pooled_apart=False)
 
 
 def _in_preorder(tree):

@@ -262,7 +262,9 @@ def test_wire_state_gives_back_the_tree(criterion, fractional_weights):
     n_values = 1 if regression else 3
     records = _grow_records(codes, target, weights, arrays, params, n_values, 7, None, None)
     state = wire.encode(*records, arrays.thresholds, codes.shape[1], params.criterion)
-    assert ("impurity" in state) == regression
+    # A regressor ships its leaves' means and impurities; its split nodes' are pooled from them.
+    assert "value" not in state and "impurity" not in state
+    assert ("leaf_value" in state) == ("leaf_impurity" in state) == regression
     # A classifier ships class weights; fractions and node weights are derived from them.
     # Of the leaves only when the split nodes' are their children's summed: whole-number
     # weights (bootstrap counts); fractional weights sum differently in a node and its children.
@@ -270,7 +272,6 @@ def test_wire_state_gives_back_the_tree(criterion, fractional_weights):
     assert ("weighted_class_counts" in state) == (not regression and fractional_weights)
     assert "leaf_n_node_samples" in state and "n_node_samples" not in state  # rows: always
     # A regressor's weights: its leaves' only when whole numbers (as its class counts).
-    assert ("value" in state) == regression
     assert ("leaf_weighted_n_node_samples" in state) == (regression and not fractional_weights)
     assert ("weighted_n_node_samples" in state) == (regression and fractional_weights)
     assert "threshold" not in state and state["feature"].dtype == np.uint8
@@ -294,6 +295,14 @@ def test_wire_state_gives_back_the_tree(criterion, fractional_weights):
     for name in TREE_ARRAYS:
         assert getattr(tree, name).dtype == getattr(expected, name).dtype, name
         np.testing.assert_array_equal(getattr(tree, name), getattr(expected, name), err_msg=name)
+    if regression:  # pooled, a split node's mean and variance are its rows' within rounding
+        nodes, values = records[0], records[1]
+        np.testing.assert_allclose(expected.value, values, rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(expected.impurity, nodes["impurity"], rtol=1e-12)
+        leaf = ~split
+        np.testing.assert_array_equal(expected.value[leaf], values[leaf])
+        np.testing.assert_array_equal(expected.impurity[leaf], nodes["impurity"][leaf])
+        assert not np.array_equal(expected.value[split], values[split])  # rounded apart
 
 
 @pytest.mark.parametrize("max_leaf_nodes, min_samples_split", [(12, 2), (None, 10_000)])

@@ -367,9 +367,12 @@ def expected_shapes(manifest):
                 del shapes["children_right"]
         # What each node holds (format.SHIPPED_ARRAYS): a classifier's weighted class counts
         # (its leaves', or every node's), or its fractions and weights; a regressor's means,
-        # weights and impurities. The manifest's list of arrays says which.
+        # weights and impurities (below). The manifest's list of arrays says which.
         counts = {"leaf_class_counts": n_nodes - n_splits, "weighted_class_counts": n_nodes}
         layout = next((name for name in counts if name in manifest["arrays"]), None)
+        regression = ESTIMATOR_KINDS[manifest["estimator"]][1] == "regression"
+        if regression and layout is not None:
+            raise ValueError(f"{MANIFEST}: a regressor's nodes hold no weighted class counts")
         for name in counts:
             del shapes[name]
         if layout is not None:
@@ -385,10 +388,15 @@ def expected_shapes(manifest):
                 shapes[leaf_name] = (n_nodes - n_splits,)
             else:
                 del shapes[leaf_name]
-        if ESTIMATOR_KINDS[manifest["estimator"]][1] == "classification":
+        # A regressor's means and impurities: the leaves' (version 4 on), or every node's.
+        if regression and version >= 4 and "leaf_value" in manifest["arrays"]:
+            del shapes["value"], shapes["impurity"]
+            shapes["leaf_value"] = (n_nodes - n_splits, trees["n_values"])
+            shapes["leaf_impurity"] = (n_nodes - n_splits,)
+        else:
+            del shapes["leaf_value"], shapes["leaf_impurity"]
+        if not regression:
             del shapes["impurity"]  # derived from the class fractions
-        elif layout is not None:
-            raise ValueError(f"{MANIFEST}: a regressor's nodes hold no weighted class counts")
     else:
         shapes = {name: (n_nodes,) for name in TREE_ARRAYS}
     shapes["categorical_bitsets"] = (sum(trees["bitset_counts"]), BITSET_WORDS)

@@ -195,7 +195,7 @@ def _criterion(manifest):
 
 
 def _shipped_trees(arrays, trees, structure, mapper, criterion):
-    """The trees of a version 3 file (or a version 2 one's, ``_version_2_as_3``), each kept in
+    """The trees of a version 3 or 4 file (or a version 2 one's, ``_version_2_as_3``), each kept in
     its shipped state (``Tree.shipped``): views of the concatenated arrays, but for each tree's
     bits and depth."""
     is_split, depth = structure
@@ -217,6 +217,8 @@ def _shipped_trees(arrays, trees, structure, mapper, criterion):
         leaf_class_counts="leaves",
         leaf_n_node_samples="leaves",
         leaf_weighted_n_node_samples="leaves",
+        leaf_value="leaves",
+        leaf_impurity="leaves",
     )
     thresholds = mapper.threshold_table()  # one bin table for all the trees
     out = []

@@ -12,7 +12,14 @@ from sklearn.utils.validation import check_is_fitted
 from .._validation import column_label
 from .._version import __version__
 from ..criteria import CLASSIFICATION_CRITERIA, SQUARED_ERROR
-from ..tree.tree import children, node_counts, node_samples, node_weights, value_and_weight
+from ..tree.tree import (
+    children,
+    node_counts,
+    node_moments,
+    node_samples,
+    node_weights,
+    value_and_weight,
+)
 from ..tree.wire import SUMMABLE, narrow_counts, narrowest_uint, state_of
 from .format import (
     ARRAY_DTYPES,
@@ -131,14 +138,17 @@ def _criterion(estimator):
 
 
 def _tree_arrays(states):
-    """The trees' shipped states (``wire.state_of``) as the arrays of a version 3 file
+    """The trees' shipped states (``wire.state_of``) as the arrays of a version 4 file
     (``format.SHIPPED_ARRAYS``), concatenated over the trees: their values in the one layout
-    they all have or can be given (leaves' counts, every node's counts, fractions), right
-    children for all if one needs them, and whole numbers in the narrowest type holding all."""
-    for layout in ("leaf_class_counts", "weighted_class_counts", "value"):
+    they all have or can be given (leaves' counts, every node's counts, fractions; leaves' or
+    every node's means and impurities), right children for all if one needs them, and whole
+    numbers in the narrowest type holding all."""
+    for layout in ("leaf_class_counts", "weighted_class_counts"):  # a classifier's
         if all(layout in s for s in states):
             break
         states = [_LAYOUTS[layout](s) for s in states]
+    if not all("leaf_value" in s for s in states):  # a regressor's
+        states = [_with_node_moments(s) for s in states]
     for name, leaf_name in SUMMABLE.items():
         if any(name in s for s in states) and any(leaf_name in s for s in states):
             states = [_with_every_node(s, name) for s in states]
@@ -175,6 +185,17 @@ def _with_every_node(state, name):
     state = dict(state)
     state[name] = node_samples(state) if name == "n_node_samples" else node_weights(state)
     del state[leaf_name]
+    return state
+
+
+def _with_node_moments(state):
+    """A shipped regressor's state with every node's means and impurities instead of its
+    leaves' only."""
+    if "leaf_value" not in state:
+        return state
+    state = dict(state)
+    state["value"], state["impurity"] = node_moments(state)
+    del state["leaf_value"], state["leaf_impurity"]
     return state
 
 

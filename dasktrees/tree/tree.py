@@ -74,6 +74,17 @@ class Tree:
         fields_from_records(nodes, thresholds, False, *(arrays[name] for name in _RECORD_ARRAYS))
         if criterion == SQUARED_ERROR:
             value = np.array(values, order="C")  # a copy: the grower's workspace is reused
+            # A split node's mean and impurity are its children's pooled, as a shipped tree's
+            # are derived from its leaves' (``wire.encode``): the same numbers for every tree.
+            split = np.flatnonzero(arrays["children_left"] != TREE_LEAF)
+            pool_to_root(
+                np.packbits(arrays["children_left"] != TREE_LEAF),
+                arrays["children_left"][split],
+                arrays["children_right"][split],
+                arrays["weighted_n_node_samples"],
+                value,
+                arrays["impurity"],
+            )
         else:
             value = np.empty(values.shape)
             class_fractions(values, value, np.empty(len(values)))
@@ -159,9 +170,9 @@ class Tree:
         values : ndarray of float64, shape (n_nodes or n_leaves, n_values)
             ``value``, or a shipped classifier's weighted class counts.
         kind : int
-            What ``values`` holds: ``NODE_VALUES`` (``value``), ``NODE_COUNTS`` (every node's
-            weighted class counts, whose fractions are ``value``) or ``LEAF_COUNTS`` (the
-            leaves' only, in node order).
+            What ``values`` holds: ``NODE_VALUES`` (``value``), ``LEAF_VALUES`` (the leaves'
+            ``value`` only, in node order), ``NODE_COUNTS`` (every node's weighted class
+            counts, whose fractions are ``value``) or ``LEAF_COUNTS`` (the leaves' only).
         categorical_bitsets : ndarray of uint32, shape (n_bitsets, BITSET_WORDS)
         """
         state = self.shipped_state
@@ -263,14 +274,15 @@ class Tree:
             left, right = self.children_left[split], self.children_right[split]
             feature, w, impurity = self.feature[split], self.weighted_n_node_samples, self.impurity
         else:  # from the shipped state: the few arrays needed, not the whole tree expanded
-            value, w = value_and_weight(state)
+            if "criterion" in state:  # a classifier's, from its class fractions
+                value, w = value_and_weight(state)
+                impurity = np.empty(len(w))
+                _class_impurities(value, w, state["criterion"], impurity)
+            else:
+                w, impurity = node_weights(state), node_moments(state)[1]
             split = np.flatnonzero(np.unpackbits(state["is_split"], count=len(w)))
             left, right = children(state)
             feature = state["feature"]
-            impurity = state.get("impurity")
-            if impurity is None:
-                impurity = np.empty(len(w))
-                _class_impurities(value, w, state["criterion"], impurity)
         decrease = (
             w[split] * impurity[split] - w[left] * impurity[left] - w[right] * impurity[right]
         )
@@ -328,10 +340,12 @@ def expand_shipped(shipped, thresholds):
     """The ``Tree.__getstate__`` state of the tree a shipped state (``wire.encode``) describes,
     given its bin ``thresholds`` table: with what the shipped state leaves out derived again
     (raw thresholds, ``is_categorical``, split nodes' row counts; a classifier's class
-    fractions, node weights and impurities)."""
+    fractions, node weights and impurities; a regressor's split nodes' means and impurities)."""
     state = {k: v for k, v in shipped.items() if k not in _NOT_IN_ARRAYS}
     state.update(split_fields(shipped))
     state["value"], state["weighted_n_node_samples"] = value_and_weight(shipped)
+    if "leaf_impurity" in shipped:
+        state["impurity"] = node_moments(shipped)[1]
     state["n_node_samples"] = node_samples(shipped)
     if len(state["categorical_bitsets"]) == 0:  # as from_growth: one all-zero row
         state["categorical_bitsets"] = np.zeros((1, BITSET_WORDS), dtype=BITSET_DTYPE)
@@ -360,6 +374,8 @@ _NOT_IN_ARRAYS = (
     "leaf_class_counts",
     "leaf_n_node_samples",
     "leaf_weighted_n_node_samples",
+    "leaf_value",
+    "leaf_impurity",
     "children_right",
     "missing_go_to_left_bits",
     "is_categorical_bits",
@@ -414,17 +430,35 @@ def from_version_2(state):
 NODE_VALUES = 0  # ``value``: class fractions or means, every node
 NODE_COUNTS = 1  # a classifier's weighted class counts, every node
 LEAF_COUNTS = 2  # the same, leaves only: a split node's are its children's summed
+LEAF_VALUES = 3  # a regressor's means, leaves only: a split node's are its children's pooled
 
 
 def _shipped_values(state):
     """A shipped state's per-node values and their kind (``NODE_VALUES`` ...): a classifier
     grown in a forest task ships its weighted class counts, of its leaves only when a split
-    node's are its children's summed (``wire.encode``)."""
+    node's are its children's summed, and a regressor its leaves' means (``wire.encode``)."""
     if "leaf_class_counts" in state:  # float64 whatever type they travel in: what kernels take
         return state["leaf_class_counts"].astype(np.float64, copy=False), LEAF_COUNTS
     if "weighted_class_counts" in state:
         return state["weighted_class_counts"].astype(np.float64, copy=False), NODE_COUNTS
+    if "leaf_value" in state:
+        return state["leaf_value"], LEAF_VALUES
     return state["value"], NODE_VALUES
+
+
+def node_moments(state):
+    """Every node's ``value`` (means, (n_nodes, 1)) and ``impurity`` of a shipped regressor's
+    state: its leaves', and its split nodes' pooled from them (``pool_to_root``), or every
+    node's as shipped."""
+    if "leaf_value" not in state:
+        return state["value"], state["impurity"]
+    is_split = np.unpackbits(state["is_split"], count=state["n_nodes"]).view(bool)
+    value = np.empty((state["n_nodes"], 1))
+    impurity = np.empty(state["n_nodes"])
+    value[~is_split] = state["leaf_value"]
+    impurity[~is_split] = state["leaf_impurity"]
+    pool_to_root(state["is_split"], *children(state), node_weights(state), value, impurity)
+    return value, impurity
 
 
 def node_counts(state):
@@ -465,6 +499,8 @@ def value_and_weight(state):
     values, kind = _shipped_values(state)
     if kind == NODE_VALUES:
         return values, node_weights(state)
+    if kind == LEAF_VALUES:
+        return node_moments(state)[0], node_weights(state)
     counts = node_counts(state)
     value, weight = np.empty(counts.shape), np.empty(len(counts))
     class_fractions(counts, value, weight)
@@ -804,6 +840,51 @@ def sum_to_root(is_split, children_left, children_right, leaf_rows, out):
             left, right = children_left[j], children_right[j]
             for c in range(out.shape[1]):
                 out[i, c] = out[left, c] + out[right, c]
+
+
+@njit(cache=True, nogil=True)
+def pool_to_root(is_split, children_left, children_right, weight, value, impurity):
+    """A regression tree's split nodes' means and impurities (weighted variances) pooled from
+    their children's, by the law of total variance; with ``w = w_l + w_r``:
+
+        mean     = (w_l mean_l + w_r mean_r) / w
+        impurity = (w_l (impurity_l + (mean_l - mean)^2) + w_r (impurity_r + (mean_r - mean)^2)) / w
+
+    Mathematically the node's own mean and variance; in floating point within a few ulps of
+    the grower's sums over the node's rows (tested). Every tree's split nodes hold these
+    numbers (``Tree.from_growth``), so a tree can travel and be stored with its leaves' alone
+    (``wire.encode``). Children come after their parent: one pass backwards.
+
+    Parameters
+    ----------
+    is_split : ndarray of uint8
+        ``np.packbits`` of each node's "is a split" flag.
+    children_left, children_right : ndarray of int32, shape (n_splits,)
+        The split nodes' children, in node order.
+    weight : ndarray of float64, shape (n_nodes,)
+        Every node's weight (``weighted_n_node_samples``).
+    value : ndarray of float64, shape (n_nodes, 1)
+    impurity : ndarray of float64, shape (n_nodes,)
+        The leaves' rows are read, the split nodes' written.
+    """
+    j = children_left.shape[0]
+    for i in range(value.shape[0] - 1, -1, -1):
+        if packed_bit(is_split, i):
+            j -= 1
+            left, right = children_left[j], children_right[j]
+            w_left, w_right = weight[left], weight[right]
+            w = w_left + w_right
+            if w > 0.0:
+                mean = (w_left * value[left, 0] + w_right * value[right, 0]) / w
+                d_left = value[left, 0] - mean
+                d_right = value[right, 0] - mean
+                spread = w_left * (impurity[left] + d_left * d_left)
+                spread += w_right * (impurity[right] + d_right * d_right)
+                impurity[i] = spread / w
+            else:
+                mean = 0.0
+                impurity[i] = 0.0
+            value[i, 0] = mean
 
 
 @njit(cache=True, inline="always")

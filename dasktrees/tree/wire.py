@@ -12,7 +12,8 @@ depths) without what can be derived again exactly:
 * a classification node's class fractions and weight, from its weighted class counts (the
   weight is their sum, as the grower computes it: ``tree.class_fractions``), and its impurity
   from those (``criteria.class_impurity``);
-* a split node's rows, weight and class counts, its children's summed (``_put_summable``);
+* a split node's rows, weight and class counts, its children's summed (``_put_summable``),
+  and a regression split node's mean and impurity, its children's pooled (``_put_moments``);
 * whole numbers travel in the narrowest unsigned type holding them (feature indices, bitset
   rows, bootstrap counts).
 
@@ -27,7 +28,7 @@ import numpy as np
 
 from .._dtypes import BITSET_DTYPE, BITSET_WORDS, NODE_DTYPE, TREE_LEAF, TREE_UNDEFINED
 from ..criteria import SQUARED_ERROR
-from .tree import LEAF_CONSTANTS, NODE_ARRAY_DTYPES, Tree, fields_from_records
+from .tree import LEAF_CONSTANTS, NODE_ARRAY_DTYPES, Tree, fields_from_records, pool_to_root
 
 
 def encode(nodes, values, bitsets, thresholds, n_features, criterion):
@@ -36,7 +37,9 @@ def encode(nodes, values, bitsets, thresholds, n_features, criterion):
 
     A classifier ships its nodes' weighted class counts instead of their fractions and weights,
     which the client derives from them bit for bit (``tree.class_fractions``); of its leaves
-    only when the split nodes' are their children's summed (``_put_summable``).
+    only when the split nodes' are their children's summed (``_put_summable``). A regressor
+    ships its leaves' means and impurities, from which the client pools its split nodes' as
+    ``Tree.from_growth`` does (``tree.pool_to_root``).
     """
     is_split = nodes["left"] != TREE_LEAF
     n_split = int(np.count_nonzero(is_split))
@@ -58,10 +61,12 @@ def encode(nodes, values, bitsets, thresholds, n_features, criterion):
     _put_split_fields(state, compact, n_features, bitsets)
     _put_summable(state, is_split, compact, "n_node_samples", per_node["n_node_samples"])
     if criterion == SQUARED_ERROR:
-        state["value"] = np.array(values, order="C")
+        # The leaves' means and impurities: the client pools the split nodes' from them, as
+        # ``Tree.from_growth`` does (``tree.pool_to_root``).
+        state["leaf_value"] = np.array(values[~is_split], order="C")
+        state["leaf_impurity"] = per_node["impurity"][~is_split]
         weights = per_node["weighted_n_node_samples"]
         _put_summable(state, is_split, compact, "weighted_n_node_samples", weights)
-        state["impurity"] = per_node["impurity"]
     else:
         _put_summable(state, is_split, compact, "weighted_class_counts", values)
         state["criterion"] = criterion
@@ -141,14 +146,30 @@ def state_of(tree, criterion):
     _put_split_fields(state, compact, tree.n_features, tree.categorical_bitsets)
     n_node_samples = tree.n_node_samples.astype(_count_dtype(tree.n_node_samples))
     _put_summable(state, is_split, compact, "n_node_samples", n_node_samples)
-    state["value"] = tree.value
     weights = tree.weighted_n_node_samples
     _put_summable(state, is_split, compact, "weighted_n_node_samples", weights)
     if criterion == SQUARED_ERROR:
-        state["impurity"] = tree.impurity
+        _put_moments(state, is_split, compact, tree.value, tree.impurity, weights)
     else:
+        state["value"] = tree.value
         state["criterion"] = criterion
     return state
+
+
+def _put_moments(state, is_split, compact, value, impurity, weights):
+    """Put a regression tree's means and impurities (every node's ``value``, ``impurity``, and
+    ``weights``) in a shipped state: its leaves' only (``leaf_value``, ``leaf_impurity``) when
+    every split node's are its children's pooled (``tree.pool_to_root``), as a grown tree's
+    are, bit for bit; else every node's (a tree of a file written before they were pooled)."""
+    pooled_value, pooled_impurity = value.copy(), impurity.copy()
+    packed = np.packbits(is_split)
+    left, right = compact["children_left"], compact["children_right"]
+    pool_to_root(packed, left, right, weights, pooled_value, pooled_impurity)
+    if np.array_equal(pooled_value, value) and np.array_equal(pooled_impurity, impurity):
+        state["leaf_value"] = np.array(value[~is_split], order="C")
+        state["leaf_impurity"] = impurity[~is_split]
+    else:
+        state["value"], state["impurity"] = value, impurity
 
 
 def decode(state, thresholds):
