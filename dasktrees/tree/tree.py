@@ -279,7 +279,8 @@ class Tree:
                 impurity = np.empty(len(w))
                 _class_impurities(value, w, state["criterion"], impurity)
             else:
-                w, impurity = node_weights(state), node_moments(state)[1]
+                w = node_weights(state)
+                impurity = node_moments(state, w)[1]
             split = np.flatnonzero(np.unpackbits(state["is_split"], count=len(w)))
             left, right = children(state)
             feature = state["feature"]
@@ -343,9 +344,11 @@ def expand_shipped(shipped, thresholds):
     fractions, node weights and impurities; a regressor's split nodes' means and impurities)."""
     state = {k: v for k, v in shipped.items() if k not in _NOT_IN_ARRAYS}
     state.update(split_fields(shipped))
-    state["value"], state["weighted_n_node_samples"] = value_and_weight(shipped)
-    if "leaf_impurity" in shipped:
-        state["impurity"] = node_moments(shipped)[1]
+    if "leaf_value" in shipped:  # a regressor's: pooled once for both
+        state["weighted_n_node_samples"] = node_weights(shipped)
+        state["value"], state["impurity"] = node_moments(shipped, state["weighted_n_node_samples"])
+    else:
+        state["value"], state["weighted_n_node_samples"] = value_and_weight(shipped)
     state["n_node_samples"] = node_samples(shipped)
     if len(state["categorical_bitsets"]) == 0:  # as from_growth: one all-zero row
         state["categorical_bitsets"] = np.zeros((1, BITSET_WORDS), dtype=BITSET_DTYPE)
@@ -446,10 +449,11 @@ def _shipped_values(state):
     return state["value"], NODE_VALUES
 
 
-def node_moments(state):
+def node_moments(state, weight=None):
     """Every node's ``value`` (means, (n_nodes, 1)) and ``impurity`` of a shipped regressor's
-    state: its leaves', and its split nodes' pooled from them (``pool_to_root``), or every
-    node's as shipped."""
+    state: its leaves', and its split nodes' pooled from them (``pool_to_root``) with the
+    nodes' weights (``node_weights(state)``, if the caller has them), or every node's as
+    shipped."""
     if "leaf_value" not in state:
         return state["value"], state["impurity"]
     is_split = np.unpackbits(state["is_split"], count=state["n_nodes"]).view(bool)
@@ -457,7 +461,9 @@ def node_moments(state):
     impurity = np.empty(state["n_nodes"])
     value[~is_split] = state["leaf_value"]
     impurity[~is_split] = state["leaf_impurity"]
-    pool_to_root(state["is_split"], *children(state), node_weights(state), value, impurity)
+    if weight is None:
+        weight = node_weights(state)
+    pool_to_root(state["is_split"], *children(state), weight, value, impurity)
     return value, impurity
 
 
@@ -500,7 +506,8 @@ def value_and_weight(state):
     if kind == NODE_VALUES:
         return values, node_weights(state)
     if kind == LEAF_VALUES:
-        return node_moments(state)[0], node_weights(state)
+        weight = node_weights(state)
+        return node_moments(state, weight)[0], weight
     counts = node_counts(state)
     value, weight = np.empty(counts.shape), np.empty(len(counts))
     class_fractions(counts, value, weight)
