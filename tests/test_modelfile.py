@@ -634,12 +634,17 @@ def test_older_versions_still_load_and_predict_the_same(tmp_path, version, kind)
         _assert_same_trees(a, b, pooled_apart=False)
 
 
+def _stored_bytes(model, path):
+    """Save ``model`` to ``path``: the bytes of each array the file holds, by name."""
+    model.save(path)
+    with np.load(path / "arrays.npz", allow_pickle=False) as npz:
+        return {name: npz[name].nbytes for name in npz.files}
+
+
 def test_version_2_stores_what_the_tasks_ship_and_loads_it_compact(tmp_path):
     X, y = carseats_data("frame-str")
     forest = dt.RandomForestClassifier(n_estimators=5, random_state=0).fit(X, y)
-    forest.save(tmp_path / "model")
-    with np.load(tmp_path / "model" / "arrays.npz", allow_pickle=False) as npz:
-        stored = {name: npz[name].nbytes for name in npz.files}
+    stored = _stored_bytes(forest, tmp_path / "model")
     derived = {"threshold", "is_categorical", "node_depth", "impurity"}
     assert (derived | {"value", "weighted_n_node_samples"}).isdisjoint(stored)
     assert "weighted_class_counts" not in stored  # a split node's are its children's summed
@@ -751,9 +756,7 @@ def test_a_regressor_stores_its_leaves_means_and_impurities(tmp_path):
     # file holds the leaves' only, and gives back every node's bit for bit.
     X, y = carseats_data("frame-float")
     forest = dt.RandomForestRegressor(n_estimators=5, random_state=0).fit(X, y)
-    forest.save(tmp_path / "model")
-    with np.load(tmp_path / "model" / "arrays.npz", allow_pickle=False) as npz:
-        stored = {name: npz[name].nbytes for name in npz.files}
+    stored = _stored_bytes(forest, tmp_path / "model")
     assert {"leaf_value", "leaf_impurity"} <= set(stored)
     assert {"value", "impurity", "weighted_n_node_samples"}.isdisjoint(stored)
     n_nodes = sum(est.tree_.node_count for est in forest.estimators_)

@@ -840,13 +840,24 @@ def sum_to_root(is_split, children_left, children_right, leaf_rows, out):
         if not packed_bit(is_split, i):
             out[i] = leaf_rows[n_leaf]
             n_leaf += 1
-    j = children_left.shape[0]
-    for i in range(out.shape[0] - 1, -1, -1):
+    splits = _split_ids(is_split, out.shape[0], children_left.shape[0])
+    for j in range(splits.shape[0] - 1, -1, -1):
+        i, left, right = splits[j], children_left[j], children_right[j]
+        for c in range(out.shape[1]):
+            out[i, c] = out[left, c] + out[right, c]
+
+
+@njit(cache=True, inline="always")
+def _split_ids(is_split, n_nodes, n_splits):
+    """The ids of the split nodes (``n_splits`` of them) among ``n_nodes``, in node order, from
+    their ``np.packbits`` flags ``is_split``."""
+    splits = np.empty(n_splits, dtype=np.int64)
+    j = 0
+    for i in range(n_nodes):
         if packed_bit(is_split, i):
-            j -= 1
-            left, right = children_left[j], children_right[j]
-            for c in range(out.shape[1]):
-                out[i, c] = out[left, c] + out[right, c]
+            splits[j] = i
+            j += 1
+    return splits
 
 
 @njit(cache=True, nogil=True)
@@ -864,34 +875,30 @@ def pool_to_root(is_split, children_left, children_right, weight, value, impurit
 
     Parameters
     ----------
-    is_split : ndarray of uint8
-        ``np.packbits`` of each node's "is a split" flag.
-    children_left, children_right : ndarray of int32, shape (n_splits,)
-        The split nodes' children, in node order.
+    is_split, children_left, children_right :
+        The tree's split nodes, as for ``sum_to_root``.
     weight : ndarray of float64, shape (n_nodes,)
         Every node's weight (``weighted_n_node_samples``).
     value : ndarray of float64, shape (n_nodes, 1)
     impurity : ndarray of float64, shape (n_nodes,)
         The leaves' rows are read, the split nodes' written.
     """
-    j = children_left.shape[0]
-    for i in range(value.shape[0] - 1, -1, -1):
-        if packed_bit(is_split, i):
-            j -= 1
-            left, right = children_left[j], children_right[j]
-            w_left, w_right = weight[left], weight[right]
-            w = w_left + w_right
-            if w > 0.0:
-                mean = (w_left * value[left, 0] + w_right * value[right, 0]) / w
-                d_left = value[left, 0] - mean
-                d_right = value[right, 0] - mean
-                spread = w_left * (impurity[left] + d_left * d_left)
-                spread += w_right * (impurity[right] + d_right * d_right)
-                impurity[i] = spread / w
-            else:
-                mean = 0.0
-                impurity[i] = 0.0
-            value[i, 0] = mean
+    splits = _split_ids(is_split, value.shape[0], children_left.shape[0])
+    for j in range(splits.shape[0] - 1, -1, -1):
+        i, left, right = splits[j], children_left[j], children_right[j]
+        w_left, w_right = weight[left], weight[right]
+        w = w_left + w_right
+        if w > 0.0:
+            mean = (w_left * value[left, 0] + w_right * value[right, 0]) / w
+            d_left = value[left, 0] - mean
+            d_right = value[right, 0] - mean
+            spread = w_left * (impurity[left] + d_left * d_left)
+            spread += w_right * (impurity[right] + d_right * d_right)
+            impurity[i] = spread / w
+        else:
+            mean = 0.0
+            impurity[i] = 0.0
+        value[i, 0] = mean
 
 
 @njit(cache=True, inline="always")
