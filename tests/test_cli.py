@@ -866,7 +866,7 @@ def test_inspect(capsys, saved_model):
     assert code == 0, err
     description = json.loads(out)
     assert description["estimator"] == "DecisionTreeClassifier"
-    assert description["format_version"] == model_format.FORMAT_VERSION == 4
+    assert description["format_version"] == model_format.FORMAT_VERSION == 5
     assert description["features"] == list(X.columns)
     assert description["classes"] == [0, 1]
     assert description["trees"] == 1

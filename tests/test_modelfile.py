@@ -16,6 +16,7 @@ from dasktrees._dtypes import TREE_LEAF
 from dasktrees.modelfile import format as model_format
 from dasktrees.modelfile.integrity import read_manifest
 from dasktrees.tree.tree import TREE_ARRAYS, Tree
+from dasktrees.tree.wire import NONZERO_LEAF_IMPURITY
 
 from .conftest import carseats
 
@@ -581,7 +582,7 @@ def test_missing_leaf_targets_are_refused(quantile_forest, tmp_path):
 
 
 # Written by the last commits to write each format version (version 1: a10e0e7, 2: 2fdda6c,
-# 3: e6d140b), from carseats_data("frame-str") and ("frame-float") as below.
+# 3: e6d140b, 4: 3fca555), from carseats_data("frame-str") and ("frame-float") as below.
 OLD_FILES = Path(__file__).parent / "data"
 
 
@@ -599,7 +600,7 @@ def _assert_same_trees(a, b, pooled_apart):
             np.testing.assert_array_equal(x, y)
 
 
-@pytest.mark.parametrize("version", [1, 2, 3])
+@pytest.mark.parametrize("version", [1, 2, 3, 4])
 @pytest.mark.parametrize("kind", ["forest", "quantile_forest"])
 def test_older_versions_still_load_and_predict_the_same(tmp_path, version, kind):
     name = f"model_v{version}_{kind}"
@@ -612,7 +613,8 @@ def test_older_versions_still_load_and_predict_the_same(tmp_path, version, kind)
         fresh = dt.RandomForestQuantileRegressor(n_estimators=2, max_depth=4, random_state=0)
         predict = "predict"
     fresh.fit(X, y)  # the same trees: the growth did not change since
-    pooled_apart = kind == "quantile_forest"  # means and impurities pooled since version 4
+    # A regressor's means and impurities pooled since version 4.
+    pooled_apart = kind == "quantile_forest" and version < 4
     assert read_manifest(OLD_FILES / name)["format_version"] == version
     old = dt.load(OLD_FILES / name)
     np.testing.assert_array_equal(getattr(old, predict)(X), getattr(fresh, predict)(X))
@@ -628,6 +630,9 @@ def test_older_versions_still_load_and_predict_the_same(tmp_path, version, kind)
     assert manifest["format_version"] == model_format.FORMAT_VERSION
     if pooled_apart:
         assert "value" in manifest["arrays"] and "leaf_value" not in manifest["arrays"]
+    elif kind == "quantile_forest":  # version 4's leaf impurities, stored as today's
+        assert {"leaf_value", *NONZERO_LEAF_IMPURITY} <= set(manifest["arrays"])
+        assert "leaf_impurity" not in manifest["arrays"]
     again = dt.load(tmp_path / "again")
     np.testing.assert_array_equal(getattr(again, predict)(X), getattr(fresh, predict)(X))
     for a, b in zip(again.estimators_, old.estimators_):
@@ -753,23 +758,47 @@ def test_a_classifier_with_pruned_trees_stores_fractions_and_weights(tmp_path):
 
 def test_a_regressor_stores_its_leaves_means_and_impurities(tmp_path):
     # A split node's mean and impurity are its children's pooled (``tree.pool_to_root``): a
-    # file holds the leaves' only, and gives back every node's bit for bit.
+    # file holds the leaves' only, and gives back every node's bit for bit. Of the leaves'
+    # impurities, the ones that are not zero (few in a full-depth tree), and a bit a leaf.
     X, y = carseats_data("frame-float")
     forest = dt.RandomForestRegressor(n_estimators=5, random_state=0).fit(X, y)
     stored = _stored_bytes(forest, tmp_path / "model")
-    assert {"leaf_value", "leaf_impurity"} <= set(stored)
-    assert {"value", "impurity", "weighted_n_node_samples"}.isdisjoint(stored)
+    assert {"leaf_value", *NONZERO_LEAF_IMPURITY} <= set(stored)
+    assert {"value", "impurity", "leaf_impurity", "weighted_n_node_samples"}.isdisjoint(stored)
     n_nodes = sum(est.tree_.node_count for est in forest.estimators_)
-    # A leaf: its mean and impurity (16 bytes), its weight and rows (a byte each here); a split
-    # node: a left child (4), feature and bin (1 each), two bits. About half the nodes each.
+    leaf_impurity = np.concatenate(
+        [est.tree_.impurity[est.tree_.children_left == TREE_LEAF] for est in forest.estimators_]
+    )
+    assert stored["nonzero_leaf_impurity"] == 8 * np.count_nonzero(leaf_impurity)
+    assert np.count_nonzero(leaf_impurity) < 0.1 * len(leaf_impurity)
+    # A leaf: its mean (8 bytes), its weight and rows (a byte each here), a bit; a split node:
+    # a left child (4), feature and bin (1 each), two bits. About half the nodes each.
     tree_bytes = sum(stored[name] for name in model_format.SHIPPED_ARRAYS if name in stored)
-    assert tree_bytes / n_nodes < 13
+    assert tree_bytes / n_nodes < 9
     loaded = dt.load(tmp_path / "model")
     np.testing.assert_array_equal(loaded.predict(X), forest.predict(X))
     np.testing.assert_array_equal(loaded.feature_importances_, forest.feature_importances_)
     assert all(est.tree_.shipped_state is not None for est in loaded.estimators_)
     for a, b in zip(loaded.estimators_, forest.estimators_):
         _assert_same_trees(a, b, pooled_apart=False)
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (lambda a: a.update(nonzero_leaf_impurity=a["nonzero_leaf_impurity"][1:]), "marks [1-9][0-9]*"),
+        (lambda a: a.update(nonzero_leaf_impurity_bits=a["nonzero_leaf_impurity_bits"] * 0), "marks 0"),
+    ],
+    ids=["an impurity too few", "no leaf marked"],
+)
+def test_leaf_impurities_that_their_bits_do_not_count_are_refused(tmp_path, change, message):
+    X, y = carseats_data("frame-float")
+    forest = dt.RandomForestRegressor(n_estimators=2, random_state=0).fit(X, y)
+    forest.save(tmp_path / "model")
+    rewrite_arrays(tmp_path / "model", change)
+    match = f"nonzero_leaf_impurity_bits {message} leaves, nonzero_leaf_impurity holds"
+    with pytest.raises(ValueError, match=match):
+        dt.load(tmp_path / "model")
 
 
 def test_a_regressor_with_unpooled_means_stores_every_nodes(tmp_path):
@@ -783,7 +812,7 @@ def test_a_regressor_with_unpooled_means_stores_every_nodes(tmp_path):
     forest.save(tmp_path / "model")
     with np.load(tmp_path / "model" / "arrays.npz", allow_pickle=False) as npz:
         assert {"value", "impurity"} <= set(npz.files)
-        assert {"leaf_value", "leaf_impurity"}.isdisjoint(npz.files)
+        assert {"leaf_value", "leaf_impurity", *NONZERO_LEAF_IMPURITY}.isdisjoint(npz.files)
     loaded = dt.load(tmp_path / "model")
     assert loaded.estimators_[1].tree_.value[0, 0] == np.nextafter(root_mean, np.inf)
     np.testing.assert_array_equal(loaded.predict(X), forest.predict(X))

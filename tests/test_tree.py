@@ -262,9 +262,11 @@ def test_wire_state_gives_back_the_tree(criterion, fractional_weights):
     n_values = 1 if regression else 3
     records = _grow_records(codes, target, weights, arrays, params, n_values, 7, None, None)
     state = wire.encode(*records, arrays.thresholds, codes.shape[1], params.criterion)
-    # A regressor ships its leaves' means and impurities; its split nodes' are pooled from them.
-    assert "value" not in state and "impurity" not in state
-    assert ("leaf_value" in state) == ("leaf_impurity" in state) == regression
+    # A regressor ships its leaves' means and impurities, those that are not zero with a bit a
+    # leaf; its split nodes' are pooled from them.
+    assert "value" not in state and "impurity" not in state and "leaf_impurity" not in state
+    assert ("leaf_value" in state) == regression
+    assert all((name in state) == regression for name in wire.NONZERO_LEAF_IMPURITY)
     # A classifier ships class weights; fractions and node weights are derived from them.
     # Of the leaves only when the split nodes' are their children's summed: whole-number
     # weights (bootstrap counts); fractional weights sum differently in a node and its children.
@@ -303,6 +305,9 @@ def test_wire_state_gives_back_the_tree(criterion, fractional_weights):
         np.testing.assert_array_equal(expected.value[leaf], values[leaf])
         np.testing.assert_array_equal(expected.impurity[leaf], nodes["impurity"][leaf])
         assert not np.array_equal(expected.value[split], values[split])  # rounded apart
+        nonzero = nodes["impurity"][leaf] != 0.0
+        assert 0 < nonzero.sum() < leaf.sum()
+        np.testing.assert_array_equal(state["nonzero_leaf_impurity"], nodes["impurity"][leaf][nonzero])
 
 
 @pytest.mark.parametrize("max_leaf_nodes, min_samples_split", [(12, 2), (None, 10_000)])
@@ -331,3 +336,22 @@ def test_wire_state_of_best_first_trees_and_single_leaves(max_leaf_nodes, min_sa
     tree = wire.decode(state, arrays.thresholds)
     for name in TREE_ARRAYS:
         np.testing.assert_array_equal(getattr(tree, name), getattr(expected, name), err_msg=name)
+
+
+def test_leaf_impurities_travel_as_those_that_are_not_zero():
+    """``wire.put_leaf_impurity`` keeps the impurities that are not zero, bit for bit (a -0.0,
+    which no growth gives, and subnormals too), and ``tree.leaf_impurities`` gives every leaf's
+    back; a state of version 4's time (``leaf_impurity``) reads as it is."""
+    from dasktrees.tree import wire
+    from dasktrees.tree.tree import leaf_impurities
+
+    impurity = np.array([0.0, 2.5, 0.0, 0.0, -0.0, 5e-324, 0.0, 0.0, 0.0, 1e300, 0.0])
+    state = {"leaf_value": np.zeros((len(impurity), 1))}
+    wire.put_leaf_impurity(state, impurity)
+    assert len(state["nonzero_leaf_impurity_bits"]) == 2  # 11 leaves, a bit each
+    np.testing.assert_array_equal(state["nonzero_leaf_impurity"], [2.5, -0.0, 5e-324, 1e300])
+    back = leaf_impurities(state)
+    assert back.dtype == np.float64
+    np.testing.assert_array_equal(back.view(np.uint64), impurity.view(np.uint64))
+    old = {"leaf_value": state["leaf_value"], "leaf_impurity": impurity}
+    assert leaf_impurities(old) is impurity

@@ -14,18 +14,19 @@ import numpy as np
 from .._dtypes import TREE_ARRAY_DTYPES
 
 FORMAT = "dasktrees-model"
-# Version 4 stores each tree as a forest task ships it (``tree.wire``): split fields for split
-# nodes only, nothing derived, whole numbers in the narrowest type. Version 3 (the same, but a
-# regressor's means and impurities at every node), version 2 (also ``VERSION_2_SPLIT_FIELDS``
-# at every split, right children always, counts in fixed types) and version 1 (every array of
-# ``tree.TREE_ARRAYS``, every node) are still read.
-FORMAT_VERSION = 4
-READ_VERSIONS = (1, 2, 3, 4)
+# Version 5 stores each tree as a forest task ships it (``tree.wire``): split fields for split
+# nodes only, nothing derived, whole numbers in the narrowest type. Version 4 (the same, but a
+# regressor's leaves' impurities all stored, zeros too), version 3 (also a regressor's means and
+# impurities at every node), version 2 (also ``VERSION_2_SPLIT_FIELDS`` at every split, right
+# children always, counts in fixed types) and version 1 (every array of ``tree.TREE_ARRAYS``,
+# every node) are still read.
+FORMAT_VERSION = 5
+READ_VERSIONS = (1, 2, 3, 4, 5)
 MANIFEST = "manifest.json"
 ARRAYS = "arrays.npz"
 
 
-# The tree arrays of a version 4 file, the fields of a shipped state (``tree.wire.encode``),
+# The tree arrays of a version 5 file, the fields of a shipped state (``tree.wire.encode``),
 # concatenated over the trees: ``is_split`` (np.packbits of every node's flag, the trees' nodes
 # one after the other), the split fields at split nodes (``children_right`` only when a split's
 # right child is not the node after its left one), their flags as bits (``SPLIT_BITS``, the
@@ -37,8 +38,10 @@ ARRAYS = "arrays.npz"
 # tree's split nodes have their children's summed, else every node's
 # (``weighted_class_counts``). A regressor's, and a classifier's when one of its trees has only
 # its fractions (a pruned tree), hold ``value`` and weights, and a regressor's ``impurity``
-# too: a regressor's leaves' only (``leaf_value``, ``leaf_impurity``) when every tree's split
-# nodes have their children's pooled (``tree.pool_to_root``; every grown tree), else every
+# too: a regressor's leaves' only (``leaf_value``, and the impurities as the leaves that have
+# one not zero, ``nonzero_leaf_impurity_bits``, a bit a leaf, and those impurities,
+# ``nonzero_leaf_impurity``; version 4 stored every leaf's, ``leaf_impurity``) when every tree's
+# split nodes have their children's pooled (``tree.pool_to_root``; every grown tree), else every
 # node's. Row counts and those weights are the leaves' only (``leaf_n_node_samples``,
 # ``leaf_weighted_n_node_samples``) when every tree's split nodes have their children's summed
 # (any grown tree's row counts, whole-number weights), else every node's.
@@ -59,6 +62,8 @@ SHIPPED_ARRAYS = (
     "leaf_weighted_n_node_samples",
     "weighted_n_node_samples",
     "leaf_impurity",
+    "nonzero_leaf_impurity_bits",
+    "nonzero_leaf_impurity",
     "impurity",
 )
 
@@ -82,6 +87,8 @@ ARRAY_DTYPES = {
     "leaf_weighted_n_node_samples": np.dtype("<f8"),
     "leaf_value": np.dtype("<f8"),
     "leaf_impurity": np.dtype("<f8"),
+    "nonzero_leaf_impurity_bits": np.dtype("u1"),
+    "nonzero_leaf_impurity": np.dtype("<f8"),
     "bin_edges": np.dtype("<f8"),  # edges of the numeric features, concatenated
     "bin_values": np.dtype("<f8"),  # their representative values (BinMapper.bin_values_)
     "oob_curve": np.dtype("<f8"),  # forests fitted with oob_score
@@ -106,7 +113,7 @@ NARROW_DTYPES = {
         "categorical_bitset_idx": _UNSIGNED,
     },
 }
-NARROW_DTYPES[4] = NARROW_DTYPES[3]
+NARROW_DTYPES[4] = NARROW_DTYPES[5] = NARROW_DTYPES[3]
 
 # The arrays of a quantile forest's ``leaf_targets_``, by field of ``quantiles.LeafTargets``.
 LEAF_TARGET_ARRAYS = {

@@ -388,13 +388,22 @@ def expected_shapes(manifest):
                 shapes[leaf_name] = (n_nodes - n_splits,)
             else:
                 del shapes[leaf_name]
-        # A regressor's means and impurities: the leaves' (version 4 on), or every node's.
+        # A regressor's means and impurities: the leaves' (version 4 on; version 5 stores the
+        # impurities that are not zero, as many as their bits mark: ``check_shipped_trees``),
+        # or every node's.
+        n_leaves = n_nodes - n_splits
+        leaf_moments = {
+            "leaf_value": (n_leaves, trees["n_values"]),
+            "leaf_impurity": (n_leaves,),
+            "nonzero_leaf_impurity_bits": ((n_leaves + 7) // 8,),
+            "nonzero_leaf_impurity": _declared_length(manifest, "nonzero_leaf_impurity"),
+        }
+        for name in leaf_moments:
+            del shapes[name]
         if regression and version >= 4 and "leaf_value" in manifest["arrays"]:
             del shapes["value"], shapes["impurity"]
-            shapes["leaf_value"] = (n_nodes - n_splits, trees["n_values"])
-            shapes["leaf_impurity"] = (n_nodes - n_splits,)
-        else:
-            del shapes["leaf_value"], shapes["leaf_impurity"]
+            kept = ("leaf_impurity",) if version == 4 else tuple(leaf_moments)[2:]
+            shapes.update({name: leaf_moments[name] for name in ("leaf_value", *kept)})
         if not regression:
             del shapes["impurity"]  # derived from the class fractions
     else:
@@ -404,17 +413,22 @@ def expected_shapes(manifest):
         shapes["value"] = (n_nodes, trees["n_values"])
     shapes["bin_edges"] = (sum(f["n_edges"] for f in numeric),)
     shapes["bin_values"] = (sum(f["n_values"] for f in numeric),)
-    curve = manifest["arrays"].get("oob_curve")
-    if curve is not None and ESTIMATOR_KINDS[manifest["estimator"]][0] == "forest":
+    if "oob_curve" in manifest["arrays"] and ESTIMATOR_KINDS[manifest["estimator"]][0] == "forest":
         # One entry per tree grown when the OOB estimates were computed (warm starts add trees).
-        shapes["oob_curve"] = tuple(curve["shape"]) if len(curve["shape"]) == 1 else (-1,)
+        shapes["oob_curve"] = _declared_length(manifest, "oob_curve")
     if manifest["estimator"] in QUANTILE_FORESTS:
         # Their lengths follow the leaves and the training targets, which the manifest does not
         # count: 1-d as declared here, checked against the trees by ``check_leaf_targets``.
         for name in LEAF_TARGET_ARRAYS:
-            entry = manifest["arrays"].get(name, {"shape": []})
-            shapes[name] = tuple(entry["shape"]) if len(entry["shape"]) == 1 else (-1,)
+            shapes[name] = _declared_length(manifest, name)
     return shapes
+
+
+def _declared_length(manifest, name):
+    """The shape the manifest declares for array ``name`` if it is 1-d (a length the manifest
+    does not count, checked once the arrays are read), else one no array has."""
+    entry = manifest["arrays"].get(name, {"shape": []})
+    return tuple(entry["shape"]) if len(entry["shape"]) == 1 else (-1,)
 
 
 def read_arrays(npz, declared, shapes, dtypes):
@@ -524,10 +538,11 @@ def check_trees(a, node_counts, bitset_counts, feature_is_categorical, npz):
 
 
 def check_shipped_trees(a, trees, feature_is_categorical, npz):
-    """Check that the trees of a version 3 file (``format.SHIPPED_ARRAYS`` in ``a``, counted by
-    the manifest's ``trees``; a version 2 file's after ``tree.from_version_2``) are trees the
-    kernels can walk, as ``check_trees`` does for version 1, and give their depths (which these
-    versions do not store).
+    """Check that the trees of a version 3 to 5 file (``format.SHIPPED_ARRAYS`` in ``a``,
+    counted by the manifest's ``trees``; a version 2 file's after ``tree.from_version_2``) are
+    trees the kernels can walk, as ``check_trees`` does for version 1, and that a regressor's
+    leaf impurities are as many as their bits mark; give the nodes' depths (which these versions
+    do not store).
 
     Returns
     -------
@@ -563,6 +578,14 @@ def check_shipped_trees(a, trees, feature_is_categorical, npz):
     children[0, split], children[1, split] = left, right
     depth = np.zeros(len(nodes.index), dtype=np.int64)
     fill_depths(children[0], children[1], depth)
+    if "nonzero_leaf_impurity_bits" in a:
+        n_leaves = len(nodes.index) - len(split)
+        marked = int(np.unpackbits(a["nonzero_leaf_impurity_bits"], count=n_leaves).sum())
+        if marked != len(a["nonzero_leaf_impurity"]):
+            raise ValueError(
+                f"{npz}: nonzero_leaf_impurity_bits marks {marked} leaves, "
+                f"nonzero_leaf_impurity holds {len(a['nonzero_leaf_impurity'])} impurities"
+            )
     return is_split, depth
 
 

@@ -18,6 +18,7 @@ from ..estimators import DecisionTreeClassifier, DecisionTreeRegressor
 from ..quantile_forests import ExtraTreesQuantileRegressor, RandomForestQuantileRegressor
 from ..quantiles import LeafTargets
 from ..tree.tree import TREE_ARRAYS, Tree, from_version_2
+from ..tree.wire import put_leaf_impurity
 from .format import (
     ARRAYS,
     ESTIMATOR_KINDS,
@@ -195,9 +196,10 @@ def _criterion(manifest):
 
 
 def _shipped_trees(arrays, trees, structure, mapper, criterion):
-    """The trees of a version 3 or 4 file (or a version 2 one's, ``_version_2_as_3``), each kept in
-    its shipped state (``Tree.shipped``): views of the concatenated arrays, but for each tree's
-    bits and depth."""
+    """The trees of a version 3 to 5 file (or a version 2 one's, ``_version_2_as_3``), each kept
+    in its shipped state (``Tree.shipped``): views of the concatenated arrays, but for each
+    tree's bits and depth. A version 4 regressor's leaf impurities are kept as version 5 stores
+    them (``wire.put_leaf_impurity``)."""
     is_split, depth = structure
     counts = {
         "nodes": trees["node_counts"],
@@ -210,6 +212,11 @@ def _shipped_trees(arrays, trees, structure, mapper, criterion):
     split_bits = {
         name: np.unpackbits(arrays[name], count=ends["splits"][-1]) for name in SPLIT_BITS
     }
+    if "nonzero_leaf_impurity_bits" in arrays:  # as many impurities as bits marked in each tree
+        nonzero = np.unpackbits(arrays["nonzero_leaf_impurity_bits"], count=ends["leaves"][-1])
+        marked = np.concatenate([[0], np.cumsum(nonzero, dtype=np.int64)])[ends["leaves"]]
+        counts["nonzero leaf impurities"] = np.diff(marked, prepend=0)
+        ends["nonzero leaf impurities"] = marked
     part_of = {name: "splits" for name in SPLIT_FIELDS}
     part_of.update(
         categorical_bitset_idx="categorical splits",
@@ -219,6 +226,7 @@ def _shipped_trees(arrays, trees, structure, mapper, criterion):
         leaf_weighted_n_node_samples="leaves",
         leaf_value="leaves",
         leaf_impurity="leaves",
+        nonzero_leaf_impurity="nonzero leaf impurities",
     )
     thresholds = mapper.threshold_table()  # one bin table for all the trees
     out = []
@@ -231,6 +239,8 @@ def _shipped_trees(arrays, trees, structure, mapper, criterion):
         for name in SHIPPED_ARRAYS[1:]:
             if name in SPLIT_BITS:
                 state[name] = np.packbits(split_bits[name][cut["splits"]])
+            elif name == "nonzero_leaf_impurity_bits" and name in arrays:
+                state[name] = np.packbits(nonzero[cut["leaves"]])
             elif name in arrays:
                 state[name] = arrays[name][cut[part_of.get(name, "nodes")]]
         if criterion != SQUARED_ERROR:
@@ -238,6 +248,8 @@ def _shipped_trees(arrays, trees, structure, mapper, criterion):
         state["max_depth"] = int(depth[cut["nodes"]].max())
         state["n_nodes"] = trees["node_counts"][t]
         state["wire"] = True
+        if "leaf_impurity" in state:
+            put_leaf_impurity(state, state.pop("leaf_impurity"))
         out.append(Tree.shipped(state, thresholds))
     return out
 

@@ -20,7 +20,14 @@ from ..tree.tree import (
     node_weights,
     value_and_weight,
 )
-from ..tree.wire import SUMMABLE, narrow_counts, narrowest_uint, state_of
+from ..tree.wire import (
+    NONZERO_LEAF_IMPURITY,
+    SUMMABLE,
+    narrow_counts,
+    narrowest_uint,
+    put_leaf_impurity,
+    state_of,
+)
 from .format import (
     ARRAY_DTYPES,
     BIN_PARAMS,
@@ -138,7 +145,7 @@ def _criterion(estimator):
 
 
 def _tree_arrays(states):
-    """The trees' shipped states (``wire.state_of``) as the arrays of a version 4 file
+    """The trees' shipped states (``wire.state_of``) as the arrays of a version 5 file
     (``format.SHIPPED_ARRAYS``), concatenated over the trees: their values in the one layout
     they all have or can be given (leaves' counts, every node's counts, fractions; leaves' or
     every node's means and impurities), right children for all if one needs them, and whole
@@ -149,6 +156,8 @@ def _tree_arrays(states):
         states = [_LAYOUTS[layout](s) for s in states]
     if not all("leaf_value" in s for s in states):  # a regressor's
         states = [_with_node_moments(s) for s in states]
+    elif any("leaf_impurity" in s for s in states):  # unpickled from version 4's time
+        states = [_with_nonzero_leaf_impurity(s) for s in states]
     for name, leaf_name in SUMMABLE.items():
         if any(name in s for s in states) and any(leaf_name in s for s in states):
             states = [_with_every_node(s, name) for s in states]
@@ -158,6 +167,10 @@ def _tree_arrays(states):
     n_splits = [len(s["children_left"]) for s in states]
     for name in SPLIT_BITS:
         arrays[name] = _bits([s[name] for s in states], n_splits)
+    if "nonzero_leaf_impurity_bits" in states[0]:
+        n_leaves = [s["n_nodes"] - n for s, n in zip(states, n_splits)]
+        bits = [s["nonzero_leaf_impurity_bits"] for s in states]
+        arrays["nonzero_leaf_impurity_bits"] = _bits(bits, n_leaves)
     for name in SHIPPED_ARRAYS:
         if name not in arrays and name in states[0]:
             arrays[name] = np.concatenate([s[name] for s in states])
@@ -195,7 +208,17 @@ def _with_node_moments(state):
         return state
     state = dict(state)
     state["value"], state["impurity"] = node_moments(state)
-    del state["leaf_value"], state["leaf_impurity"]
+    for name in ("leaf_value", "leaf_impurity", *NONZERO_LEAF_IMPURITY):
+        state.pop(name, None)
+    return state
+
+
+def _with_nonzero_leaf_impurity(state):
+    """A shipped regressor's state with its leaves' impurities as version 5 stores them."""
+    if "leaf_impurity" not in state:
+        return state
+    state = dict(state)
+    put_leaf_impurity(state, state.pop("leaf_impurity"))
     return state
 
 

@@ -379,6 +379,8 @@ _NOT_IN_ARRAYS = (
     "leaf_weighted_n_node_samples",
     "leaf_value",
     "leaf_impurity",
+    "nonzero_leaf_impurity_bits",
+    "nonzero_leaf_impurity",
     "children_right",
     "missing_go_to_left_bits",
     "is_categorical_bits",
@@ -460,11 +462,24 @@ def node_moments(state, weight=None):
     value = np.empty((state["n_nodes"], 1))
     impurity = np.empty(state["n_nodes"])
     value[~is_split] = state["leaf_value"]
-    impurity[~is_split] = state["leaf_impurity"]
+    impurity[~is_split] = leaf_impurities(state)
     if weight is None:
         weight = node_weights(state)
     pool_to_root(state["is_split"], *children(state), weight, value, impurity)
     return value, impurity
+
+
+def leaf_impurities(state):
+    """A shipped regressor's leaves' impurities (a state with ``leaf_value``), in node order:
+    zero but where ``nonzero_leaf_impurity_bits`` says otherwise (``wire.put_leaf_impurity``),
+    or as a version 4 file and the forest pickles of its time held them (``leaf_impurity``)."""
+    if "leaf_impurity" in state:
+        return state["leaf_impurity"]
+    n_leaves = len(state["leaf_value"])
+    nonzero = np.unpackbits(state["nonzero_leaf_impurity_bits"], count=n_leaves).view(bool)
+    impurity = np.zeros(n_leaves)
+    impurity[nonzero] = state["nonzero_leaf_impurity"]
+    return impurity
 
 
 def node_counts(state):
