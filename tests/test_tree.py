@@ -277,6 +277,9 @@ def test_wire_state_gives_back_the_tree(criterion, fractional_weights):
     assert ("leaf_weighted_n_node_samples" in state) == (regression and not fractional_weights)
     assert ("weighted_n_node_samples" in state) == (regression and fractional_weights)
     assert "threshold" not in state and state["feature"].dtype == np.uint8
+    # Node ids too: one byte for a tree of up to 256 nodes, two up to 65,536.
+    assert state["children_left"].dtype == (np.uint8 if state["n_nodes"] <= 256 else np.uint16)
+    assert state["n_nodes"] <= 2**16
     # Whole numbers in the narrowest unsigned type (a few hundred rows: one byte); class
     # weights when they are whole; a float64 otherwise.
     assert state["leaf_n_node_samples"].dtype == np.uint8
@@ -307,7 +310,8 @@ def test_wire_state_gives_back_the_tree(criterion, fractional_weights):
         assert not np.array_equal(expected.value[split], values[split])  # rounded apart
         nonzero = nodes["impurity"][leaf] != 0.0
         assert 0 < nonzero.sum() < leaf.sum()
-        np.testing.assert_array_equal(state["nonzero_leaf_impurity"], nodes["impurity"][leaf][nonzero])
+        leaf_impurity = nodes["impurity"][leaf]
+        np.testing.assert_array_equal(state["nonzero_leaf_impurity"], leaf_impurity[nonzero])
 
 
 @pytest.mark.parametrize("max_leaf_nodes, min_samples_split", [(12, 2), (None, 10_000)])

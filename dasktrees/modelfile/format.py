@@ -100,7 +100,8 @@ ARRAY_DTYPES = {
 }
 
 # The types an array of whole numbers may be stored in (its manifest entry says which), by
-# format version: counts of rows and bootstrap draws, and bitset rows, in the narrowest.
+# format version: counts of rows and bootstrap draws, bitset rows, and from version 5 children,
+# in the narrowest.
 _UNSIGNED = ("|u1", "<u2", "<u4")
 NARROW_DTYPES = {
     2: {"n_node_samples": ("<i4", "<i8"), "leaf_n_node_samples": ("<i4", "<i8")},
@@ -113,7 +114,8 @@ NARROW_DTYPES = {
         "categorical_bitset_idx": _UNSIGNED,
     },
 }
-NARROW_DTYPES[4] = NARROW_DTYPES[5] = NARROW_DTYPES[3]
+NARROW_DTYPES[4] = NARROW_DTYPES[3]
+NARROW_DTYPES[5] = {**NARROW_DTYPES[3], "children_left": _UNSIGNED, "children_right": _UNSIGNED}
 
 # The arrays of a quantile forest's ``leaf_targets_``, by field of ``quantiles.LeafTargets``.
 LEAF_TARGET_ARRAYS = {

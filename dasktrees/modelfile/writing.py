@@ -177,8 +177,10 @@ def _tree_arrays(states):
     for name in (*SUMMABLE.values(), "weighted_class_counts"):
         if name in arrays:
             arrays[name] = narrow_counts(arrays[name])
-    rows = arrays["categorical_bitset_idx"]
-    arrays["categorical_bitset_idx"] = rows.astype(narrowest_uint(rows.max(initial=0)))
+    for name in ("categorical_bitset_idx", "children_left", "children_right"):
+        if name in arrays:
+            ids = arrays[name]
+            arrays[name] = ids.astype(narrowest_uint(ids.max(initial=0)))
     return arrays
 
 

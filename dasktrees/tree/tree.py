@@ -409,11 +409,12 @@ def split_fields(state):
 
 
 def children(state):
-    """A shipped state's split nodes' children (``children_left``, ``children_right``): the
-    right child is the node after the left one unless the state says otherwise."""
-    left = state["children_left"]
+    """A shipped state's split nodes' children (``children_left``, ``children_right``), as
+    int32 whatever type they travel in (what the kernels take): the right child is the node
+    after the left one unless the state says otherwise."""
+    left = state["children_left"].astype(np.int32, copy=False)
     right = state.get("children_right")
-    return left, left + 1 if right is None else right
+    return left, left + 1 if right is None else right.astype(np.int32, copy=False)
 
 
 def from_version_2(state):

@@ -16,8 +16,8 @@ depths) without what can be derived again exactly:
   and a regression split node's mean and impurity, its children's pooled (``_put_moments``);
 * a regression leaf's impurity when it is zero, as most are in a full-depth tree (a bit a
   leaf says which are not, ``put_leaf_impurity``);
-* whole numbers travel in the narrowest unsigned type holding them (feature indices, bitset
-  rows, bootstrap counts).
+* whole numbers travel in the narrowest unsigned type holding them (children, feature indices,
+  bitset rows, bootstrap counts).
 
 The client keeps each tree in this state (``Tree.shipped``): packing the forest for prediction
 reads the split fields as they are, and the scikit-learn arrays are expanded from it
@@ -84,11 +84,13 @@ def _put_split_fields(state, compact, n_features, bitsets):
     bit a split for
     ``missing_go_to_left`` and for being categorical, and a bitset row for categorical splits
     only; no bitsets for a tree without a categorical split (``tree.split_fields`` gives the
-    fields back). Feature indices and bitset rows take the narrowest unsigned type."""
+    fields back). Children (node ids), feature indices and bitset rows take the narrowest
+    unsigned type: a tree of fewer than 65,536 nodes sends its children as two bytes each."""
     left, right = compact["children_left"], compact["children_right"]
-    state["children_left"] = left
+    node_id = narrowest_uint(max(left.max(initial=0), right.max(initial=0)))
+    state["children_left"] = left.astype(node_id)
     if not np.array_equal(right, left + 1):
-        state["children_right"] = right
+        state["children_right"] = right.astype(node_id)
     state["feature"] = compact["feature"].astype(feature_dtype(n_features))
     state["bin_threshold"] = compact["bin_threshold"]
     state["missing_go_to_left_bits"] = np.packbits(compact["missing_go_to_left"] != 0)
