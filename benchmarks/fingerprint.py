@@ -2,8 +2,9 @@
 
 Fits trees and a forest under many settings (criteria, categorical and missing values, random
 splits, best-first growth, weights, pruning, float32 and float64 input) on a few thousand rows,
-and prints one SHA-256 per fit over every tree array and the predictions. A change that keeps
-the trees bit-identical prints the same lines; ``diff`` two outputs to see which settings moved.
+and prints one SHA-256 per fit over every tree array (of the bitset table, each categorical
+split's subset rather than the table's layout) and the predictions. A change that keeps the trees
+bit-identical prints the same lines; ``diff`` two outputs to see which settings moved.
 
     python benchmarks/fingerprint.py > before.txt
     (change the kernels)
@@ -24,15 +25,23 @@ from dasktrees import (
 )
 from dasktrees.tree.tree import TREE_ARRAYS
 
+# A categorical split's row of the bitset table is layout: the table may share one row between
+# splits of equal subsets. What is hashed is each categorical split's subset itself.
+_BITSET_LAYOUT = ("bitset_idx", "categorical_bitsets")
+
 
 def _digest(trees, predictions):
     h = hashlib.sha256()
     for tree in trees:
         for name in TREE_ARRAYS:
+            if name in _BITSET_LAYOUT:
+                continue
             array = np.ascontiguousarray(getattr(tree, name))
             h.update(name.encode())
             h.update(str(array.dtype).encode())
             h.update(array.tobytes())
+        rows = tree.bitset_idx[tree.bitset_idx >= 0]
+        h.update(np.ascontiguousarray(tree.categorical_bitsets[rows]).tobytes())
     h.update(np.ascontiguousarray(predictions).tobytes())
     return h.hexdigest()[:16]
 

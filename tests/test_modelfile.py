@@ -589,10 +589,16 @@ OLD_FILES = Path(__file__).parent / "data"
 
 
 def _assert_same_trees(a, b, pooled_apart):
-    """Trees ``a`` and ``b`` array for array; with ``pooled_apart`` (regression trees, one
-    from a file written before split nodes' means and impurities were pooled from their
-    children) those two at split nodes within rounding, at leaves the same bits."""
+    """Trees ``a`` and ``b`` array for array, but each categorical split's subset compared
+    rather than the bitset table's layout (trees share a row between equal subsets since
+    format 5); with ``pooled_apart`` (regression trees, one from a file written before split
+    nodes' means and impurities were pooled from their children) those two at split nodes
+    within rounding, at leaves the same bits."""
+    np.testing.assert_array_equal(a.tree_.bitset_idx >= 0, b.tree_.bitset_idx >= 0)
+    np.testing.assert_array_equal(_split_subsets(a.tree_), _split_subsets(b.tree_))
     for array in TREE_ARRAYS:
+        if array in ("bitset_idx", "categorical_bitsets"):
+            continue
         x, y = getattr(a.tree_, array), getattr(b.tree_, array)
         if pooled_apart and array in ("value", "impurity"):
             leaf = a.tree_.children_left == TREE_LEAF
@@ -639,6 +645,11 @@ def test_older_versions_still_load_and_predict_the_same(tmp_path, version, kind)
     np.testing.assert_array_equal(getattr(again, predict)(X), getattr(fresh, predict)(X))
     for a, b in zip(again.estimators_, old.estimators_):
         _assert_same_trees(a, b, pooled_apart=False)
+
+
+def _split_subsets(tree):
+    """The bitset row of each categorical split, in node order."""
+    return tree.categorical_bitsets[tree.bitset_idx[tree.bitset_idx >= 0]]
 
 
 def _stored_bytes(model, path):

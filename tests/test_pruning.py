@@ -88,7 +88,10 @@ def assert_pruned_from(pruned_est, original_est, X):
     assert_tree_invariants(pruned_est)
     split = pruned.children_left != TREE_LEAF
     np.testing.assert_array_equal(pruned.children_right[split], pruned.children_left[split] + 1)
-    assert len(pruned.categorical_bitsets) == max(1, int(pruned.is_categorical[split].sum()))
+    # Only the bitset rows of kept splits, each once (splits of equal subsets share a row).
+    used = pruned.bitset_idx[split & (pruned.is_categorical == 1)]
+    assert len(pruned.categorical_bitsets) == max(1, len(np.unique(used)))
+    assert len(np.unique(pruned.categorical_bitsets, axis=0)) == len(pruned.categorical_bitsets)
     old_leaf = np.array([mapping[k] for k in pruned_est.apply(X)])
     on_path = original_est.decision_path(X)[np.arange(len(old_leaf)), old_leaf]
     assert np.all(on_path == 1)

@@ -359,3 +359,42 @@ def test_leaf_impurities_travel_as_those_that_are_not_zero():
     np.testing.assert_array_equal(back.view(np.uint64), impurity.view(np.uint64))
     old = {"leaf_value": state["leaf_value"], "leaf_impurity": impurity}
     assert leaf_impurities(old) is impurity
+
+
+@pytest.mark.parametrize("keys", ["hashed", "colliding"])
+def test_a_trees_categorical_splits_share_the_bitset_rows_of_equal_subsets(keys, monkeypatch):
+    """The grower writes a bitset row per categorical split; the tree keeps each distinct row
+    once, in order of first use, and points every split at its subset's row. Rows are compared
+    by a key; keys that collide (all equal here) fall back to comparing the rows."""
+    from dasktrees._dtypes import NODE_DTYPE
+    from dasktrees.tree import grower
+    from dasktrees.tree.grower import _shared_bitsets
+
+    if keys == "colliding":
+        monkeypatch.setattr(grower, "_ROW_KEY", np.zeros_like(grower._ROW_KEY))
+
+    rows = np.zeros((5, 8), dtype=np.uint32)
+    rows[:, 0] = [0b101, 0b011, 0b101, 0b110, 0b011]  # A, B, A, C, B
+    nodes = np.zeros(7, dtype=NODE_DTYPE)
+    nodes["bitset_idx"] = [0, -1, 1, 2, -1, 3, 4]
+    subsets = rows[nodes["bitset_idx"][nodes["bitset_idx"] >= 0]]
+    shared = _shared_bitsets(nodes, rows)
+    np.testing.assert_array_equal(shared[:, 0], [0b101, 0b011, 0b110])  # first use order
+    np.testing.assert_array_equal(nodes["bitset_idx"], [0, -1, 1, 0, -1, 2, 1])
+    np.testing.assert_array_equal(shared[nodes["bitset_idx"][nodes["bitset_idx"] >= 0]], subsets)
+    # Distinct rows are kept as the grower wrote them.
+    distinct = rows[[0, 1, 3]]
+    nodes["bitset_idx"] = [0, -1, 1, 2, -1, -1, -1]
+    np.testing.assert_array_equal(_shared_bitsets(nodes, distinct), distinct)
+    np.testing.assert_array_equal(nodes["bitset_idx"], [0, -1, 1, 2, -1, -1, -1])
+
+
+def test_a_grown_tree_keeps_one_bitset_row_per_distinct_subset():
+    from .conftest import carseats
+
+    X, y = carseats()  # ShelveLoc, Urban and US: categorical, of 3, 2 and 2 levels
+    tree = DecisionTreeRegressor(random_state=0).fit(X, y).tree_
+    categorical = tree.bitset_idx >= 0
+    assert categorical.sum() > len(tree.categorical_bitsets) > 1
+    assert len(np.unique(tree.categorical_bitsets, axis=0)) == len(tree.categorical_bitsets)
+    assert set(tree.bitset_idx[categorical]) == set(range(len(tree.categorical_bitsets)))
