@@ -15,7 +15,7 @@ import dasktrees as dt
 from dasktrees._dtypes import TREE_LEAF
 from dasktrees.modelfile import format as model_format
 from dasktrees.modelfile.integrity import read_manifest
-from dasktrees.tree.tree import TREE_ARRAYS, Tree
+from dasktrees.tree.tree import TREE_ARRAYS, Tree, depth_first_children
 from dasktrees.tree.wire import NONZERO_LEAF_IMPURITY
 
 from .conftest import carseats
@@ -335,13 +335,13 @@ def test_truncated_manifest(saved):
 def test_flipped_byte_in_array_data_fails_a_checksum(saved):
     path, model, _ = saved
     data = bytearray((path / "arrays.npz").read_bytes())
-    left = model.tree_.children_left
-    left = left[left != -1].astype(np.uint8)  # stored for split nodes only, narrowed
-    start = data.find(left.tobytes())
+    tree = model.tree_
+    bins = tree.bin_threshold[tree.children_left != -1]  # stored for split nodes only
+    start = data.find(bins.tobytes())
     assert start > 0
     data[start + 3] ^= 0x10
     (path / "arrays.npz").write_bytes(bytes(data))
-    with pytest.raises(ValueError, match=r"array 'children_left'.*Bad CRC-32"):
+    with pytest.raises(ValueError, match=r"array 'bin_threshold'.*Bad CRC-32"):
         dt.load(path)
 
 
@@ -460,12 +460,9 @@ def test_missing_and_extra_arrays(saved):
 def test_inconsistent_tree_is_refused_before_the_kernels_see_it(saved):
     path, _, _ = saved
 
-    def point_outside(arrays):
-        left = arrays["children_left"].astype(np.uint32)  # as a file of larger trees has them
-        left[0] = 10**6  # the kernels would read far outside the table
-        arrays["children_left"] = left
-
-    rewrite_arrays(path, point_outside)
+    # Children stored (a tree not numbered depth-first), the root's pointing outside: the
+    # kernels would read far outside the table.
+    rewrite_arrays(path, _children_with(0, 10**6))
     with pytest.raises(ValueError, match="tree 0, node 0: a child outside its tree"):
         dt.load(path)
 
@@ -666,8 +663,10 @@ def test_version_2_stores_what_the_tasks_ship_and_loads_it_compact(tmp_path):
     derived = {"threshold", "is_categorical", "node_depth", "impurity"}
     assert (derived | {"value", "weighted_n_node_samples"}).isdisjoint(stored)
     assert "weighted_class_counts" not in stored  # a split node's are its children's summed
-    assert {"is_split", "children_left", "leaf_class_counts", "leaf_n_node_samples"} <= set(stored)
+    assert {"is_split", "leaf_class_counts", "leaf_n_node_samples"} <= set(stored)
     assert "n_node_samples" not in stored
+    # No children: the flags number the nodes depth-first, as the grower does (format 5).
+    assert {"children_left", "children_right"}.isdisjoint(stored)
     n_nodes = sum(est.tree_.node_count for est in forest.estimators_)
     # Two weighted class counts (16 bytes) and a row count (4) a leaf, 15 bytes a split node
     # (about half the nodes each), a bit a node, and 32 bytes a categorical split's bitset (19.0
@@ -684,6 +683,33 @@ def test_version_2_stores_what_the_tasks_ship_and_loads_it_compact(tmp_path):
             np.testing.assert_array_equal(getattr(a.tree_, array), getattr(b.tree_, array))
 
 
+def _explicit_children(arrays):
+    """A one-tree file's left children, as a file stores them when its nodes are not numbered
+    depth-first (a full binary tree: 2 x splits + 1 nodes)."""
+    n_splits = len(arrays["feature"])
+    left = np.empty(n_splits, dtype=np.int32)
+    assert depth_first_children(arrays["is_split"], 2 * n_splits + 1, left) == 2 * n_splits + 1
+    return left
+
+
+def _children_with(split, child):
+    def change(arrays):
+        left = _explicit_children(arrays)
+        left[split] = child
+        arrays["children_left"] = left.astype(np.uint32)
+
+    return change
+
+
+def _swap_last_split_and_leaf(arrays):
+    # As many split nodes, but flags no depth-first numbering gives (a leaf's children would
+    # come before the last node's).
+    is_split = np.unpackbits(arrays["is_split"])[: 2 * len(arrays["feature"]) + 1]
+    last_split = np.flatnonzero(is_split)[-1]
+    is_split[last_split], is_split[-1] = 0, 1
+    arrays["is_split"] = np.packbits(is_split)
+
+
 def _flip_first_leaf_to_split(arrays):
     is_split = np.unpackbits(arrays["is_split"])
     is_split[np.flatnonzero(is_split == 0)[0]] = 1
@@ -691,7 +717,7 @@ def _flip_first_leaf_to_split(arrays):
 
 
 def _split_bits(arrays, name, change):
-    n_splits = len(arrays["children_left"])
+    n_splits = len(arrays["feature"])
     bits = np.unpackbits(arrays[name], count=n_splits)
     change(bits)
     arrays[name] = np.packbits(bits)
@@ -722,7 +748,8 @@ def _categorical_split_without_its_bitset(arrays):
             _one_more_categorical_split,
             r"tree 0: is_categorical_bits marks \d+ categorical split nodes, the manifest counts",
         ),
-        (_set("children_left", 0, 2), "tree 0, node 1: not exactly one parent"),
+        (_children_with(0, 2), "tree 0, node 1: not exactly one parent"),
+        (_swap_last_split_and_leaf, "tree 0: is_split does not number 15 nodes depth-first"),
         (_set("feature", 0, 250), "tree 0, node 0: no such feature"),
         (_numeric_split_on_a_categorical_feature, "a categorical split on a numeric feature, or"),
         (_categorical_split_without_its_bitset, "no such categorical bitset"),

@@ -245,7 +245,7 @@ def test_wire_state_gives_back_the_tree(criterion, fractional_weights):
     from dasktrees._params import check_tree_params
     from dasktrees.tree import wire
     from dasktrees.tree.grower import _grow_records
-    from dasktrees.tree.tree import TREE_ARRAYS, Tree
+    from dasktrees.tree.tree import TREE_ARRAYS, Tree, depth_first_children
 
     regression = criterion == "squared_error"
     X, y = random_table(3)
@@ -277,9 +277,6 @@ def test_wire_state_gives_back_the_tree(criterion, fractional_weights):
     assert ("leaf_weighted_n_node_samples" in state) == (regression and not fractional_weights)
     assert ("weighted_n_node_samples" in state) == (regression and fractional_weights)
     assert "threshold" not in state and state["feature"].dtype == np.uint8
-    # Node ids too: one byte for a tree of up to 256 nodes, two up to 65,536.
-    assert state["children_left"].dtype == (np.uint8 if state["n_nodes"] <= 256 else np.uint16)
-    assert state["n_nodes"] <= 2**16
     # Whole numbers in the narrowest unsigned type (a few hundred rows: one byte); class
     # weights when they are whole; a float64 otherwise.
     assert state["leaf_n_node_samples"].dtype == np.uint8
@@ -287,11 +284,14 @@ def test_wire_state_gives_back_the_tree(criterion, fractional_weights):
     if counts is not None:
         assert counts.dtype == (np.float64 if fractional_weights else np.uint8)
     expected = Tree.from_growth(*records, arrays.thresholds, codes.shape[1], params.criterion)
-    # Split flags a bit each, a bitset row for categorical splits only, no right children (the
-    # node after the left one).
+    # Split flags a bit each, a bitset row for categorical splits only, no children: the flags
+    # number the nodes as the grower does, depth-first (tree.depth_first_children).
     split = expected.children_left != -1
     categorical = split & (expected.is_categorical == 1)
-    assert "children_right" not in state
+    assert "children_left" not in state and "children_right" not in state
+    left = np.empty(split.sum(), dtype=np.int32)
+    assert depth_first_children(state["is_split"], state["n_nodes"], left) == expected.node_count
+    np.testing.assert_array_equal(left, expected.children_left[split])
     assert len(state["missing_go_to_left_bits"]) == len(state["is_categorical_bits"])
     assert len(state["is_categorical_bits"]) == (split.sum() + 7) // 8
     assert len(state["categorical_bitset_idx"]) == categorical.sum()
@@ -337,6 +337,8 @@ def test_wire_state_of_best_first_trees_and_single_leaves(max_leaf_nodes, min_sa
     assert expected.node_count == (1 if max_leaf_nodes is None else 2 * max_leaf_nodes - 1)
     if not expected.is_categorical.any():  # the single leaf: no bitset rows shipped
         assert len(expected.categorical_bitsets) == 1 and len(state["categorical_bitsets"]) == 0
+    if max_leaf_nodes is not None:  # numbered best first: children shipped, node ids narrowed
+        assert state["children_left"].dtype == np.uint8 and "children_right" not in state
     tree = wire.decode(state, arrays.thresholds)
     for name in TREE_ARRAYS:
         np.testing.assert_array_equal(getattr(tree, name), getattr(expected, name), err_msg=name)

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from .._dtypes import BITSET_WORDS, MAX_BINS, TREE_LEAF
-from ..tree.tree import TREE_ARRAYS, fill_depths, split_fields
+from ..tree.tree import TREE_ARRAYS, depth_first_children, fill_depths, split_fields
 from ..tree.wire import SUMMABLE, feature_dtype
 from .format import (
     ARRAY_DTYPES,
@@ -365,6 +365,8 @@ def expected_shapes(manifest):
             shapes["categorical_bitset_idx"] = (sum(trees["categorical_split_counts"]),)
             if "children_right" not in manifest["arrays"]:  # the node after the left child
                 del shapes["children_right"]
+            if version >= 5 and "children_left" not in manifest["arrays"]:  # depth-first ids
+                del shapes["children_left"]
         # What each node holds (format.SHIPPED_ARRAYS): a classifier's weighted class counts
         # (its leaves', or every node's), or its fractions and weights; a regressor's means,
         # weights and impurities (below). The manifest's list of arrays says which.
@@ -562,6 +564,8 @@ def check_shipped_trees(a, trees, feature_is_categorical, npz):
         "categorical split nodes",
         npz,
     )
+    if "children_left" not in a:  # numbered depth-first (version 5): from each tree's flags
+        a = {**a, "children_left": _depth_first_children(a["is_split"], nodes, trees, npz)}
     fields = split_fields(a)
     left, right = nodes.check_splits(
         split,
@@ -587,6 +591,26 @@ def check_shipped_trees(a, trees, feature_is_categorical, npz):
                 f"nonzero_leaf_impurity holds {len(a['nonzero_leaf_impurity'])} impurities"
             )
     return is_split, depth
+
+
+def _depth_first_children(packed, nodes, trees, npz):
+    """The left children of the split nodes of every tree (local ids, concatenated) of a file
+    that numbers them depth-first, as the grower does (``tree.depth_first_children``), from
+    the flags in ``packed`` (``is_split``); refused if a tree's flags do not number its nodes
+    so."""
+    is_split = np.unpackbits(packed, count=len(nodes.index))
+    starts = np.cumsum(nodes.counts) - nodes.counts
+    out = []
+    for t, (start, n_nodes) in enumerate(zip(starts, nodes.counts)):
+        left = np.empty(trees["split_counts"][t], dtype=np.int32)
+        flags = np.packbits(is_split[start : start + n_nodes])
+        if depth_first_children(flags, int(n_nodes), left) != n_nodes or (left < 0).any():
+            raise ValueError(
+                f"{npz}: tree {t}: is_split does not number {n_nodes} nodes depth-first, and "
+                "the file holds no children_left"
+            )
+        out.append(left)
+    return np.concatenate(out) if out else np.empty(0, dtype=np.int32)
 
 
 def _check_marks(tree, counts, name, what, npz):

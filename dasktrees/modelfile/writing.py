@@ -124,7 +124,7 @@ def _describe(estimator):
             "n_trees": len(trees),
             "n_values": int(trees[0].n_values),
             "node_counts": [tree.node_count for tree in trees],
-            "split_counts": [len(state["children_left"]) for state in states],
+            "split_counts": [len(state["feature"]) for state in states],
             "categorical_split_counts": [len(s["categorical_bitset_idx"]) for s in states],
             "bitset_counts": [len(state["categorical_bitsets"]) for state in states],
         },
@@ -148,7 +148,8 @@ def _tree_arrays(states):
     """The trees' shipped states (``wire.state_of``) as the arrays of a version 5 file
     (``format.SHIPPED_ARRAYS``), concatenated over the trees: their values in the one layout
     they all have or can be given (leaves' counts, every node's counts, fractions; leaves' or
-    every node's means and impurities), right children for all if one needs them, and whole
+    every node's means and impurities), children for all if one tree's are not numbered
+    depth-first (right children for all if one needs them), and whole
     numbers in the narrowest type holding all."""
     for layout in ("leaf_class_counts", "weighted_class_counts"):  # a classifier's
         if all(layout in s for s in states):
@@ -161,10 +162,12 @@ def _tree_arrays(states):
     for name, leaf_name in SUMMABLE.items():
         if any(name in s for s in states) and any(leaf_name in s for s in states):
             states = [_with_every_node(s, name) for s in states]
+    if any("children_left" in s for s in states):  # not all numbered depth-first
+        states = [{**s, "children_left": children(s)[0]} for s in states]
     if any("children_right" in s for s in states):
         states = [{**s, "children_right": children(s)[1]} for s in states]
     arrays = {"is_split": _bits([s["is_split"] for s in states], [s["n_nodes"] for s in states])}
-    n_splits = [len(s["children_left"]) for s in states]
+    n_splits = [len(s["feature"]) for s in states]
     for name in SPLIT_BITS:
         arrays[name] = _bits([s[name] for s in states], n_splits)
     if "nonzero_leaf_impurity_bits" in states[0]:

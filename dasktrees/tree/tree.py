@@ -142,7 +142,7 @@ class Tree:
     def n_leaves(self):
         state = self.shipped_state
         if state is not None:
-            return self.node_count - len(state["children_left"])
+            return self.node_count - len(state["feature"])
         return int(np.sum(self.children_left == TREE_LEAF))
 
     @property
@@ -411,8 +411,13 @@ def split_fields(state):
 def children(state):
     """A shipped state's split nodes' children (``children_left``, ``children_right``), as
     int32 whatever type they travel in (what the kernels take): the right child is the node
-    after the left one unless the state says otherwise."""
-    left = state["children_left"].astype(np.int32, copy=False)
+    after the left one unless the state says otherwise, and without ``children_left`` the
+    nodes are numbered as the grower numbers a depth-first tree (``depth_first_children``)."""
+    if "children_left" in state:
+        left = state["children_left"].astype(np.int32, copy=False)
+    else:
+        left = np.empty(len(state["feature"]), dtype=np.int32)
+        depth_first_children(state["is_split"], state["n_nodes"], left)
     right = state.get("children_right")
     return left, left + 1 if right is None else right.astype(np.int32, copy=False)
 
@@ -833,6 +838,54 @@ def node_class_fractions(counts, value):
     for k in range(counts.shape[0]):
         value[k] = counts[k] / w if w > 0.0 else 0.0
     return w
+
+
+@njit(cache=True, nogil=True)
+def depth_first_children(is_split, n_nodes, out):
+    """The left children of a tree numbered as the grower numbers a depth-first tree, from its
+    nodes' "is a split" flags alone: the root is node 0, and the split node taken from the top
+    of a stack gets the next two ids (left, right); its children that are split nodes go on the
+    stack, the right one first, so that the left subtree is numbered first (``grower``).
+
+    Parameters
+    ----------
+    is_split : ndarray of uint8
+        ``np.packbits`` of the ``n_nodes`` nodes' flags.
+    out : ndarray of int32, shape (n_splits,)
+        Written: each split node's left child (its right child is the next id), in node order;
+        ``TREE_LEAF`` for a split node the numbering does not reach (flags that are not such a
+        tree's: the caller checks the returned count).
+
+    Returns
+    -------
+    int
+        The number of nodes the numbering gives: ``n_nodes`` for such a tree.
+    """
+    rank = np.empty(n_nodes, dtype=np.int64)  # each node's place among the split nodes
+    n_splits = 0
+    for i in range(n_nodes):
+        rank[i] = n_splits
+        n_splits += packed_bit(is_split, i)
+    out[:] = TREE_LEAF
+    stack = np.empty(max(n_splits, 1), dtype=np.int64)
+    top = 0
+    if n_nodes > 0 and packed_bit(is_split, 0):
+        stack[0] = 0
+        top = 1
+    n_numbered = 1
+    n_popped = 0
+    while top > 0 and n_popped < out.shape[0]:
+        top -= 1
+        node = stack[top]
+        n_popped += 1
+        left = n_numbered
+        n_numbered += 2
+        out[rank[node]] = left
+        for child in (left + 1, left):  # right first: the left subtree is numbered first
+            if child < n_nodes and packed_bit(is_split, child) and top < stack.shape[0]:
+                stack[top] = child
+                top += 1
+    return n_numbered
 
 
 @njit(cache=True, nogil=True)

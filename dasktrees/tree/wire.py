@@ -30,7 +30,14 @@ import numpy as np
 
 from .._dtypes import BITSET_DTYPE, BITSET_WORDS, NODE_DTYPE, TREE_LEAF, TREE_UNDEFINED
 from ..criteria import SQUARED_ERROR
-from .tree import LEAF_CONSTANTS, NODE_ARRAY_DTYPES, Tree, fields_from_records, pool_to_root
+from .tree import (
+    LEAF_CONSTANTS,
+    NODE_ARRAY_DTYPES,
+    Tree,
+    depth_first_children,
+    fields_from_records,
+    pool_to_root,
+)
 
 
 def encode(nodes, values, bitsets, thresholds, n_features, criterion):
@@ -79,18 +86,22 @@ def _put_split_fields(state, compact, n_features, bitsets):
     """Put a tree's split fields (``compact``: ``LEAF_CONSTANTS``' fields at its split nodes,
     and ``bitsets`` its categorical bitset table) in a shipped state, with nothing that can be
     derived: a numeric split's raw threshold (``thresholds[feature, bin_threshold]``, the bin
-    table) and ``is_categorical`` (a bit, below); ``children_right`` when it is
-    ``children_left + 1`` at every split, as the grower numbers children (kept otherwise); one
+    table) and ``is_categorical`` (a bit, below); no children at all when they are numbered as
+    the grower numbers a depth-first tree (``tree.depth_first_children``: every tree grown
+    without ``max_leaf_nodes`` or pruning), else ``children_left``, and ``children_right``
+    unless it is ``children_left + 1`` at every split, as the grower numbers children; one
     bit a split for
     ``missing_go_to_left`` and for being categorical, and a bitset row for categorical splits
     only; no bitsets for a tree without a categorical split (``tree.split_fields`` gives the
     fields back). Children (node ids), feature indices and bitset rows take the narrowest
-    unsigned type: a tree of fewer than 65,536 nodes sends its children as two bytes each."""
+    unsigned type: a tree of fewer than 65,536 nodes sends its children as two bytes each.
+    ``state`` must hold ``is_split`` and ``n_nodes``."""
     left, right = compact["children_left"], compact["children_right"]
-    node_id = narrowest_uint(max(left.max(initial=0), right.max(initial=0)))
-    state["children_left"] = left.astype(node_id)
-    if not np.array_equal(right, left + 1):
-        state["children_right"] = right.astype(node_id)
+    if not _numbered_depth_first(state, left, right):
+        node_id = narrowest_uint(max(left.max(initial=0), right.max(initial=0)))
+        state["children_left"] = left.astype(node_id)
+        if not np.array_equal(right, left + 1):
+            state["children_right"] = right.astype(node_id)
     state["feature"] = compact["feature"].astype(feature_dtype(n_features))
     state["bin_threshold"] = compact["bin_threshold"]
     state["missing_go_to_left_bits"] = np.packbits(compact["missing_go_to_left"] != 0)
@@ -103,6 +114,16 @@ def _put_split_fields(state, compact, n_features, bitsets):
     if not categorical.any():
         bitsets = bitsets[:0]
     state["categorical_bitsets"] = np.ascontiguousarray(bitsets, dtype=BITSET_DTYPE)
+
+
+def _numbered_depth_first(state, left, right):
+    """Whether a tree's split nodes' children (``left``, ``right``) are those its flags give
+    when numbered as the grower numbers a depth-first tree (``tree.depth_first_children``)."""
+    if not np.array_equal(right, left + 1):
+        return False
+    implied = np.empty(len(left), dtype=np.int32)
+    n_numbered = depth_first_children(state["is_split"], state["n_nodes"], implied)
+    return n_numbered == state["n_nodes"] and np.array_equal(implied, left)
 
 
 def _put_summable(state, is_split, compact, name, per_node):
