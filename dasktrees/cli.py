@@ -13,7 +13,7 @@ import traceback
 from functools import partial
 from pathlib import Path
 
-from .config import ConfigError, check_config, load_config
+from .config import ConfigError, check_config, load_config, quantile_kinds
 from .io import data_format, is_replaceable, read_table, write_table
 
 EXIT_OK, EXIT_FAILED, EXIT_INVALID = 0, 1, 2
@@ -146,8 +146,7 @@ def _predict(args):
                 (
                     "--quantiles",
                     f"{args.model} holds a {type(model).__name__}, not a quantile forest "
-                    "(model.kind quantile_forest or quantile_extra_trees); it predicts no "
-                    "quantiles",
+                    f"(model.kind {quantile_kinds()}); it predicts no quantiles",
                 )
             ]
         )

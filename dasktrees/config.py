@@ -450,13 +450,18 @@ def kind_problem(kind, task, explicit):
     return None
 
 
+def quantile_kinds():
+    """The model kinds that predict quantiles, for messages: "a or b"."""
+    return " or ".join(QUANTILE_KINDS)
+
+
 def metric_problem(metric, kind, task):
     """Why ``metric`` (of ``evaluation.metrics``) is not one the model gives, or None."""
     allowed = default_metrics(kind, task)
     if metric in allowed:
         return None
     if task == "regression" and metric in QUANTILE_METRICS:
-        return f"{metric!r} needs model.kind quantile_forest or quantile_extra_trees"
+        return f"{metric!r} needs model.kind {quantile_kinds()}"
     return f"{metric!r} is not a {task} metric; use {', '.join(allowed)}"
 
 
