@@ -11,7 +11,12 @@ Each prints its figures as JSON and writes them to benchmarks/results/forest_<na
 Competitors grow trees like dasktrees' (full depth, one row per leaf allowed, sqrt(p) features per
 node, about 63 % of the rows per tree), each with two threads; LightGBM is capped at 4,096 leaves
 and XGBoost at depth 16 (see ``competitor``). Each library of a table is fitted in a process of
-its own, one after the other.
+its own, one after the other. dasktrees runs on a LocalCluster of two one-thread worker
+processes unless ``--dasktrees-on`` says otherwise: ``threads`` (one worker process of two
+threads) or ``no-client`` (the two threads of its own process, as ``fit`` without a client).
+
+    python benchmarks/bench_forest.py flights --skip scikit-learn "LightGBM rf" "XGBoost XGBRF" \
+        --dasktrees-on no-client
 """
 
 import argparse
@@ -64,12 +69,17 @@ class PeakWorkerMemory:
         self._thread.join()
 
 
-def local_cluster(memory_limit="auto"):
+# Where dasktrees runs (``--dasktrees-on``): two workers of one thread, or one of two threads.
+WORKER_LAYOUTS = {"processes": (2, 1), "threads": (1, 2)}
+
+
+def local_cluster(memory_limit="auto", layout="processes"):
     from distributed import Client, LocalCluster
 
+    n_workers, threads_per_worker = WORKER_LAYOUTS[layout]
     cluster = LocalCluster(
-        n_workers=2,
-        threads_per_worker=1,
+        n_workers=n_workers,
+        threads_per_worker=threads_per_worker,
         processes=True,
         memory_limit=memory_limit,
         dashboard_address=":0",
@@ -158,13 +168,20 @@ def competitor(name, n_trees, n_features, classification=True, categorical=None)
     raise ValueError(f"unknown library {name!r}; known: {', '.join(LIBRARIES)}")
 
 
-def run_dasktrees(data, n_trees, repeat):
+def run_dasktrees(data, n_trees, repeat, on="processes"):
     import dasktrees
 
     classification = data["classification"]
     X_train, y_train, X_test, y_test = data["train_test"]
     forest = dasktrees.RandomForestClassifier if classification else dasktrees.RandomForestRegressor
-    cluster, client = local_cluster()
+    if on == "no-client":
+        ours = forest(n_estimators=n_trees, max_features="sqrt", random_state=0)
+        ours.fit(X_train[:2000], y_train[:2000]).predict(X_test[:100])  # load kernels
+        row = fit_predict("dasktrees", ours, X_train, y_train, X_test, y_test, repeat)
+        nodes = sum(est.tree_.node_count for est in ours.estimators_)
+        row["model_bytes_per_node"] = round(len(pickle.dumps(ours)) / nodes, 1)
+        return {**row, "on": on}
+    cluster, client = local_cluster(layout=on)
     with cluster, client:
         ours = forest(n_estimators=n_trees, max_features="sqrt", random_state=0, client=client)
         ours.fit(X_train[:2000], y_train[:2000]).predict(X_test[:100])  # compile / load kernels
@@ -175,14 +192,14 @@ def run_dasktrees(data, n_trees, repeat):
         row["peak_worker_rss_bytes"] = memory.peak
         nodes = sum(est.tree_.node_count for est in ours.estimators_)
         row["model_bytes_per_node"] = round(len(pickle.dumps(ours)) / nodes, 1)
-    return row
+    return {**row, "on": on}
 
 
 def run_library(args, name):
     """One library's row of the table ``args.benchmark``, in this process."""
     data = TABLES[args.benchmark](args)
     if name == "dasktrees":
-        return run_dasktrees(data, args.n_trees, args.repeat)
+        return run_dasktrees(data, args.n_trees, args.repeat, args.dasktrees_on)
     # scikit-learn gets categories as integer codes; LightGBM and XGBoost take pandas categoricals
     table = "codes" if name == "scikit-learn" and "codes" in data else "train_test"
     X_train, y_train, X_test, y_test = data[table]
@@ -205,6 +222,7 @@ def run_table(args):
             continue
         command = [sys.executable, __file__, args.benchmark, "--library", name]
         command += ["--n-trees", str(args.n_trees), "--repeat", str(args.repeat)]
+        command += ["--dasktrees-on", args.dasktrees_on]
         if args.n_samples:
             command += ["--n-samples", str(args.n_samples)]
         done = subprocess.run(command, check=True, capture_output=True, text=True)
@@ -393,6 +411,12 @@ def main():
     parser.add_argument("--skip", nargs="*", default=[], help="competitors to leave out")
     parser.add_argument(
         "--repeat", type=int, default=1, help="fits per library; the table gives the median"
+    )
+    parser.add_argument(
+        "--dasktrees-on",
+        choices=[*WORKER_LAYOUTS, "no-client"],
+        default="processes",
+        help="a LocalCluster of two one-thread workers, of one two-thread worker, or no client",
     )
     parser.add_argument("--library", choices=LIBRARIES, help=argparse.SUPPRESS)
     parser.add_argument("--output", default=None, help="default: results/forest_<benchmark>.json")
