@@ -314,6 +314,45 @@ def test_wire_state_gives_back_the_tree(criterion, fractional_weights):
         np.testing.assert_array_equal(state["nonzero_leaf_impurity"], leaf_impurity[nonzero])
 
 
+def _numbered_recursively(rng, n_splits):
+    """A random tree shape of ``n_splits`` split nodes, numbered by recursion as the grower
+    numbers a depth-first tree: a split node's children take the next two ids, then its left
+    subtree is numbered, then its right. The reference for ``tree.depth_first_children``.
+    Returns every node's "is a split" flag and the split nodes' left children, in node order."""
+    left_of = {}
+    next_id = 1
+
+    def number(node, splits):
+        nonlocal next_id
+        if splits == 0:
+            return
+        left_of[node] = left = next_id
+        next_id += 2
+        in_left = int(rng.integers(0, splits))  # the other splits below this one, shared out
+        number(left, in_left)
+        number(left + 1, splits - 1 - in_left)
+
+    number(0, n_splits)
+    is_split = np.zeros(next_id, dtype=bool)
+    is_split[list(left_of)] = True
+    return is_split, np.array([left_of[i] for i in np.flatnonzero(is_split)], dtype=np.int32)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_depth_first_children_match_a_recursive_numbering(seed):
+    """``depth_first_children`` gives back, from the flags alone, the children of random tree
+    shapes (a single leaf, chains, bushes) numbered by a plain recursion."""
+    from dasktrees.tree.tree import depth_first_children
+
+    rng = np.random.default_rng(seed)
+    n_splits = [0, 1, 2, 7, 40, 300][seed % 6] + int(rng.integers(0, 3))
+    is_split, expected = _numbered_recursively(rng, n_splits)
+    left = np.empty(len(expected), dtype=np.int32)
+    n_nodes = len(is_split)
+    assert depth_first_children(np.packbits(is_split), n_nodes, left) == n_nodes
+    np.testing.assert_array_equal(left, expected)
+
+
 @pytest.mark.parametrize("max_leaf_nodes, min_samples_split", [(12, 2), (None, 10_000)])
 def test_wire_state_of_best_first_trees_and_single_leaves(max_leaf_nodes, min_samples_split):
     """A best-first tree (its frontier leaves hold a leaf's split fields, as after pickling) and
