@@ -383,6 +383,24 @@ def test_wire_state_of_best_first_trees_and_single_leaves(max_leaf_nodes, min_sa
         np.testing.assert_array_equal(getattr(tree, name), getattr(expected, name), err_msg=name)
 
 
+def test_pruned_tree_keeps_the_depth_first_numbering():
+    """Cost-complexity pruning drops subtrees and keeps the grower's numbering of what is left,
+    so a pruned tree's state has no children either, and gives the tree back exactly."""
+    from dasktrees.criteria import CLASSIFICATION_CRITERIA
+    from dasktrees.tree import wire
+    from dasktrees.tree.tree import TREE_ARRAYS
+
+    X, y = random_table(5)
+    full = DecisionTreeClassifier(random_state=0).fit(X, y > 1.0)
+    model = DecisionTreeClassifier(random_state=0, ccp_alpha=0.01).fit(X, y > 1.0)
+    assert 1 < model.tree_.node_count < full.tree_.node_count  # pruned, not to the root
+    state = wire.state_of(model.tree_, CLASSIFICATION_CRITERIA["gini"])
+    assert "children_left" not in state and "children_right" not in state
+    tree = wire.decode(state, model.bin_mapper_.kernel_arrays().thresholds)
+    for name in TREE_ARRAYS:
+        np.testing.assert_array_equal(getattr(tree, name), getattr(model.tree_, name), err_msg=name)
+
+
 def test_leaf_impurities_travel_as_those_that_are_not_zero():
     """``wire.put_leaf_impurity`` keeps the impurities that are not zero, bit for bit (a -0.0,
     which no growth gives, and subnormals too), and ``tree.leaf_impurities`` gives every leaf's

@@ -87,15 +87,14 @@ def _put_split_fields(state, compact, n_features, bitsets):
     and ``bitsets`` its categorical bitset table) in a shipped state, with nothing that can be
     derived: a numeric split's raw threshold (``thresholds[feature, bin_threshold]``, the bin
     table) and ``is_categorical`` (a bit, below); no children at all when they are numbered as
-    the grower numbers a depth-first tree (``tree.depth_first_children``: every tree grown
-    without ``max_leaf_nodes`` or pruning), else ``children_left``, and ``children_right``
-    unless it is ``children_left + 1`` at every split, as the grower numbers children; one
-    bit a split for
-    ``missing_go_to_left`` and for being categorical, and a bitset row for categorical splits
-    only; no bitsets for a tree without a categorical split (``tree.split_fields`` gives the
-    fields back). Children (node ids), feature indices and bitset rows take the narrowest
-    unsigned type: a tree of fewer than 65,536 nodes sends its children as two bytes each.
-    ``state`` must hold ``is_split`` and ``n_nodes``."""
+    the grower numbers a depth-first tree (``tree.depth_first_children``: every grown tree but
+    a best-first one, ``max_leaf_nodes``; pruning keeps the numbering), else ``children_left``,
+    and ``children_right`` unless it is ``children_left + 1`` at every split, as the grower
+    numbers children; one bit a split for ``missing_go_to_left`` and for being categorical,
+    and a bitset row for categorical splits only; no bitsets for a tree without a categorical
+    split (``tree.split_fields`` gives the fields back). Children (node ids), feature indices
+    and bitset rows take the narrowest unsigned type: a tree of fewer than 65,536 nodes sends
+    its children as two bytes each. ``state`` must hold ``is_split`` and ``n_nodes``."""
     left, right = compact["children_left"], compact["children_right"]
     if not _numbered_depth_first(state, left, right):
         node_id = narrowest_uint(max(left.max(initial=0), right.max(initial=0)))
