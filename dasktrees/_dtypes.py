@@ -17,7 +17,6 @@ N_BIN_CODES = 256  # histogram rows per feature: every code, the missing one inc
 
 X_DTYPE = np.float64  # raw values given to the prediction kernels (categories as codes)
 Y_DTYPE = np.float64  # targets; class indices for classifiers are stored as floats too
-INDEX_DTYPE = np.int64  # row indices inside a tree task
 
 # A categorical split sends a set of category codes to the left child: 256 bits, one per code.
 BITSET_WORDS = N_BIN_CODES // 32
