@@ -16,7 +16,6 @@ MISSING_BIN = 255  # code of a missing value, whatever the feature's number of b
 N_BIN_CODES = 256  # histogram rows per feature: every code, the missing one included
 
 X_DTYPE = np.float64  # raw values given to the prediction kernels (categories as codes)
-Y_DTYPE = np.float64  # targets; class indices for classifiers are stored as floats too
 
 # A categorical split sends a set of category codes to the left child: 256 bits, one per code.
 BITSET_WORDS = N_BIN_CODES // 32
