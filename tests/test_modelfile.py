@@ -958,3 +958,142 @@ def test_trees_of_whole_and_fractional_weights_store_every_nodes_weights(tmp_pat
     for a, b in zip(loaded.estimators_, forest.estimators_):
         for array in TREE_ARRAYS:
             np.testing.assert_array_equal(getattr(a.tree_, array), getattr(b.tree_, array))
+
+
+def _set(name, index, value):
+    def change(arrays):
+        arrays[name][index] = value
+
+    return change
+
+
+def _swap_first_edges(arrays):
+    edges = arrays["bin_edges"]
+    edges[0], edges[1] = edges[1], edges[0]
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (_set("leaf_value", 3, np.nan), "'leaf_value' holds NaN or infinity"),
+        (_set("leaf_value", 0, -np.inf), "'leaf_value' holds NaN or infinity"),
+        (_set("bin_values", 5, np.inf), "'bin_values' holds NaN or infinity"),
+        (_set("nonzero_leaf_impurity", 0, -1.0), "'nonzero_leaf_impurity' holds a negative"),
+        (_swap_first_edges, "'bin_edges': feature 0: not increasing"),
+    ],
+    ids=["NaN mean", "infinite mean", "infinite bin value", "negative impurity", "edges"],
+)
+def test_numbers_fitting_never_makes_are_refused(tmp_path, change, message):
+    # Checksums pass and the trees are whole, but the forest would predict NaN or infinity, or
+    # bin the rows it predicts on wrongly, without a word.
+    X, y = carseats_data("frame-float")
+    forest = dt.RandomForestRegressor(n_estimators=2, random_state=0).fit(X, y)
+    forest.save(tmp_path / "model")
+    dt.load(tmp_path / "model")  # whole, it loads
+    rewrite_arrays(tmp_path / "model", change)
+    with pytest.raises(ValueError, match=message):
+        dt.load(tmp_path / "model")
+
+
+def test_negative_class_weights_are_refused(tmp_path):
+    X, y = carseats_data("frame-str")
+    dt.RandomForestClassifier(n_estimators=2, random_state=0).fit(X, y).save(tmp_path / "model")
+
+    def negative(arrays):
+        arrays["leaf_class_counts"] = arrays["leaf_class_counts"].astype("<f8")
+        arrays["leaf_class_counts"][0, 0] = -1.0
+
+    rewrite_arrays(tmp_path / "model", negative)
+    with pytest.raises(ValueError, match="'leaf_class_counts' holds a negative weight"):
+        dt.load(tmp_path / "model")
+
+
+def _mutated(arrays, rng):
+    """``arrays`` with one random edit of one array: an element set to a boundary value (or
+    NaN / infinity), a bit flipped, the array one entry shorter or longer, or another dtype."""
+    name = sorted(arrays)[rng.integers(len(arrays))]
+    a = arrays[name].copy()
+    kind = rng.integers(5)
+    if kind <= 1 and a.size:
+        flat = a.reshape(-1)
+        i = rng.integers(a.size)
+        if a.dtype.kind in "iu":
+            info = np.iinfo(a.dtype)
+            top = int(flat.max())
+            candidates = [0, 1, -1, top, top + 1, a.size, a.size + 1, info.max, info.min]
+            flat[i] = min(max(candidates[rng.integers(len(candidates))], info.min), info.max)
+        else:
+            # (No huge finite value: squared in the importances, 1e300 would overflow as it
+            # would in a forest fitted on such targets.)
+            flat[i] = [np.nan, np.inf, -np.inf, -1.0, 0.0, 1e6][rng.integers(6)]
+    elif kind == 2 and a.size and a.dtype == np.uint8:
+        a.reshape(-1)[rng.integers(a.size)] ^= np.uint8(1 << rng.integers(8))
+    elif kind == 3 and a.size:
+        a = a[:-1]
+    elif kind == 4 and a.size:
+        a = np.concatenate([a, a[-1:]])
+    else:
+        a = a.astype(np.float32 if a.dtype.kind == "f" else np.int64)
+    return {**arrays, name: a}
+
+
+@pytest.fixture(scope="module")
+def small_forests(tmp_path_factory):
+    """Small forests of every stored layout, saved: categorical and missing values, a
+    regressor, best-first trees (which store their children) and pruned trees."""
+    X, y = carseats_data("frame-str")
+    X = X.copy()
+    X.loc[X.index[::7], "Price"] = np.nan
+    X_float, y_float = carseats_data("frame-float")
+    fits = {
+        "classifier": (dt.RandomForestClassifier(n_estimators=2, random_state=0), X, y),
+        "regressor": (dt.RandomForestRegressor(n_estimators=2, random_state=0), X_float, y_float),
+        "best-first": (
+            dt.RandomForestClassifier(n_estimators=2, max_leaf_nodes=20, random_state=0),
+            X,
+            y,
+        ),
+        "pruned": (
+            dt.RandomForestRegressor(n_estimators=2, ccp_alpha=0.05, random_state=0),
+            X_float,
+            y_float,
+        ),
+    }
+    root = tmp_path_factory.mktemp("forests")
+    saved = {}
+    for name, (model, X_fit, y_fit) in fits.items():
+        model.fit(X_fit, y_fit).save(root / name)
+        saved[name] = (root / name, X_fit.iloc[:40])
+    return saved
+
+
+@pytest.mark.parametrize("layout", ["classifier", "regressor", "best-first", "pruned"])
+def test_single_edits_to_the_arrays_are_refused_or_predict_finite_numbers(
+    small_forests, tmp_path, layout
+):
+    # Each file is resealed with matching checksums, so that only the checks of the trees and
+    # their numbers stand between an edit and the kernels. A kernel reading out of bounds
+    # would crash the test process; anything but ValueError / TypeError fails the test.
+    saved, X = small_forests[layout]
+    with np.load(saved / "arrays.npz", allow_pickle=False) as npz:
+        arrays = dict(npz)
+    rng = np.random.default_rng(0)
+    refused = 0
+    for _ in range(60):
+        path = tmp_path / "model"
+        shutil.rmtree(path, ignore_errors=True)
+        shutil.copytree(saved, path)
+        mutated = _mutated(arrays, rng)
+        rewrite_arrays(path, lambda a, mutated=mutated: (a.clear(), a.update(mutated)))
+        try:
+            model = dt.load(path)
+        except (ValueError, TypeError):
+            refused += 1
+            continue
+        classifier = layout in ("classifier", "best-first")
+        prediction = model.predict_proba(X) if classifier else model.predict(X)
+        assert np.all(np.isfinite(prediction))
+        if prediction.ndim == 2:
+            np.testing.assert_allclose(prediction.sum(axis=1), 1.0)
+        assert np.all(np.isfinite(model.feature_importances_))
+    assert refused > 20  # the edits reach the checks

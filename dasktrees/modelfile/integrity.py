@@ -507,6 +507,41 @@ def _read_array(archive, info, name, entry, shape, dtype_str, npz):
     return array.astype(array.dtype.newbyteorder("="), copy=False)
 
 
+# Arrays of weights, class weights and impurities: never negative in a fitted tree.
+_NON_NEGATIVE = (
+    "weighted_n_node_samples",
+    "leaf_weighted_n_node_samples",
+    "weighted_class_counts",
+    "leaf_class_counts",
+    "impurity",
+    "leaf_impurity",
+    "nonzero_leaf_impurity",
+)
+
+
+def check_numbers(a, bins, npz):
+    """Check the numbers the trees and bins of a file predict with, as fitting makes them: every
+    floating-point array finite (but ``oob_curve``, a report that prediction never reads, and a
+    quantile forest's leaf targets, which ``check_leaf_targets`` checks), weights and
+    impurities not negative, and each numeric feature's bin edges and values increasing. A file
+    that breaks this would not crash the kernels, but would predict NaN or infinity, or bin the
+    rows it predicts on wrongly, without a word."""
+    for name, array in a.items():
+        if name == "oob_curve" or name in LEAF_TARGET_ARRAYS:
+            continue
+        if array.dtype.kind == "f" and not np.all(np.isfinite(array)):
+            raise ValueError(f"{npz}: array {name!r} holds NaN or infinity")
+        if name in _NON_NEGATIVE and np.any(array < 0):
+            raise ValueError(f"{npz}: array {name!r} holds a negative weight or impurity")
+    numeric = [j for j, f in enumerate(bins["features"]) if f["kind"] == "numeric"]
+    for name, key in (("bin_edges", "n_edges"), ("bin_values", "n_values")):
+        # The lengths add up (``expected_shapes``).
+        ends = np.cumsum([bins["features"][j][key] for j in numeric], dtype=np.int64)
+        for j, part in zip(numeric, np.split(a[name], ends[:-1])):
+            if np.any(np.diff(part) <= 0):
+                raise ValueError(f"{npz}: array {name!r}: feature {j}: not increasing")
+
+
 def check_trees(a, node_counts, bitset_counts, feature_is_categorical, npz):
     """Check that the concatenated tree arrays ``a`` of a version 1 file hold trees the kernels
     can walk.

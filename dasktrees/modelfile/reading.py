@@ -33,6 +33,7 @@ from .format import (
 )
 from .integrity import (
     check_leaf_targets,
+    check_numbers,
     check_shipped_trees,
     check_trees,
     decode_classes,
@@ -158,6 +159,7 @@ def load(path):
     arrays = read_arrays(
         npz, manifest["arrays"], expected_shapes(manifest), expected_dtypes(manifest)
     )
+    check_numbers(arrays, manifest["bins"], npz)
     mapper = _build_bin_mapper(manifest["bins"], arrays["bin_edges"], arrays["bin_values"])
     trees = manifest["trees"]
     if manifest["format_version"] >= 2:
