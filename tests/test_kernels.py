@@ -68,11 +68,18 @@ def test_histogram_matches_naive(seed, n_rows, n_bins, criterion):
     present = np.unique(node_codes[node_codes != MISSING_BIN])
     assert n_filled == len(present)
     np.testing.assert_array_equal(bins[:n_filled], present)
+    # Regression histograms carry n, w and wy; the sum of wy^2 stays zero (the search never
+    # reads it).
+    filled = 3 if criterion == SQUARED_ERROR else n_channels
     for k, b in enumerate(present):
         at = node_codes == b
-        np.testing.assert_allclose(stats[k], naive_stats(node_y[at], node_w[at], criterion))
+        naive = naive_stats(node_y[at], node_w[at], criterion)
+        np.testing.assert_allclose(stats[k, :filled], naive[:filled])
+    assert not stats[:n_filled, filled:].any()
     at = node_codes == MISSING_BIN
-    np.testing.assert_allclose(missing, naive_stats(node_y[at], node_w[at], criterion))
+    naive = naive_stats(node_y[at], node_w[at], criterion)
+    np.testing.assert_allclose(missing[:filled], naive[:filled])
+    assert not missing[filled:].any()
     assert not hist.any(), "compact must leave the histogram zeroed for the next feature"
 
 

@@ -449,11 +449,23 @@ def _record_split(
         right[c] = total[c] - left[c]
     w_left = stats_weight(left, criterion)
     w_right = stats_weight(right, criterion)
-    improvement = (w_node / w_root) * (
-        node_impurity
-        - w_left / w_node * impurity(left, criterion)
-        - w_right / w_node * impurity(right, criterion)
-    )
+    if criterion == SQUARED_ERROR:
+        # The decrease of w x variance is s_l^2 / w_l + s_r^2 / w_r - s^2 / w (s the sums of
+        # w * y): no sum of w * y^2 per child, so the histograms need not carry one. The sums
+        # are taken about the node's mean, or a large mean would cancel the decrease away.
+        mean = total[2] / w_node
+        d_left = left[2] - w_left * mean
+        d_right = right[2] - w_right * mean
+        d_node = total[2] - w_node * mean
+        improvement = (
+            d_left * d_left / w_left + d_right * d_right / w_right - d_node * d_node / w_node
+        ) / w_root
+    else:
+        improvement = (w_node / w_root) * (
+            node_impurity
+            - w_left / w_node * impurity(left, criterion)
+            - w_right / w_node * impurity(right, criterion)
+        )
     if improvement + EPSILON < min_impurity_decrease:
         return n_bitsets, False
     record = nodes[node_id]

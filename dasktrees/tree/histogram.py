@@ -1,9 +1,13 @@
 """Per-node, per-feature histograms of the node statistics (numba kernels).
 
 A histogram is a (N_BIN_CODES, n_channels) float64 array, one statistics row per bin code (see
-``criteria`` for the channel layout). The same buffer is reused for every node and feature: the
-kernels remember which bins they touched, and ``compact`` copies those rows out in bin order and
-zeroes them again. A node with few rows therefore never pays for the 256 bins it does not use:
+``criteria`` for the channel layout). A regression histogram leaves its fourth channel, the sum
+of w * y^2, at zero: the split search reads only n, w and w * y (``splitting.cut_score``), and
+the chosen split's improvement needs no more (``grower._record_split``).
+
+The same buffer is reused for every node and feature: the kernels remember which bins they
+touched, and ``compact`` copies those rows out in bin order and zeroes them again. A node with
+few rows therefore never pays for the 256 bins it does not use:
 
     hist (256 rows, mostly zero)          compact output (m rows, bin order)
     bin  7: [2, 0.0, 2.0]                 bins  = [3, 7, 12]
@@ -50,7 +54,7 @@ def build_histogram(codes, f, sample_indices, start, stop, y, w, criterion, hist
     criterion : int
         Selects the channel layout.
     hist : ndarray of float64, shape (N_BIN_CODES, n_channels)
-        Zero on entry; rows of the codes met are filled.
+        Zero on entry; rows of the codes met are filled (for squared error, channels 0-2).
     touched : ndarray of int32, shape (N_BIN_CODES,)
         Written: the non-missing codes met, in order of first appearance.
 
@@ -69,11 +73,9 @@ def build_histogram(codes, f, sample_indices, start, stop, y, w, criterion, hist
             if track and hist[b, 0] == 0.0 and b != MISSING_BIN:
                 touched[n_touched] = b
                 n_touched += 1
-            wy = w[i] * y[i]
             hist[b, 0] += 1.0
             hist[b, 1] += w[i]
-            hist[b, 2] += wy
-            hist[b, 3] += wy * y[i]
+            hist[b, 2] += w[i] * y[i]
     else:
         for i in range(start, stop):
             b = codes[sample_indices[i], f]
@@ -109,13 +111,11 @@ def build_histograms(node_codes, features, n_features, start, stop, y, w, criter
     if criterion == SQUARED_ERROR:
         for i in range(start, stop):
             wy = w[i] * y[i]
-            wyy = wy * y[i]
             for j in range(n_features):
                 b = node_codes[i, features[j]]
                 hists[j, b, 0] += 1.0
                 hists[j, b, 1] += w[i]
                 hists[j, b, 2] += wy
-                hists[j, b, 3] += wyy
     else:
         for i in range(start, stop):
             channel = 1 + np.int64(y[i])
