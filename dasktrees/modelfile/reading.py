@@ -103,7 +103,7 @@ def _read_manifest(path):
 # Parameters added after format version 1, with the values that grew the trees of a file written
 # before them (where that is not the class default): the file's parameters then say how its trees
 # were grown, and a refit grows the same trees. The class default is right for any other:
-# max_n_estimators and tol (1000, 0.01) matter only to n_estimators="auto", which no file written
+# max_n_estimators and tol (1000, 0.005) matter only to n_estimators="auto", which no file written
 # before them can hold.
 _BEFORE_THEY_EXISTED = {"min_samples_category": 1, "categorical_order": "node"}
 
