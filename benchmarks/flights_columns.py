@@ -53,7 +53,6 @@ def one_fit(library, drop, max_features, seed, usage, as_codes, params):
     """Fit one forest on the flights table and return its test accuracy (a JSON-able dict).
     ``as_codes``: categorical columns dasktrees gets as integer codes; ``params``: more
     parameters of dasktrees' forest."""
-    sys.path.insert(0, str(Path(__file__).parent))
     from bench_forest import flights_table
 
     table = flights_table(None)
