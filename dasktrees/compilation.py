@@ -10,6 +10,13 @@ processes of a ``LocalCluster`` do:
   same kernel at once, the first compiles it and the others wait, then load it from the cache.
   The locks are ``fcntl.flock`` locks, which the system releases when a process dies; where
   there is no ``fcntl`` (Windows) kernels compile without them, as numba alone would.
+* **A cache as fresh as the whole package.** numba keeps a kernel's cached machine code while
+  the kernel's own source file is unchanged (its modification time and size), but that code
+  also holds the kernels it calls and the constants it reads from other modules: after an edit
+  of ``histogram.py`` the growth loop of ``grower.py`` loaded its old copy of the histogram
+  fill. ``lock_kernels`` therefore also stamps each kernel's cache with every source file of the
+  package (``package_stamp``): any edit recompiles every kernel, once. An installed release
+  is never edited, so this only costs those who work on the code.
 * **Warming up.** ``warmup`` compiles every kernel a fit, a prediction or a reduction of any
   estimator can need, on tiny data, into the cache: ``dasktrees warmup`` on a machine, or on
   each worker of a cluster with ``WarmupPlugin`` or ``dask worker --preload
@@ -210,11 +217,42 @@ def kernels():
 
 
 def lock_kernels():
-    """Make every dasktrees kernel compile under its file lock (see the module docstring);
-    kernels already locked are left as they are."""
+    """Make every dasktrees kernel compile under its file lock, with a cache that goes stale with
+    any source file of the package (see the module docstring); kernels already locked are left
+    as they are."""
+    stamp = package_stamp(os.path.dirname(os.path.abspath(__file__)))
     for dispatcher in kernels().values():
         if not hasattr(dispatcher.compile, "__wrapped__"):
+            stamp_cache(dispatcher, stamp)
             _locked(dispatcher)
+
+
+def package_stamp(root):
+    """The modification time and size of every ``.py`` file under the folder ``root``, in a
+    fixed order: what numba checks of a kernel's own source file before loading its cache."""
+    stamp = []
+    for folder, subfolders, files in os.walk(root):
+        subfolders.sort()
+        for name in sorted(files):
+            if name.endswith(".py"):
+                path = os.path.join(folder, name)
+                status = os.stat(path)
+                stamp.append((os.path.relpath(path, root), status.st_mtime, status.st_size))
+    return tuple(stamp)
+
+
+def stamp_cache(dispatcher, stamp):
+    """Make ``dispatcher``'s cached machine code valid only while ``stamp`` is unchanged, besides
+    numba's own check of the kernel's source file.
+
+    numba writes the source stamp it holds into the cache's index and drops an index whose
+    stamp differs from it. The stamp lives in a private attribute of numba's cache
+    (``IndexDataCacheFile._source_stamp``, as of numba 0.68); without it (another
+    numba) the kernel keeps numba's own check.
+    """
+    cache_file = getattr(getattr(dispatcher, "_cache", None), "_cache_file", None)
+    if cache_file is not None and hasattr(cache_file, "_source_stamp"):
+        cache_file._source_stamp = (cache_file._source_stamp, stamp)
 
 
 def compile_counts():

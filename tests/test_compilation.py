@@ -69,6 +69,79 @@ def test_every_kernel_compiles_under_its_lock():
         assert hasattr(dispatcher.compile, "__wrapped__"), name
 
 
+CALLEE = """
+from numba import njit
+
+@njit(cache=True)
+def value():
+    return {value}
+"""
+
+CALLER = """
+from numba import njit
+from .callee import value
+
+@njit(cache=True)
+def twice():
+    return 2 * value()
+"""
+
+STAMPED_CALL = """
+import json, os, sys
+sys.path.insert(0, {folder!r})
+from dasktrees.compilation import package_stamp, stamp_cache
+from pkg import caller
+if {stamped}:
+    stamp_cache(caller.twice, package_stamp(os.path.join({folder!r}, "pkg")))
+print(json.dumps(caller.twice()))
+"""
+
+
+def test_a_stamped_kernel_recompiles_when_a_kernel_it_calls_changes(tmp_path):
+    # A kernel's cached code holds the kernels it calls. numba checks only the kernel's own
+    # file, so an edit of the callee's file alone left the caller running the old callee: the
+    # second call below. The stamp of every source file of the package makes it recompile.
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "caller.py").write_text(CALLER)
+
+    def edit_callee(value, mtime):
+        (package / "callee.py").write_text(CALLEE.format(value=value))
+        os.utime(package / "callee.py", (mtime, mtime))  # distinct times, whatever the clock
+
+    def call(stamped):
+        code = STAMPED_CALL.format(folder=str(tmp_path), stamped=stamped)
+        return run_python(code, tmp_path / "cache")
+
+    edit_callee(1, 1_000_000_000)
+    assert call(stamped=False) == 2
+    edit_callee(5, 1_000_000_100)
+    assert call(stamped=False) == 2  # numba alone: the stale copy of the callee
+    assert call(stamped=True) == 10
+    edit_callee(7, 1_000_000_200)
+    assert call(stamped=True) == 14
+
+
+def test_package_stamp_sees_an_edit_of_any_source_file(tmp_path):
+    (tmp_path / "sub").mkdir()
+    for name in ("a.py", "sub/b.py", "sub/notes.txt"):
+        (tmp_path / name).write_text("x = 1\n")
+    before = compilation.package_stamp(str(tmp_path))
+    assert [entry[0] for entry in before] == ["a.py", os.path.join("sub", "b.py")]
+    (tmp_path / "sub" / "notes.txt").write_text("not a source file\n")
+    assert compilation.package_stamp(str(tmp_path)) == before
+    (tmp_path / "sub" / "b.py").write_text("x = 22\n")
+    assert compilation.package_stamp(str(tmp_path)) != before
+
+
+def test_every_kernel_cache_is_stamped_with_the_package():
+    stamp = compilation.package_stamp(os.path.dirname(compilation.__file__))
+    assert any(path == "_dtypes.py" for path, _, _ in stamp)  # constants the kernels read
+    for name, dispatcher in compilation.kernels().items():
+        assert dispatcher._cache._cache_file._source_stamp[1] == stamp, name
+
+
 def test_warmup_fills_an_empty_cache_and_the_next_process_compiles_nothing(tmp_path):
     warm = """
         import json, dasktrees
