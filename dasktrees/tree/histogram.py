@@ -27,8 +27,7 @@ _SORT_TOUCHED_BELOW = 32
 TRACK_TOUCHED_BELOW = 1024
 # Above this many rows a node reads its codes in node order (``grower.NodeRows.node_codes``);
 # at most TRACK_TOUCHED_BELOW: the one-pass fill of larger nodes reads only node order.
-# (Measured in docs/benchmarks.md. After changing a constant here, delete numba's cache files:
-# the growth loop's cache does not see it.)
+# (Measured in docs/benchmarks.md.)
 ORDERED_CODES_ABOVE = 256
 assert ORDERED_CODES_ABOVE <= TRACK_TOUCHED_BELOW
 
@@ -90,11 +89,13 @@ def build_histogram(codes, f, sample_indices, start, stop, y, w, criterion, hist
 @node_kernel
 def build_histograms(node_codes, features, n_features, start, stop, y, w, criterion, hists):
     """Fill ``hists[j]`` as ``build_histogram`` fills one histogram, for each of the features
-    ``features[:n_features]``, in one pass over the rows of a large node, whose codes are in
-    node order (``grower.NodeRows.node_codes``): each row's codes are read once, in
-    sequence (a large node's rows do not fit in the caches; docs/benchmarks.md). The touched
-    bins are not recorded (large nodes fill most bins). Each histogram's sums are added in the
-    same row order as ``build_histogram``'s, so they are the same numbers.
+    ``features[:n_features]`` of a large node, whose codes are in node order
+    (``grower.NodeRows.node_codes``). The features are filled two at a time, each pair in one
+    pass over the node's rows: a loop over a run-time number of features per row kept the
+    compiled loop from overlapping one row's additions with the next's, and was 1.3-2.9x
+    slower per row and feature (docs/benchmarks.md). The touched bins are not recorded (large
+    nodes fill most bins). Each histogram's sums are added in the same row order as
+    ``build_histogram``'s, so they are the same numbers.
 
     Parameters
     ----------
@@ -108,21 +109,66 @@ def build_histograms(node_codes, features, n_features, start, stop, y, w, criter
     start, stop, y, w, criterion :
         As for ``build_histogram``.
     """
+    for j in range(0, n_features - 1, 2):
+        _fill_pair(
+            node_codes,
+            features[j],
+            features[j + 1],
+            start,
+            stop,
+            y,
+            w,
+            criterion,
+            hists[j],
+            hists[j + 1],
+        )
+    if n_features % 2 == 1:
+        j = n_features - 1
+        _fill_one(node_codes, features[j], start, stop, y, w, criterion, hists[j])
+
+
+@inlined_node_kernel
+def _fill_pair(node_codes, f0, f1, start, stop, y, w, criterion, first, second):
+    """Add the rows ``[start:stop]`` to ``first`` by their code of feature ``f0`` and to
+    ``second`` by their code of ``f1``, in one pass."""
     if criterion == SQUARED_ERROR:
         for i in range(start, stop):
-            wy = w[i] * y[i]
-            for j in range(n_features):
-                b = node_codes[i, features[j]]
-                hists[j, b, 0] += 1.0
-                hists[j, b, 1] += w[i]
-                hists[j, b, 2] += wy
+            wi = w[i]
+            wy = wi * y[i]
+            b0 = node_codes[i, f0]
+            b1 = node_codes[i, f1]
+            first[b0, 0] += 1.0
+            first[b0, 1] += wi
+            first[b0, 2] += wy
+            second[b1, 0] += 1.0
+            second[b1, 1] += wi
+            second[b1, 2] += wy
     else:
         for i in range(start, stop):
+            wi = w[i]
             channel = 1 + np.int64(y[i])
-            for j in range(n_features):
-                b = node_codes[i, features[j]]
-                hists[j, b, 0] += 1.0
-                hists[j, b, channel] += w[i]
+            b0 = node_codes[i, f0]
+            b1 = node_codes[i, f1]
+            first[b0, 0] += 1.0
+            first[b0, channel] += wi
+            second[b1, 0] += 1.0
+            second[b1, channel] += wi
+
+
+@inlined_node_kernel
+def _fill_one(node_codes, f, start, stop, y, w, criterion, hist):
+    """Add the rows ``[start:stop]`` to ``hist`` by their code of feature ``f``."""
+    if criterion == SQUARED_ERROR:
+        for i in range(start, stop):
+            b = node_codes[i, f]
+            hist[b, 0] += 1.0
+            hist[b, 1] += w[i]
+            hist[b, 2] += w[i] * y[i]
+    else:
+        for i in range(start, stop):
+            b = node_codes[i, f]
+            hist[b, 0] += 1.0
+            hist[b, 1 + np.int64(y[i])] += w[i]
 
 
 @inlined_node_kernel
