@@ -61,24 +61,13 @@ def build_histogram(codes, f, sample_indices, start, stop, y, w, criterion, hist
     -------
     int
         Number of non-missing codes met (the filled prefix of ``touched``), or -1 for a large
-        node, whose touched bins were not recorded.
+        node, whose record ``compact`` does not use.
     """
-    # A large node fills most bins: skip the bookkeeping; compact then walks every bin.
+    # A large node fills most bins: its record is not used, and compact walks every bin. (Only
+    # random splits fill a large node here: the best splitter's one-pass fill is
+    # ``build_histograms``.)
     track = stop - start <= TRACK_TOUCHED_BELOW
     n_touched = 0
-    if not track:  # (random splits: the one-pass fill is for the best splitter)
-        if criterion == SQUARED_ERROR:
-            for i in range(start, stop):
-                b = codes[sample_indices[i], f]
-                hist[b, 0] += 1.0
-                hist[b, 1] += w[i]
-                hist[b, 2] += w[i] * y[i]
-        else:
-            for i in range(start, stop):
-                b = codes[sample_indices[i], f]
-                hist[b, 0] += 1.0
-                hist[b, 1 + np.int64(y[i])] += w[i]
-        return -1
     # Every row's code is written to ``touched`` and the count moves on only at a first touch:
     # a branch on "first touch" is a coin flip in mid-size nodes.
     if criterion == SQUARED_ERROR:
@@ -96,7 +85,7 @@ def build_histogram(codes, f, sample_indices, start, stop, y, w, criterion, hist
             n_touched += np.int64(hist[b, 0] == 0.0) & np.int64(b != MISSING_BIN)
             hist[b, 0] += 1.0
             hist[b, 1 + np.int64(y[i])] += w[i]
-    return n_touched
+    return n_touched if track else -1
 
 
 @node_kernel
