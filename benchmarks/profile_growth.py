@@ -39,6 +39,7 @@ from dasktrees.tree.grower import (  # noqa: E402
     grow,
 )
 from dasktrees.tree.histogram import node_statistics  # noqa: E402
+from dasktrees.tree.splitting import N_CUT_ROWS  # noqa: E402
 
 BUCKETS = [(2, 4), (4, 8), (8, 32), (32, 256), (256, 1024), (1024, 2**62)]
 
@@ -79,6 +80,7 @@ def replay_bundles(codes, y, w, rows, arrays, max_features):
             np.zeros((N_SCRATCH_VECTORS, n_channels)),
             np.zeros((N_INT_SCRATCH, N_BIN_CODES), np.int64),
             np.zeros(N_BIN_CODES),
+            np.zeros((N_CUT_ROWS, N_BIN_CODES)),
             np.empty(len(rows), np.int64),
             np.empty(len(rows)),
             np.empty(len(rows)),

@@ -9,6 +9,7 @@ from dasktrees._dtypes import MISSING_BIN, N_BIN_CODES
 from dasktrees.criteria import ENTROPY, GAIN_RATIO, GINI, MISCLASSIFICATION, SQUARED_ERROR, impurity
 from dasktrees.tree.histogram import build_histogram, build_histograms, compact, node_statistics
 from dasktrees.tree.splitting import (
+    N_CUT_ROWS,
     NO_SPLIT,
     category_order,
     cut_score,
@@ -208,6 +209,7 @@ def test_scan_finds_the_brute_force_best_split(seed, n_bins, criterion, min_samp
         0.0,
         -1,
         np.zeros(n_channels),
+        np.zeros((N_CUT_ROWS, N_BIN_CODES)),
     )
     expected = brute_force_best(
         stats, order, n_bins, missing, total, criterion, parent_impurity, min_samples_leaf
@@ -220,6 +222,65 @@ def test_scan_finds_the_brute_force_best_split(seed, n_bins, criterion, min_samp
     left = stats[order[: position + 1]].sum(axis=0) + (missing if missing_left else 0)
     chosen = split_score(left, total - left, criterion, parent_impurity)
     assert chosen == pytest.approx(expected[0], rel=1e-9, abs=1e-9)
+
+
+def first_best_by_cut_score(stats, order, n_bins, missing, total, criterion, msl, mwl):
+    """``scan_cuts``'s answer computed a cut at a time with ``cut_score``: the general loop."""
+    best = (NO_SPLIT, -1, False)
+    prefix = np.zeros(stats.shape[1])
+    n_cuts = n_bins if missing[0] > 0 else n_bins - 1
+    for j in range(n_cuts):
+        prefix += stats[order[j]]
+        sides = (False, True) if missing[0] > 0 and j < n_bins - 1 else (False,)
+        for missing_left in sides:
+            n_left = prefix[0] + missing[0] if missing_left else prefix[0]
+            if n_left < msl or total[0] - n_left < msl:
+                continue
+            score = cut_score(prefix, missing, total, missing_left, criterion, 0.0, mwl)
+            if score > best[0]:
+                best = (score, j, missing_left)
+    return best
+
+
+@pytest.mark.parametrize("criterion", [GINI, SQUARED_ERROR])
+@pytest.mark.parametrize("seed", range(100))
+def test_two_channel_scan_gives_the_general_scans_numbers(criterion, seed):
+    """Two-class Gini and squared error are scanned without ``cut_score``
+    (``splitting._scan_two_channels``): the same cut, side and score, bit for bit, with missing
+    rows, empty bins of weight zero and both leaf minimums."""
+    rng = np.random.default_rng(seed)
+    n_bins = int(rng.integers(1, 60))
+    stats = np.zeros((N_BIN_CODES, 4 if criterion == SQUARED_ERROR else 3))
+    stats[:n_bins, 0] = rng.integers(1, 6, n_bins)
+    weights = stats[:n_bins, 0] * rng.choice([0.0, 0.5, 1.0, 3.0], n_bins)
+    if criterion == SQUARED_ERROR:
+        stats[:n_bins, 1] = weights
+        stats[:n_bins, 2] = weights * rng.normal(size=n_bins)
+    else:
+        share = rng.random(n_bins) < 0.5
+        stats[:n_bins, 1] = np.where(share, weights, 0.0)
+        stats[:n_bins, 2] = np.where(share, 0.0, weights)
+    missing = stats[0].copy() * rng.integers(0, 2)
+    total = stats[:n_bins].sum(axis=0) + missing
+    order = rng.permutation(n_bins).astype(np.int64)
+    msl = int(rng.integers(1, 4))
+    mwl = float(rng.choice([0.0, 0.0, 2.0, 6.0]))
+    found = scan_cuts(
+        stats,
+        order,
+        n_bins,
+        missing,
+        total,
+        criterion,
+        0.0,
+        msl,
+        mwl,
+        -1,
+        np.zeros(stats.shape[1]),
+        np.zeros((N_CUT_ROWS, N_BIN_CODES)),
+    )
+    expected = first_best_by_cut_score(stats, order, n_bins, missing, total, criterion, msl, mwl)
+    assert found == expected
 
 
 @pytest.mark.parametrize("criterion", ALL_CRITERIA)

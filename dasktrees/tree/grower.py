@@ -43,6 +43,7 @@ from .histogram import (
     node_statistics,
 )
 from .splitting import (
+    N_CUT_ROWS,
     NO_SPLIT,
     category_order,
     middle_edge,
@@ -124,6 +125,7 @@ class Scratch(NamedTuple):
     vec: np.ndarray  # float64 (N_SCRATCH_VECTORS, n_channels): statistics, rows _RIGHT, ...
     ibuf: np.ndarray  # int64 (N_INT_SCRATCH, N_BIN_CODES): bins and orders, rows _TOUCHED, ...
     keys: np.ndarray  # float64 (N_BIN_CODES,): the categories' sort keys
+    cuts: np.ndarray  # float64 (N_CUT_ROWS, N_BIN_CODES): the cut scan's prefix sums and scores
     buffer: np.ndarray  # int64 (n_in_bag,): the partition's scratch for row indices
     y_buffer: np.ndarray  # float64 (n_in_bag,): the partition's scratch for targets
     w_buffer: np.ndarray  # float64 (n_in_bag,): the partition's scratch for weights
@@ -341,6 +343,7 @@ def find_split(rows, start, stop, node_impurity, tables, rules, scratch, ordered
                 min_weight_leaf,
                 only_cut,
                 vec[_PREFIX],
+                scratch.cuts,
             )
             if score > best[0]:
                 best_left = vec[_BEST_LEFT]
@@ -852,6 +855,7 @@ def grow(codes, y, w, sample_indices, bin_arrays, params, n_classes, seed, candi
         np.zeros((N_SCRATCH_VECTORS, n_channels)),
         np.zeros((N_INT_SCRATCH, N_BIN_CODES), dtype=np.int64),
         np.zeros(N_BIN_CODES),
+        np.zeros((N_CUT_ROWS, N_BIN_CODES)),
         workspace.buffer[:n_rows],
         workspace.y_buffer[:n_rows],
         workspace.w_buffer[:n_rows],

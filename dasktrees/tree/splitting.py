@@ -130,7 +130,9 @@ def cut_score(prefix, missing, total, missing_left, criterion, parent_impurity, 
     return (parent_impurity + entropy_proxy / _LN2 / (w_left + w_right)) / info
 
 
-@node_kernel
+# NumPy's error model: a cut scored without a branch may divide by a zero weight before it is
+# rejected (``_score_cuts``); Python's would raise.
+@njit(cache=True, _nrt=False, error_model="numpy")
 def scan_cuts(
     stats,
     order,
@@ -143,6 +145,7 @@ def scan_cuts(
     min_weight_leaf,
     only_cut,
     prefix,
+    cuts,
 ):
     """Best cut of the bins ``stats[order[0]], ..., stats[order[n_bins - 1]]``.
 
@@ -158,6 +161,8 @@ def scan_cuts(
         -1 to scan every cut; else evaluate only the cut after this position (random splits).
     prefix : ndarray of float64, shape (n_channels,)
         Scratch space.
+    cuts : ndarray of float64, shape (N_CUT_ROWS, N_BIN_CODES)
+        Scratch space.
 
     Returns
     -------
@@ -172,7 +177,7 @@ def scan_cuts(
         criterion == SQUARED_ERROR or (criterion == GINI and prefix.shape[0] == 3)
     ):
         return _scan_two_channels(
-            stats, order, n_bins, missing, total, criterion, min_samples_leaf, min_weight_leaf
+            stats, order, n_bins, missing, total, criterion, min_samples_leaf, min_weight_leaf, cuts
         )
     best_score = NO_SPLIT
     best_position = -1
@@ -210,44 +215,84 @@ def scan_cuts(
     return best_score, best_position, best_missing_left
 
 
+# The cut scan's scratch rows (``cuts``, N_BIN_CODES wide each): the left child's prefix sums of
+# the three channels, then each cut's score with the missing rows right and left.
+_CUT_N, _CUT_A, _CUT_B, _SCORE_RIGHT, _SCORE_LEFT = range(5)
+N_CUT_ROWS = 5
+
+
 @njit(cache=True, inline="always")
-def _two_channel_score(n_left, a_left, b_left, total, criterion, min_samples_leaf, min_weight_leaf):
-    """``cut_score`` of one cut for two-class Gini (channels 1 and 2 are the class weights) or
-    squared error (the weight and the weighted sum), given the left child's channels; also
-    tests ``min_samples_leaf``. The same operations in the same order as ``cut_score``, so the
-    same number."""
-    if n_left < min_samples_leaf or total[0] - n_left < min_samples_leaf:
-        return NO_SPLIT
-    a_right = total[1] - a_left
-    b_right = total[2] - b_left
+def _score_cuts(
+    cuts,
+    n_cuts,
+    extra_n,
+    extra_a,
+    extra_b,
+    total,
+    criterion,
+    min_samples_leaf,
+    min_weight_leaf,
+    out,
+):
+    """``cut_score`` of the first ``n_cuts`` cuts whose left children are the prefix sums in
+    ``cuts`` plus ``extra_*`` (the missing rows, or zeros), into ``out``, for two-class Gini
+    (channels 1 and 2 the class weights) or squared error (the weight and the weighted sum).
+    Also tests ``min_samples_leaf``. The same operations as ``cut_score``, so the same numbers,
+    but with no branch, so that the compiler scores several cuts an instruction (a rejected
+    cut's quotients are computed and dropped)."""
+    n_prefix, a_prefix, b_prefix = cuts[_CUT_N], cuts[_CUT_A], cuts[_CUT_B]
     if criterion == SQUARED_ERROR:
-        w_left = a_left
-        w_right = a_right
+        for j in range(n_cuts):
+            n_left = n_prefix[j] + extra_n
+            w_left = a_prefix[j] + extra_a
+            s_left = b_prefix[j] + extra_b
+            w_right = total[1] - w_left
+            s_right = total[2] - s_left
+            w = w_left + w_right
+            rejected = (
+                (n_left < min_samples_leaf)
+                | (total[0] - n_left < min_samples_leaf)
+                | (w_left < min_weight_leaf)
+                | (w_right < min_weight_leaf)
+                | (w_left <= _EMPTY_SHARE * w)
+                | (w_right <= _EMPTY_SHARE * w)
+            )
+            score = s_left * s_left / w_left + s_right * s_right / w_right
+            out[j] = NO_SPLIT if rejected else score
     else:
-        w_left = a_left + b_left
-        w_right = a_right + b_right
-    if w_left < min_weight_leaf or w_right < min_weight_leaf or _is_empty(w_left, w_right):
-        return NO_SPLIT
-    if criterion == SQUARED_ERROR:
-        return b_left * b_left / w_left + b_right * b_right / w_right
-    return (a_left * a_left + b_left * b_left) / w_left + (
-        a_right * a_right + b_right * b_right
-    ) / w_right
+        for j in range(n_cuts):
+            n_left = n_prefix[j] + extra_n
+            a_left = a_prefix[j] + extra_a
+            b_left = b_prefix[j] + extra_b
+            a_right = total[1] - a_left
+            b_right = total[2] - b_left
+            w_left = a_left + b_left
+            w_right = a_right + b_right
+            w = w_left + w_right
+            rejected = (
+                (n_left < min_samples_leaf)
+                | (total[0] - n_left < min_samples_leaf)
+                | (w_left < min_weight_leaf)
+                | (w_right < min_weight_leaf)
+                | (w_left <= _EMPTY_SHARE * w)
+                | (w_right <= _EMPTY_SHARE * w)
+            )
+            score = (a_left * a_left + b_left * b_left) / w_left + (
+                a_right * a_right + b_right * b_right
+            ) / w_right
+            out[j] = NO_SPLIT if rejected else score
 
 
 @njit(cache=True, inline="always")
 def _scan_two_channels(
-    stats, order, n_bins, missing, total, criterion, min_samples_leaf, min_weight_leaf
+    stats, order, n_bins, missing, total, criterion, min_samples_leaf, min_weight_leaf, cuts
 ):
     """``scan_cuts`` for every cut of a two-class Gini or a squared-error histogram, whose score
-    reads two channels besides the row count: the prefix sums stay in registers, and the
-    criterion's loop over classes is unrolled. About a quarter of a large numeric tree's
-    growth was the general scan (docs/benchmarks.md). Same candidates, in the same order, with
-    the same scores as the general loop."""
+    reads two channels besides the row count: the prefix sums first, then every cut's score
+    (``_score_cuts``), then the first best. The general loop, a cut at a time through
+    ``cut_score``, was a quarter of a large numeric tree's growth (docs/benchmarks.md). Same
+    candidates, in the same order, with the same scores."""
     has_missing = missing[0] > 0.0
-    best_score = NO_SPLIT
-    best_position = -1
-    best_missing_left = False
     n_cuts = n_bins if has_missing else n_bins - 1
     p0 = 0.0
     p1 = 0.0
@@ -257,27 +302,49 @@ def _scan_two_channels(
         p0 += stats[row, 0]
         p1 += stats[row, 1]
         p2 += stats[row, 2]
-        score = _two_channel_score(
-            p0, p1, p2, total, criterion, min_samples_leaf, min_weight_leaf
-        )
-        if score > best_score:
-            best_score = score
+        cuts[_CUT_N, j] = p0
+        cuts[_CUT_A, j] = p1
+        cuts[_CUT_B, j] = p2
+    # A prefix sum of non-negative counts and weights, or of w * y from +0.0, is never -0.0, so
+    # adding +0.0 (no missing rows on the left) leaves it as cut_score leaves it.
+    score_right, score_left = cuts[_SCORE_RIGHT], cuts[_SCORE_LEFT]
+    _score_cuts(
+        cuts,
+        n_cuts,
+        0.0,
+        0.0,
+        0.0,
+        total,
+        criterion,
+        min_samples_leaf,
+        min_weight_leaf,
+        score_right,
+    )
+    n_left_cuts = n_bins - 1 if has_missing else 0  # at the last cut the right would be empty
+    _score_cuts(
+        cuts,
+        n_left_cuts,
+        missing[0],
+        missing[1],
+        missing[2],
+        total,
+        criterion,
+        min_samples_leaf,
+        min_weight_leaf,
+        score_left,
+    )
+    best_score = NO_SPLIT
+    best_position = -1
+    best_missing_left = False
+    for j in range(n_cuts):
+        if score_right[j] > best_score:
+            best_score = score_right[j]
             best_position = j
             best_missing_left = False
-        if has_missing and j < n_bins - 1:
-            score = _two_channel_score(
-                p0 + missing[0],
-                p1 + missing[1],
-                p2 + missing[2],
-                total,
-                criterion,
-                min_samples_leaf,
-                min_weight_leaf,
-            )
-            if score > best_score:
-                best_score = score
-                best_position = j
-                best_missing_left = True
+        if j < n_left_cuts and score_left[j] > best_score:
+            best_score = score_left[j]
+            best_position = j
+            best_missing_left = True
     return best_score, best_position, best_missing_left
 
 
