@@ -222,6 +222,21 @@ N_CUT_ROWS = 5
 
 
 @njit(cache=True, inline="always")
+def _rejected(n_left, w_left, w_right, total, min_samples_leaf, min_weight_leaf):
+    """Whether a cut breaks a leaf minimum or leaves a child empty, as ``cut_score`` and
+    ``scan_cuts`` test it, without a branch."""
+    w = w_left + w_right
+    return (
+        (n_left < min_samples_leaf)
+        | (total[0] - n_left < min_samples_leaf)
+        | (w_left < min_weight_leaf)
+        | (w_right < min_weight_leaf)
+        | (w_left <= _EMPTY_SHARE * w)
+        | (w_right <= _EMPTY_SHARE * w)
+    )
+
+
+@njit(cache=True, inline="always")
 def _score_cuts(
     cuts,
     n_cuts,
@@ -248,15 +263,7 @@ def _score_cuts(
             s_left = b_prefix[j] + extra_b
             w_right = total[1] - w_left
             s_right = total[2] - s_left
-            w = w_left + w_right
-            rejected = (
-                (n_left < min_samples_leaf)
-                | (total[0] - n_left < min_samples_leaf)
-                | (w_left < min_weight_leaf)
-                | (w_right < min_weight_leaf)
-                | (w_left <= _EMPTY_SHARE * w)
-                | (w_right <= _EMPTY_SHARE * w)
-            )
+            rejected = _rejected(n_left, w_left, w_right, total, min_samples_leaf, min_weight_leaf)
             score = s_left * s_left / w_left + s_right * s_right / w_right
             out[j] = NO_SPLIT if rejected else score
     else:
@@ -268,15 +275,7 @@ def _score_cuts(
             b_right = total[2] - b_left
             w_left = a_left + b_left
             w_right = a_right + b_right
-            w = w_left + w_right
-            rejected = (
-                (n_left < min_samples_leaf)
-                | (total[0] - n_left < min_samples_leaf)
-                | (w_left < min_weight_leaf)
-                | (w_right < min_weight_leaf)
-                | (w_left <= _EMPTY_SHARE * w)
-                | (w_right <= _EMPTY_SHARE * w)
-            )
+            rejected = _rejected(n_left, w_left, w_right, total, min_samples_leaf, min_weight_leaf)
             score = (a_left * a_left + b_left * b_left) / w_left + (
                 a_right * a_right + b_right * b_right
             ) / w_right
