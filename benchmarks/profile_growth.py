@@ -2,7 +2,9 @@
 
 Grows one tree (max_features="sqrt"), then replays the split search (``find_split``) on the
 internal nodes of the grown tree by node size, on the same rows: after growth each node's rows
-are still a contiguous slice of ``sample_indices``. Also replays the node statistics.
+are still a contiguous slice of ``sample_indices`` (a table of at most 8 features does not move
+its row indices while it grows, ``NodeRows.all_ordered``: the replay takes them from a second
+growth of the same tree that does). Also replays the node statistics.
 
     python benchmarks/profile_growth.py --n-samples 1000000 --n-features 50
     python benchmarks/profile_growth.py --data flights
@@ -25,6 +27,7 @@ from dasktrees._dtypes import N_BIN_CODES, TREE_LEAF  # noqa: E402
 from dasktrees._params import check_tree_params  # noqa: E402
 from dasktrees._random import new_state  # noqa: E402
 from dasktrees.criteria import GINI  # noqa: E402
+from dasktrees.tree import grower as grower_module  # noqa: E402
 from dasktrees.tree.grower import (  # noqa: E402
     _TOTAL,
     N_INT_SCRATCH,
@@ -53,12 +56,12 @@ def replay_split_search(rows, nodes, tables, rules, scratch, low, high):
         if nodes[k]["left"] == TREE_LEAF or not low <= stop - start < high:
             continue
         impurity = node_statistics(rows.y, rows.w, start, stop, GINI, scratch.vec[_TOTAL])
-        ordered = _in_node_order(nodes, k)  # as during growth
+        ordered = _in_node_order(rows, nodes, k)  # as during growth
         total += find_split(rows, start, stop, impurity, tables, rules, scratch, ordered)[0]
     return total
 
 
-def replay_bundles(codes, y, w, rows, arrays, max_features):
+def replay_bundles(codes, y, w, rows, arrays, max_features, all_ordered):
     """``find_split``'s arguments for the grown tree's rows, binary classification."""
     n_channels = 3
     n_features = codes.shape[1]
@@ -68,7 +71,7 @@ def replay_bundles(codes, y, w, rows, arrays, max_features):
         # The large nodes read their codes in node order; after growth the final row order
         # holds them for every node (the search reads the same codes as during growth, in
         # an order that may differ within nodes split below TRACK_TOUCHED_BELOW rows).
-        NodeRows(codes, y, w, rows, node_codes, node_codes.view(np.uint64)),
+        NodeRows(codes, y, w, rows, node_codes, node_codes.view(np.uint64), all_ordered),
         BinTables(arrays.n_bins, arrays.is_categorical, arrays.bin_values, arrays.thresholds),
         Rules(GINI, 2, False, int(max_features), 0, 0, 1, 0.0, 0.0, 1.0, False),
         Scratch(
@@ -165,9 +168,14 @@ def main():
 
     grow_once()  # compile
     growth_s, (nodes, rows) = best_of(args.repeats, grow_once)
+    all_ordered = codes.shape[1] <= 8 * grower_module._ALL_ORDERED_MAX_WORDS
+    if all_ordered:  # its rows in their final order, from a growth that moves them
+        grower_module._ALL_ORDERED_MAX_WORDS = 0
+        tracked, rows = grow_once()
+        assert np.array_equal(tracked, nodes)
     node_y, node_w = y[rows], w[rows]
     node_rows, tables, rules, scratch = replay_bundles(
-        codes, node_y, node_w, rows, arrays, params.max_features
+        codes, node_y, node_w, rows, arrays, params.max_features, all_ordered
     )
     replay_args = (node_rows, nodes, tables, rules, scratch)
     replay_split_search(*replay_args, 0, 1)  # compile

@@ -314,8 +314,12 @@ def test_cut_score_orders_like_split_score(criterion):
     missing_left=st.booleans(),
     two_classes=st.booleans(),
     move_codes=st.booleans(),
+    move_rows=st.booleans(),
 )
-def test_partition_is_stable_and_complete(seed, categorical, missing_left, two_classes, move_codes):
+def test_partition_is_stable_and_complete(
+    seed, categorical, missing_left, two_classes, move_codes, move_rows
+):
+    move_rows = move_rows or not move_codes  # rows that carry no codes carry their row index
     codes, y, w, rows = random_node(seed, 400, 20, GINI, n_classes=2 if two_classes else 3)
     children = np.full((2, 3), -1.0)
     start, stop = 10, len(rows) - 5
@@ -339,6 +343,7 @@ def test_partition_is_stable_and_complete(seed, categorical, missing_left, two_c
         node_codes.view(np.uint64),
         move_codes,  # the split feature's codes read in node order, or gathered by row
         move_codes,
+        move_rows,
         0,
         rows,
         node_y,
@@ -363,14 +368,14 @@ def test_partition_is_stable_and_complete(seed, categorical, missing_left, two_c
     else:
         goes = seg_codes <= 9
     goes = np.where(seg_codes == MISSING_BIN, missing_left, goes)
-    np.testing.assert_array_equal(rows[start:boundary], segment[goes])
-    np.testing.assert_array_equal(rows[boundary:stop], segment[~goes])
-    np.testing.assert_array_equal(rows[:start], before[:start])
-    np.testing.assert_array_equal(rows[stop:], before[stop:])
-    np.testing.assert_array_equal(node_y, y[rows])
-    np.testing.assert_array_equal(node_w, w[rows])
+    assert boundary == start + goes.sum()
+    expected = np.concatenate([before[:start], segment[goes], segment[~goes], before[stop:]])
+    # Row indices move only when asked; targets and weights always.
+    np.testing.assert_array_equal(rows, expected if move_rows else before)
+    np.testing.assert_array_equal(node_y, y[expected])
+    np.testing.assert_array_equal(node_w, w[expected])
     if move_codes:  # the codes moved with their rows, and only the node's
-        np.testing.assert_array_equal(node_codes[start:stop, :2], table[rows[start:stop]])
+        np.testing.assert_array_equal(node_codes[start:stop, :2], table[expected[start:stop]])
         np.testing.assert_array_equal(node_codes[:start], node_codes_before[:start])
         np.testing.assert_array_equal(node_codes[stop:], node_codes_before[stop:])
     if not two_classes:

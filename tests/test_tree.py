@@ -492,3 +492,38 @@ def test_recorded_improvement_is_the_weighted_impurity_decrease(offset):
     np.testing.assert_allclose(
         nodes["improvement"][split], decrease, rtol=1e-9, atol=1e-14 * (1.0 + offset)
     )
+
+
+@pytest.mark.parametrize("kind", ["binary", "multiclass", "regression"])
+def test_codes_kept_in_node_order_at_every_node_grow_the_same_tree(kind, monkeypatch):
+    """A table of at most eight features keeps its rows' codes in node order at every node
+    (the partition moves them instead of the row indices): the same tree, record for record, as
+    the row indices and gathered codes of small nodes give."""
+    from dasktrees import BinMapper
+    from dasktrees._params import check_tree_params
+    from dasktrees.tree import grower
+
+    X, signal = random_table(4, n=3000)  # four features, one categorical, missing values
+    if kind == "regression":
+        y, n_values = signal, 1
+    else:
+        n_values = 2 if kind == "binary" else 4
+        y = np.digitize(signal, np.quantile(signal, np.linspace(0, 1, n_values + 1)[1:-1]))
+        y = y.astype(np.float64)
+    model = (DecisionTreeRegressor if kind == "regression" else DecisionTreeClassifier)(
+        max_features=2
+    )
+    mapper = BinMapper(random_state=0).fit(X)
+    codes, arrays = mapper.transform(X), mapper.kernel_arrays()
+    params = check_tree_params(model, len(y), X.shape[1], kind != "regression")
+    w = np.random.default_rng(1).poisson(1.0, len(y)).astype(np.float64)
+
+    def records(words):
+        monkeypatch.setattr(grower, "_ALL_ORDERED_MAX_WORDS", words)
+        return grower._grow_records(codes, y, w, arrays, params, n_values, 3, None, None)
+
+    assert grower._ALL_ORDERED_MAX_WORDS >= 1  # this table's one word of codes a row
+    kept, gathered = records(1), records(0)
+    assert len(kept[0]) > 500
+    for a, b in zip(kept, gathered):
+        np.testing.assert_array_equal(a, b)

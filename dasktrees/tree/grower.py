@@ -73,7 +73,9 @@ class NodeRows(NamedTuple):
     codes, kept in ``node_codes``, so its children find theirs at ``node_codes[start:stop]``
     (the root too, when it has more than that many rows): their histograms and partition read
     codes in sequence rather than gather them from a binned table too large for the caches
-    (docs/benchmarks.md). The children of smaller nodes gather from ``codes``.
+    (docs/benchmarks.md). The children of smaller nodes gather from ``codes``, unless
+    ``all_ordered``: a row whose codes fit in one word moves them at every node instead of its
+    index.
     """
 
     codes: np.ndarray  # uint8 (n_rows, n_features): bin codes
@@ -84,6 +86,9 @@ class NodeRows(NamedTuple):
     # the large nodes, in rows padded to whole 64-bit words
     node_codes: np.ndarray
     node_words: np.ndarray  # uint64 (n_in_bag, n_features / 8 rounded up): node_codes' words
+    # Every node's codes in node order, the partitions moving them at every node: then no node
+    # gathers from ``codes``, and ``sample_indices`` are not moved (nothing reads them).
+    all_ordered: bool
 
 
 class BinTables(NamedTuple):
@@ -152,6 +157,12 @@ class Progress(NamedTuple):
     n_frontier: int  # nodes on the frontier
     w_root: float  # the root's weight, which scales every improvement; set when it is opened
 
+
+# A tree whose rows' codes fit in this many 64-bit words (at most 8 features) keeps them in node
+# order at every node: its partitions move a row's one word of codes instead of its row index,
+# and every node reads its codes in sequence (flights: growth 12-15 % faster; at 2 words,
+# diamonds gained nothing; docs/benchmarks.md).
+_ALL_ORDERED_MAX_WORDS = 1
 
 # Small nodes are often constant in a drawn feature: checking their few codes first spares the
 # histogram fill and compaction (measured in docs/benchmarks.md, flights).
@@ -558,9 +569,12 @@ class Workspace(NamedTuple):
 
 
 @inlined_node_kernel
-def _in_node_order(nodes, node_id):
+def _in_node_order(rows, nodes, node_id):
     """Whether node ``node_id``'s codes are in node order (``NodeRows.node_codes``): if its
-    parent's partition moved them, or, for the root, if they were gathered."""
+    parent's partition moved them (every partition does when ``rows.all_ordered``), or, for the
+    root, if they were gathered."""
+    if rows.all_ordered:
+        return True
     parent = nodes[node_id]["parent"]
     above = nodes[node_id] if parent < 0 else nodes[parent]
     return above["stop"] - above["start"] > ORDERED_CODES_ABOVE
@@ -586,8 +600,9 @@ def _partition_node(node_id, n_nodes, nodes, bitsets, rows, two_classes, scratch
         rows.codes,
         rows.node_codes,
         rows.node_words,
-        _in_node_order(nodes, node_id),
-        stop - start > ORDERED_CODES_ABOVE,
+        _in_node_order(rows, nodes, node_id),
+        rows.all_ordered or stop - start > ORDERED_CODES_ABOVE,
+        not rows.all_ordered,
         record["feature"],
         rows.sample_indices,
         rows.y,
@@ -745,7 +760,7 @@ def _grow_nodes(
                 child, node_id, depth, lo, hi, total, child_impurity, nodes, values, rules
             )
             if splittable:
-                ordered = _in_node_order(nodes, child)
+                ordered = _in_node_order(rows, nodes, child)
                 split = find_split(rows, lo, hi, child_impurity, tables, rules, scratch, ordered)
                 n_bitsets, splittable = _record_split(
                     child,
@@ -774,7 +789,8 @@ def _grow_nodes(
 
 
 def grow(codes, y, w, sample_indices, bin_arrays, params, n_classes, seed, candidates, workspace):
-    """Grow a tree on the rows ``sample_indices`` (reordered in place: leaves own slices).
+    """Grow a tree on the rows ``sample_indices`` (reordered in place so that leaves own slices,
+    except when every node keeps its codes in node order, ``NodeRows.all_ordered``).
 
     Parameters
     ----------
@@ -839,7 +855,15 @@ def grow(codes, y, w, sample_indices, bin_arrays, params, n_classes, seed, candi
     code_rows = _ordered_rows(n_rows)
     node_codes = workspace.node_codes[:code_rows]
     _gather_rows(codes, sample_indices[:code_rows], node_codes)
-    rows = NodeRows(codes, node_y, node_w, sample_indices, node_codes, node_codes.view(np.uint64))
+    rows = NodeRows(
+        codes,
+        node_y,
+        node_w,
+        sample_indices,
+        node_codes,
+        node_codes.view(np.uint64),
+        code_rows > 0 and _n_words(codes.shape[1]) <= _ALL_ORDERED_MAX_WORDS,
+    )
     tables = BinTables(
         np.ascontiguousarray(bin_arrays.n_bins, dtype=np.int32),
         np.ascontiguousarray(bin_arrays.is_categorical, dtype=np.bool_),

@@ -489,6 +489,7 @@ def partition(
     node_words,
     ordered,
     move_codes,
+    move_rows,
     f,
     sample_indices,
     node_y,
@@ -521,7 +522,9 @@ def partition(
     (``node_codes``, see ``grower.NodeRows``); with ``move_codes`` (which needs ``ordered``)
     those are moved with their rows too, as the 64-bit words
     ``node_words`` that view the same memory (``words_buffer`` is their scratch): a row of 50
-    codes moves as 7 words, not 50 bytes.
+    codes moves as 7 words, not 50 bytes. Without ``move_rows`` (which needs ``ordered`` and
+    ``move_codes``) the row indices ``sample_indices`` stay where they are: a tree whose every
+    node reads its codes in node order never reads them.
 
     With ``two_classes`` (classification, y in {0, 1}) the same pass sums the children's
     statistics: ``children[0]`` and ``children[1]`` (float64, three channels) are written
@@ -539,10 +542,9 @@ def partition(
     # and adding 0.0 leaves a sum of weights as it is: per child, the sums of its rows in order.
     left_0 = left_1 = right_0 = right_1 = 0.0
     for i in range(start, stop):
-        row = sample_indices[i]
         yi = node_y[i]
         wi = node_w[i]
-        code = node_codes[i, f] if ordered else codes[row, f]
+        code = node_codes[i, f] if ordered else codes[sample_indices[i], f]
         left = np.int64(goes_left(code, bin_threshold, missing_go_to_left, is_categorical, bitset))
         if two_classes:
             on_left = np.float64(left)
@@ -555,10 +557,12 @@ def partition(
         # Each row is written to both sides and only its own side moves on: the side of a row
         # is a coin flip at many nodes, and a branch on it was mispredicted half the time.
         # Slot n_left <= i has already been read.
-        sample_indices[n_left] = row
+        if move_rows:
+            row = sample_indices[i]
+            sample_indices[n_left] = row
+            buffer[n_right] = row
         node_y[n_left] = yi
         node_w[n_left] = wi
-        buffer[n_right] = row
         y_buffer[n_right] = yi
         w_buffer[n_right] = wi
         if move_codes:
@@ -569,7 +573,8 @@ def partition(
         n_left += left
         n_right += 1 - left
     for k in range(n_right):
-        sample_indices[n_left + k] = buffer[k]
+        if move_rows:
+            sample_indices[n_left + k] = buffer[k]
         node_y[n_left + k] = y_buffer[k]
         node_w[n_left + k] = w_buffer[k]
     if move_codes:
