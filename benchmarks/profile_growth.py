@@ -41,7 +41,7 @@ from dasktrees.tree.grower import (  # noqa: E402
     find_split,
     grow,
 )
-from dasktrees.tree.histogram import node_statistics  # noqa: E402
+from dasktrees.tree.histogram import node_statistics, signed_weights  # noqa: E402
 from dasktrees.tree.splitting import N_CUT_ROWS  # noqa: E402
 
 BUCKETS = [(2, 4), (4, 8), (8, 32), (32, 256), (256, 1024), (1024, 2**62)]
@@ -173,7 +173,8 @@ def main():
         grower_module._ALL_ORDERED_MAX_WORDS = 0
         tracked, rows = grow_once()
         assert np.array_equal(tracked, nodes)
-    node_y, node_w = y[rows], w[rows]
+    # Two classes: the kernels read the signed weights (``histogram.signed_weights``).
+    node_y = node_w = signed_weights(y[rows], w[rows], np.empty(len(rows)))
     node_rows, tables, rules, scratch = replay_bundles(
         codes, node_y, node_w, rows, arrays, params.max_features, all_ordered
     )

@@ -7,7 +7,13 @@ from hypothesis import strategies as st
 
 from dasktrees._dtypes import MISSING_BIN, N_BIN_CODES
 from dasktrees.criteria import ENTROPY, GAIN_RATIO, GINI, MISCLASSIFICATION, SQUARED_ERROR, impurity
-from dasktrees.tree.histogram import build_histogram, build_histograms, compact, node_statistics
+from dasktrees.tree.histogram import (
+    build_histogram,
+    build_histograms,
+    compact,
+    node_statistics,
+    signed_weights,
+)
 from dasktrees.tree.splitting import (
     N_CUT_ROWS,
     NO_SPLIT,
@@ -50,15 +56,20 @@ def naive_stats(y, w, criterion, n_classes=3):
     n_rows=st.integers(1, 3000),
     n_bins=st.integers(1, 255),
     criterion=st.sampled_from([GINI, SQUARED_ERROR]),
+    n_classes=st.sampled_from([2, 3]),
 )
-def test_histogram_matches_naive(seed, n_rows, n_bins, criterion):
-    codes, y, w, rows = random_node(seed, n_rows, n_bins, criterion)
+def test_histogram_matches_naive(seed, n_rows, n_bins, criterion, n_classes):
+    codes, y, w, rows = random_node(seed, n_rows, n_bins, criterion, n_classes)
     node_y, node_w = y[rows], w[rows]
     n_channels = 4
+    kernel_y, kernel_w = node_y, node_w
+    if criterion == GINI and n_classes == 2:  # three channels, from the signed weights
+        n_channels = 3
+        kernel_y = kernel_w = signed_weights(node_y, node_w, np.empty(len(rows)))
     hist = np.zeros((N_BIN_CODES, n_channels))
     touched = np.zeros(N_BIN_CODES, dtype=np.int64)
     n_touched = build_histogram(
-        codes[:, None], 0, rows, 0, len(rows), node_y, node_w, criterion, hist, touched
+        codes[:, None], 0, rows, 0, len(rows), kernel_y, kernel_w, criterion, hist, touched
     )
     bins = np.zeros(N_BIN_CODES, dtype=np.int64)
     stats = np.zeros((N_BIN_CODES, n_channels))
@@ -74,11 +85,11 @@ def test_histogram_matches_naive(seed, n_rows, n_bins, criterion):
     filled = 3 if criterion == SQUARED_ERROR else n_channels
     for k, b in enumerate(present):
         at = node_codes == b
-        naive = naive_stats(node_y[at], node_w[at], criterion)
+        naive = naive_stats(node_y[at], node_w[at], criterion, n_channels - 1)
         np.testing.assert_allclose(stats[k, :filled], naive[:filled])
     assert not stats[:n_filled, filled:].any()
     at = node_codes == MISSING_BIN
-    naive = naive_stats(node_y[at], node_w[at], criterion)
+    naive = naive_stats(node_y[at], node_w[at], criterion, n_channels - 1)
     np.testing.assert_allclose(missing[:filled], naive[:filled])
     assert not missing[filled:].any()
     assert not hist.any(), "compact must leave the histogram zeroed for the next feature"
@@ -111,7 +122,10 @@ def test_node_statistics_sums_in_row_order(n_classes):
     """Class weights summed row by row in row order: exactly the in-place sums."""
     _, y, w, rows = random_node(2, 700, 10, GINI, n_classes=n_classes)
     stats = np.zeros(n_classes + 1)
-    node_statistics(y[rows], w[rows], 0, len(rows), GINI, stats)
+    kernel_y, kernel_w = y[rows], w[rows]
+    if n_classes == 2:  # the kernels' two-class input: the signed weights
+        kernel_y = kernel_w = signed_weights(y[rows], w[rows], np.empty(len(rows)))
+    node_statistics(kernel_y, kernel_w, 0, len(rows), GINI, stats)
     expected = np.zeros(n_classes + 1)
     for yi, wi in zip(y[rows], w[rows]):
         expected[0] += 1.0
@@ -325,6 +339,8 @@ def test_partition_is_stable_and_complete(
     start, stop = 10, len(rows) - 5
     before = rows.copy()
     node_y, node_w = y[rows], w[rows]
+    if two_classes:  # the kernels' two-class rows: one array, the signed weights
+        node_y = node_w = signed_weights(node_y, node_w, np.empty(len(rows)))
     # Two features: the split's, and a second one the codes in node order carry along.
     table = np.stack([codes, (codes * 7 + 3).astype(np.uint8)], axis=1)
     # Codes in node order are rows padded to whole 64-bit words (here one word: 2 codes + 6).
@@ -372,8 +388,11 @@ def test_partition_is_stable_and_complete(
     expected = np.concatenate([before[:start], segment[goes], segment[~goes], before[stop:]])
     # Row indices move only when asked; targets and weights always.
     np.testing.assert_array_equal(rows, expected if move_rows else before)
-    np.testing.assert_array_equal(node_y, y[expected])
-    np.testing.assert_array_equal(node_w, w[expected])
+    if two_classes:
+        np.testing.assert_array_equal(node_y, np.where(y == 1, w, -w)[expected])
+    else:
+        np.testing.assert_array_equal(node_y, y[expected])
+        np.testing.assert_array_equal(node_w, w[expected])
     if move_codes:  # the codes moved with their rows, and only the node's
         np.testing.assert_array_equal(node_codes[start:stop, :2], table[expected[start:stop]])
         np.testing.assert_array_equal(node_codes[:start], node_codes_before[:start])
@@ -381,11 +400,13 @@ def test_partition_is_stable_and_complete(
     if not two_classes:
         assert (children == -1.0).all()
         return
-    # The children's statistics: exactly the sums of a pass over each child's rows.
+    # The children's statistics: exactly the sums of a pass over each child's rows in order.
     for side, (lo, hi) in enumerate([(start, boundary), (boundary, stop)]):
-        expected = np.zeros(3)
-        node_statistics(node_y, node_w, lo, hi, GINI, expected)
-        np.testing.assert_array_equal(children[side], expected)
+        sums = np.zeros(3)
+        for row in expected[lo:hi]:
+            sums[0] += 1.0
+            sums[1 + int(y[row])] += w[row]
+        np.testing.assert_array_equal(children[side], sums)
 
 
 @settings(max_examples=50, deadline=None)
@@ -409,8 +430,8 @@ def test_exact_sum_is_the_exact_sum(values):
     assert exact_sum(values[::-1]) == exact_sum(values)
 
 
-@pytest.mark.parametrize("criterion", [GINI, SQUARED_ERROR])
-def test_build_histograms_fills_what_build_histogram_fills(criterion):
+@pytest.mark.parametrize("criterion, n_classes", [(GINI, 3), (GINI, 2), (SQUARED_ERROR, 1)])
+def test_build_histograms_fills_what_build_histogram_fills(criterion, n_classes):
     """The one-pass fill of a large node's histograms, from its codes in node order, gives,
     feature by feature, the very numbers of the one-feature fill gathering the codes by row
     (the same sums in the same row order); so does the one-feature fill from the codes in node
@@ -421,17 +442,27 @@ def test_build_histograms_fills_what_build_histogram_fills(criterion):
     codes[rng.random(codes.shape) < 0.1] = MISSING_BIN
     rows = rng.permutation(n_rows).astype(np.int64)
     y = (
-        rng.integers(0, 3, n_rows).astype(np.float64)
+        rng.integers(0, n_classes, n_rows).astype(np.float64)
         if criterion == GINI
         else rng.normal(size=n_rows)
     )
     w = rng.uniform(0.5, 2.0, n_rows)
     n_channels = 4
+    touched = np.empty(N_BIN_CODES, dtype=np.int32)
+    if n_classes == 2:
+        # Three channels from the signed weights: the class weights of the four-channel
+        # histogram of the class indices, to the last bit (summed in the same order).
+        by_class = np.zeros((N_BIN_CODES, 4))
+        build_histogram(codes, 7, rows, 100, 2900, y, w, criterion, by_class, touched)
+        n_channels = 3
+        y = w = signed_weights(y, w, np.empty(n_rows))
     features = np.array([7, 2, 5, 0], dtype=np.int64)
     hists = np.zeros((3, N_BIN_CODES, n_channels))
     node_codes = codes[rows]
     build_histograms(node_codes, features, 3, 100, 2900, y, w, criterion, hists)
-    touched = np.empty(N_BIN_CODES, dtype=np.int32)
+    if n_classes == 2:
+        np.testing.assert_array_equal(hists[0], by_class[:, :3])
+        assert not by_class[:, 3].any()
     identity = np.arange(n_rows, dtype=np.int64)
     for j, f in enumerate(features[:3]):
         one = np.zeros((N_BIN_CODES, n_channels))

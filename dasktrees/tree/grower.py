@@ -41,6 +41,7 @@ from .histogram import (
     build_histograms,
     compact,
     node_statistics,
+    signed_weights,
 )
 from .splitting import (
     N_CUT_ROWS,
@@ -79,8 +80,10 @@ class NodeRows(NamedTuple):
     """
 
     codes: np.ndarray  # uint8 (n_rows, n_features): bin codes
-    y: np.ndarray  # float64 (n_in_bag,): class index or target, in sample_indices order
-    w: np.ndarray  # float64 (n_in_bag,): weights, in sample_indices order
+    # float64 (n_in_bag,), in sample_indices order: class index or target; for two classes the
+    # signed weights (``histogram.signed_weights``)
+    y: np.ndarray
+    w: np.ndarray  # float64 (n_in_bag,): weights; for two classes the same array as y
     sample_indices: np.ndarray  # int64 (n_in_bag,)
     # uint8 (n_in_bag, n_features rounded up to 8), or no rows when no node is large: codes of
     # the large nodes, in rows padded to whole 64-bit words
@@ -851,6 +854,13 @@ def grow(codes, y, w, sample_indices, bin_arrays, params, n_classes, seed, candi
     np.take(np.asarray(y, dtype=np.float64), sample_indices, out=node_y)
     np.take(np.asarray(w, dtype=np.float64), sample_indices, out=node_w)
     codes = np.ascontiguousarray(codes, dtype=np.uint8)
+    category_keys = tree_category_keys(
+        codes, sample_indices, node_y, node_w, bin_arrays.is_categorical, rules
+    )
+    if rules.criterion != SQUARED_ERROR and rules.n_classes == 2:
+        # Two classes: y becomes the signed weight (w for class 1, -w for class 0), the only
+        # array the kernels then read and the partitions move (``NodeRows``).
+        node_y = node_w = signed_weights(node_y, node_w, node_y)
     # Codes in node order (NodeRows), gathered for the root.
     code_rows = _ordered_rows(n_rows)
     node_codes = workspace.node_codes[:code_rows]
@@ -885,7 +895,7 @@ def grow(codes, y, w, sample_indices, bin_arrays, params, n_classes, seed, candi
         workspace.w_buffer[:n_rows],
         workspace.words_buffer[:code_rows],
         workspace.identity[:code_rows],
-        tree_category_keys(rows, tables.is_categorical, rules),
+        category_keys,
     )
     nodes, values = workspace.nodes, workspace.values
     bitsets = np.empty((16, BITSET_WORDS), dtype=BITSET_DTYPE)
@@ -967,7 +977,7 @@ def _gather_rows(codes, sample_indices, out):
             out[i, f] = codes[row, f]
 
 
-def tree_category_keys(rows, is_categorical, rules):
+def tree_category_keys(codes, sample_indices, y, w, is_categorical, rules):
     """The keys that order each categorical feature's categories for a whole tree
     (``categorical_order="tree"``): over the tree's in-bag rows, weighted, each category's mean
     target (regression) or proportion of each class (classification, one row of keys per class).
@@ -985,7 +995,7 @@ def tree_category_keys(rows, is_categorical, rules):
     if not rules.tree_order or len(categorical) == 0:
         return np.zeros((n_orders, len(is_categorical), 0))
     keys = np.zeros((n_orders, len(is_categorical), N_BIN_CODES))
-    _category_means(rows.codes, rows.sample_indices, rows.y, rows.w, categorical, regression, keys)
+    _category_means(codes, sample_indices, y, w, categorical, regression, keys)
     return keys
 
 

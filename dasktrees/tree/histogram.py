@@ -13,6 +13,11 @@ few rows therefore never pays for the 256 bins it does not use:
     bin  7: [2, 0.0, 2.0]                 bins  = [3, 7, 12]
     bin  3: [1, 1.0, 0.0]      ----->     stats = [[1, 1, 0], [2, 0, 2], [4, 3, 1]]
     bin 12: [4, 3.0, 1.0]                 missing = stats of code MISSING_BIN
+
+For two classes the kernels read a single array per row, the signed weight (``signed_weights``:
+w for class 1, -w for class 0; weights are positive), in place of the class index and the
+weight: the partitions move one array instead of two, and the histograms read one. The class
+weights come out as the same numbers in the same order.
 """
 
 import numpy as np
@@ -30,6 +35,13 @@ TRACK_TOUCHED_BELOW = 1024
 # (Measured in docs/benchmarks.md.)
 ORDERED_CODES_ABOVE = 256
 assert ORDERED_CODES_ABOVE <= TRACK_TOUCHED_BELOW
+
+
+def signed_weights(y, w, out):
+    """Write the two-class rows' signed weights, ``w`` where the class ``y`` is 1 and ``-w``
+    where it is 0, into ``out`` (which may be ``w`` itself) and return it. The kernels take
+    it as both their targets and their weights when the statistics have three channels."""
+    return np.copysign(w, y - 0.5, out=out)
 
 
 @node_kernel
@@ -78,6 +90,13 @@ def build_histogram(codes, f, sample_indices, start, stop, y, w, criterion, hist
             hist[b, 0] += 1.0
             hist[b, 1] += w[i]
             hist[b, 2] += w[i] * y[i]
+    elif hist.shape[1] == 3:  # two classes: y holds the signed weights
+        for i in range(start, stop):
+            b = codes[sample_indices[i], f]
+            touched[n_touched] = b
+            n_touched += np.int64(hist[b, 0] == 0.0) & np.int64(b != MISSING_BIN)
+            hist[b, 0] += 1.0
+            hist[b, 1 + np.int64(y[i] > 0.0)] += abs(y[i])
     else:
         for i in range(start, stop):
             b = codes[sample_indices[i], f]
@@ -146,9 +165,10 @@ def _fill_pair(node_codes, f0, f1, start, stop, y, w, criterion, first, second):
             second[b1, 1] += wi
             second[b1, 2] += wy
     else:
+        two_classes = first.shape[1] == 3  # y holds the signed weights
         for i in range(start, stop):
-            wi = w[i]
-            channel = 1 + np.int64(y[i])
+            wi = abs(y[i]) if two_classes else w[i]
+            channel = 1 + (np.int64(y[i] > 0.0) if two_classes else np.int64(y[i]))
             b0 = node_codes[i, f0]
             b1 = node_codes[i, f1]
             first[b0, 0] += 1.0
@@ -166,6 +186,11 @@ def _fill_one(node_codes, f, start, stop, y, w, criterion, hist):
             hist[b, 0] += 1.0
             hist[b, 1] += w[i]
             hist[b, 2] += w[i] * y[i]
+    elif hist.shape[1] == 3:  # two classes: y holds the signed weights
+        for i in range(start, stop):
+            b = node_codes[i, f]
+            hist[b, 0] += 1.0
+            hist[b, 1 + np.int64(y[i] > 0.0)] += abs(y[i])
     else:
         for i in range(start, stop):
             b = node_codes[i, f]
@@ -272,8 +297,12 @@ def node_statistics(node_y, node_w, start, stop, criterion, stats_out):
         return deviation / w_sum
     stats_out[:] = 0.0
     # (Two-class children are summed by the partition; here that case is only a tree's root.)
+    two_classes = stats_out.shape[0] == 3  # node_y holds the signed weights
     for i in range(start, stop):
         n_rows += 1.0
-        stats_out[1 + np.int64(node_y[i])] += node_w[i]
+        if two_classes:
+            stats_out[1 + np.int64(node_y[i] > 0.0)] += abs(node_y[i])
+        else:
+            stats_out[1 + np.int64(node_y[i])] += node_w[i]
     stats_out[0] = n_rows
     return impurity(stats_out, criterion)

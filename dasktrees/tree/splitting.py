@@ -474,12 +474,18 @@ def random_category_cut(n_bins, state):
 
 @njit(cache=True, inline="always")
 def goes_left(code, bin_threshold, missing_go_to_left, is_categorical, bitset):
-    """Whether a row with this code goes to the left child (binned data)."""
-    if code == MISSING_BIN:
-        return missing_go_to_left
+    """1 if a row with this code goes to the left child (binned data), else 0, as a uint64.
+
+    Without a branch on the code: at many nodes a row's side is a coin flip, and whether its
+    value is missing too. (``is_categorical`` is the same for all the rows of a node.)
+    """
+    u = np.uint64
+    missing = u(code == MISSING_BIN)
     if is_categorical:
-        return (bitset[code >> 5] >> (code & 31)) & 1 == 1
-    return code <= bin_threshold
+        side = u((bitset[code >> 5] >> (code & 31)) & 1)
+    else:
+        side = u(code <= bin_threshold)
+    return (missing & u(missing_go_to_left)) | ((u(1) - missing) & side)
 
 
 @node_kernel
@@ -526,10 +532,12 @@ def partition(
     ``move_codes``) the row indices ``sample_indices`` stay where they are: a tree whose every
     node reads its codes in node order never reads them.
 
-    With ``two_classes`` (classification, y in {0, 1}) the same pass sums the children's
-    statistics: ``children[0]`` and ``children[1]`` (float64, three channels) are written
-    ``[n_rows, w_0, w_1]`` of the left and right child, the same sums in the same order as
-    ``histogram.node_statistics`` over each child's rows. Otherwise ``children`` is not touched.
+    With ``two_classes`` (classification, ``node_y`` the signed weights of
+    ``histogram.signed_weights`` and ``node_w`` the same array, moved once) the same pass sums
+    the children's statistics: ``children[0]`` and ``children[1]`` (float64, three channels)
+    are written ``[n_rows, w_0, w_1]`` of the left and right child, the same sums in the same
+    order as ``histogram.node_statistics`` over each child's rows. Otherwise ``children`` is
+    not touched.
 
     Returns
     -------
@@ -615,20 +623,23 @@ def _partition(
     children,
 ):
     """``partition``, inlined into it twice (``move_rows`` constant in each copy)."""
-    n_left = start
-    n_right = 0
-    # Each row adds w or exactly 0.0 to each sum (w * y, w * (1 - y) and the side as 0.0 / 1.0),
-    # and adding 0.0 leaves a sum of weights as it is: per child, the sums of its rows in order.
+    # Unsigned positions: numba wraps a negative signed index around, at a few instructions for
+    # every index of every row.
+    u = np.uint64
+    n_left = u(start)
+    n_right = u(0)
+    # Each row adds w or exactly 0.0 to each sum (the signed weight's class parts and the side
+    # as 0.0 / 1.0), and adding 0.0 leaves a sum of weights as it is: per child, the sums of its
+    # rows in order.
     left_0 = left_1 = right_0 = right_1 = 0.0
-    for i in range(start, stop):
+    for i in range(u(start), u(stop)):
         yi = node_y[i]
-        wi = node_w[i]
-        code = node_codes[i, f] if ordered else codes[sample_indices[i], f]
-        left = np.int64(goes_left(code, bin_threshold, missing_go_to_left, is_categorical, bitset))
-        if two_classes:
+        code = node_codes[i, f] if ordered else codes[u(sample_indices[i]), f]
+        left = goes_left(code, bin_threshold, missing_go_to_left, is_categorical, bitset)
+        if two_classes:  # yi is the signed weight
             on_left = np.float64(left)
-            w_1 = wi * yi
-            w_0 = wi * (1.0 - yi)
+            w_1 = max(yi, 0.0)
+            w_0 = max(-yi, 0.0)
             left_0 += w_0 * on_left
             left_1 += w_1 * on_left
             right_0 += w_0 * (1.0 - on_left)
@@ -641,30 +652,33 @@ def _partition(
             sample_indices[n_left] = row
             buffer[n_right] = row
         node_y[n_left] = yi
-        node_w[n_left] = wi
         y_buffer[n_right] = yi
-        w_buffer[n_right] = wi
+        if not two_classes:  # else node_w is node_y
+            wi = node_w[i]
+            node_w[n_left] = wi
+            w_buffer[n_right] = wi
         if move_codes:
             for c in range(node_words.shape[1]):
                 word = node_words[i, c]
                 node_words[n_left, c] = word
                 words_buffer[n_right, c] = word
         n_left += left
-        n_right += 1 - left
+        n_right += u(1) - left
     for k in range(n_right):
         if move_rows:
             sample_indices[n_left + k] = buffer[k]
         node_y[n_left + k] = y_buffer[k]
-        node_w[n_left + k] = w_buffer[k]
+        if not two_classes:
+            node_w[n_left + k] = w_buffer[k]
     if move_codes:
         for k in range(n_right):
             for c in range(node_words.shape[1]):
                 node_words[n_left + k, c] = words_buffer[k, c]
     if two_classes:
-        children[0, 0] = np.float64(n_left - start)
+        children[0, 0] = np.float64(n_left) - np.float64(start)
         children[0, 1] = left_0
         children[0, 2] = left_1
         children[1, 0] = np.float64(n_right)
         children[1, 1] = right_0
         children[1, 2] = right_1
-    return n_left
+    return np.int64(n_left)
