@@ -8,9 +8,13 @@ machine wall time also counts the other jobs. The cases:
   ``make_classification`` (float32), as ``bench_tree.py``;
 * ``bestfirst``: best-first growth to 20,000 leaves on the first 300,000 rows and 20 features;
 * ``regression``: a full-depth regression tree, ``max_features=0.5``, on 300,000 x 20
-  ``make_regression``.
+  ``make_regression``;
+* ``flights`` and ``diamonds``: the trees of ``bench_forest.py``'s forests on those tables
+  (``max_features="sqrt"``, full depth, Poisson(1) bootstrap counts as weights, drawn afresh
+  for every growth), not in the default list.
 
     python benchmarks/bench_growth.py --repeat 5
+    python benchmarks/bench_growth.py --repeat 15 --cases flights,diamonds
 """
 
 import argparse
@@ -28,20 +32,41 @@ from dasktrees._params import check_tree_params  # noqa: E402
 from dasktrees.tree.grower import Workspace, _grow_records  # noqa: E402
 
 
-def cases():
+def _full():
     X, y = make_classification(n_samples=1_000_000, n_features=50, n_informative=25, random_state=0)
-    X = X.astype(np.float32)
-    Xr, yr = make_regression(n_samples=300_000, n_features=20, noise=10.0, random_state=0)
-    return {
-        "full": (X, y, DecisionTreeClassifier(max_features="sqrt"), True),
-        "bestfirst": (
-            X[:300_000, :20],
-            y[:300_000],
-            DecisionTreeClassifier(max_features="sqrt", max_leaf_nodes=20000),
-            True,
-        ),
-        "regression": (Xr.astype(np.float32), yr, DecisionTreeRegressor(max_features=0.5), False),
-    }
+    return X.astype(np.float32), y, DecisionTreeClassifier(max_features="sqrt"), True, False
+
+
+def _bestfirst():
+    X, y, _, _, _ = _full()
+    model = DecisionTreeClassifier(max_features="sqrt", max_leaf_nodes=20000)
+    return X[:300_000, :20], y[:300_000], model, True, False
+
+
+def _regression():
+    X, y = make_regression(n_samples=300_000, n_features=20, noise=10.0, random_state=0)
+    return X.astype(np.float32), y, DecisionTreeRegressor(max_features=0.5), False, False
+
+
+def _forest_table(name):
+    """The trees of ``bench_forest.py``'s forest on table ``name``, with bootstrap counts."""
+    from bench_forest import diamonds_table, flights_table
+
+    table = (flights_table if name == "flights" else diamonds_table)(None)
+    X, y, _, _ = table["train_test"]
+    is_classifier = table["classification"]
+    tree = DecisionTreeClassifier if is_classifier else DecisionTreeRegressor
+    return X, np.asarray(y), tree(max_features="sqrt"), is_classifier, True
+
+
+# Each case gives (X, y, model, is_classifier, bootstrap), built when asked for.
+CASES = {
+    "full": _full,
+    "bestfirst": _bestfirst,
+    "regression": _regression,
+    "flights": lambda: _forest_table("flights"),
+    "diamonds": lambda: _forest_table("diamonds"),
+}
 
 
 def main():
@@ -49,9 +74,8 @@ def main():
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--cases", default="full,bestfirst,regression")
     args = parser.parse_args()
-    all_cases = cases()
     for name in args.cases.split(","):
-        X, y, model, is_classifier = all_cases[name]
+        X, y, model, is_classifier, bootstrap = CASES[name]()
         mapper = BinMapper(random_state=0).fit(X)
         codes = mapper.transform(X)
         n_classes = 2 if is_classifier else 1
@@ -63,6 +87,8 @@ def main():
         _grow_records(*grow, 0, None, workspace)  # compile, or load the cache
         times = []
         for seed in range(args.repeat):
+            if bootstrap:
+                w[:] = np.random.default_rng(seed).poisson(1.0, len(y))
             start = time.thread_time()
             nodes = _grow_records(*grow, seed, None, workspace)[0]
             times.append(time.thread_time() - start)
