@@ -26,7 +26,7 @@ import numpy as np  # noqa: E402
 from numba.core.registry import cpu_target  # noqa: E402
 from profile_growth import dataset  # noqa: E402
 
-from dasktrees import BinMapper, DecisionTreeClassifier  # noqa: E402
+from dasktrees import BinMapper, DecisionTreeClassifier, DecisionTreeRegressor  # noqa: E402
 from dasktrees._params import check_tree_params  # noqa: E402
 from dasktrees.tree.grower import Workspace, grow_tree  # noqa: E402
 
@@ -52,7 +52,9 @@ def write_perf_map():
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", choices=["classification", "flights"], default="flights")
+    parser.add_argument(
+        "--data", choices=["classification", "flights", "diamonds"], default="flights"
+    )
     parser.add_argument("--n-samples", type=int, default=1_000_000)
     parser.add_argument("--n-features", type=int, default=50)
     parser.add_argument("--seconds", type=float, default=8.0, help="how long perf records")
@@ -62,12 +64,13 @@ def main():
     mapper = BinMapper(random_state=0).fit(X)
     codes = mapper.transform(X)
     arrays = mapper.kernel_arrays()
-    params = check_tree_params(
-        DecisionTreeClassifier(max_features="sqrt"), len(y), codes.shape[1], True
-    )
+    is_classifier = args.data != "diamonds"
+    tree = DecisionTreeClassifier if is_classifier else DecisionTreeRegressor
+    params = check_tree_params(tree(max_features="sqrt"), len(y), codes.shape[1], is_classifier)
+    n_classes = 2 if is_classifier else 1
     y = np.asarray(y, dtype=np.float64)
-    workspace = Workspace.for_rows(len(y), 2, codes.shape[1], params)
-    grow_tree(codes, y, w, arrays, params, 2, 0, workspace=workspace)  # compile
+    workspace = Workspace.for_rows(len(y), n_classes, codes.shape[1], params)
+    grow_tree(codes, y, w, arrays, params, n_classes, 0, workspace=workspace)  # compile
     print("perf map:", write_perf_map())
     perf = shutil.which("perf")
     recorder = None
@@ -77,7 +80,7 @@ def main():
         time.sleep(0.5)
     stop, seed = time.perf_counter() + args.seconds, 1
     while time.perf_counter() < stop:
-        grow_tree(codes, y, w, arrays, params, 2, seed, workspace=workspace)
+        grow_tree(codes, y, w, arrays, params, n_classes, seed, workspace=workspace)
         seed += 1
     if recorder is not None:
         recorder.wait()

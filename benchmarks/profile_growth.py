@@ -113,7 +113,13 @@ def best_of(repeats, fn):
 
 
 def dataset(args):
-    """(X, y, w): make_classification with unit weights, or flights with bootstrap weights."""
+    """(X, y, w): make_classification with unit weights, or flights or diamonds (log price) with
+    bootstrap weights."""
+    if args.data == "diamonds":
+        from bench_forest import diamonds_table
+
+        X, y, _, _ = diamonds_table(None)["train_test"]
+        return X, np.asarray(y), np.random.default_rng(0).poisson(1.0, len(y)).astype(float)
     if args.data == "flights":
         from bench_forest import flights_data
         from sklearn.model_selection import train_test_split
