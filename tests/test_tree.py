@@ -420,6 +420,33 @@ def test_leaf_impurities_travel_as_those_that_are_not_zero():
     assert leaf_impurities(old) is impurity
 
 
+def test_summed_by_children_agrees_with_numpys_comparison():
+    """``wire._summed_by_children`` (whether a state may ship a quantity of its leaves only)
+    answers as ``np.array_equal(rows[split], rows[left] + rows[right])``: on sums that hold,
+    on one entry off by a unit in the last place, on a NaN, in one column of several."""
+    from dasktrees.tree import wire
+
+    rng = np.random.default_rng(0)
+    n_checked = {True: 0, False: 0}
+    for trial in range(200):
+        n_split, n_columns = int(rng.integers(1, 30)), int(rng.integers(1, 4))
+        rows = rng.integers(0, 5, size=(2 * n_split + 1, n_columns)).astype(np.float64)
+        rows[rng.random(rows.shape) < 0.3] *= 0.1  # sums that round
+        order = rng.permutation(2 * n_split + 1).astype(np.int64)
+        split, leaves = order[:n_split], order[n_split:]
+        left, right = rng.choice(leaves, n_split), rng.choice(leaves, n_split)
+        rows[split] = rows[left] + rows[right]
+        k, c = int(rng.choice(split)), int(rng.integers(n_columns))
+        if trial % 3 == 1:
+            rows[k, c] = np.nextafter(rows[k, c], np.inf)
+        elif trial % 3 == 2:
+            rows[k, c] = np.nan
+        expected = np.array_equal(rows[split], rows[left] + rows[right])
+        assert wire._summed_by_children(rows, split, left, right) == expected
+        n_checked[expected] += 1
+    assert min(n_checked.values()) > 20  # both answers were asked for
+
+
 @pytest.mark.parametrize("keys", ["hashed", "colliding"])
 def test_a_trees_categorical_splits_share_the_bitset_rows_of_equal_subsets(keys, monkeypatch):
     """The grower writes a bitset row per categorical split; the tree keeps each distinct row

@@ -27,6 +27,7 @@ took the client longer than receiving it, on a core the workers' growth needs
 """
 
 import numpy as np
+from numba import njit
 
 from .._dtypes import BITSET_DTYPE, BITSET_WORDS, NODE_DTYPE, TREE_LEAF, TREE_UNDEFINED
 from ..criteria import SQUARED_ERROR
@@ -72,8 +73,8 @@ def encode(nodes, values, bitsets, thresholds, n_features, criterion):
     if criterion == SQUARED_ERROR:
         # The leaves' means and impurities: the client pools the split nodes' from them, as
         # ``Tree.from_growth`` does (``tree.pool_to_root``).
-        state["leaf_value"] = np.array(values[~is_split], order="C")
-        put_leaf_impurity(state, per_node["impurity"][~is_split])
+        state["leaf_value"] = _leaf_rows(values, is_split)
+        put_leaf_impurity(state, _leaf_rows(per_node["impurity"], is_split))
         weights = per_node["weighted_n_node_samples"]
         _put_summable(state, is_split, compact, "weighted_n_node_samples", weights)
     else:
@@ -135,12 +136,42 @@ def _put_summable(state, is_split, compact, name, per_node):
     node's, as ``name`` (class counts narrowed too)."""
     split = np.flatnonzero(is_split)
     left, right = compact["children_left"], compact["children_right"]
-    if np.array_equal(per_node[split], per_node[left] + per_node[right]):
-        state[SUMMABLE[name]] = narrow_counts(per_node[~is_split])
+    # As float64 rows, one kernel for all: counts below 2**53 and their sums are exact there.
+    rows = np.asarray(per_node, dtype=np.float64).reshape(len(per_node), -1)
+    if _summed_by_children(rows, split, left.astype(np.int64), right.astype(np.int64)):
+        state[SUMMABLE[name]] = narrow_counts(_leaf_rows(per_node, is_split))
     elif name == "weighted_class_counts":
         state[name] = narrow_counts(per_node)
     else:
         state[name] = np.array(per_node, order="C")
+
+
+def _leaf_rows(per_node, is_split):
+    """The leaves' rows of a per-node array (``is_split`` its nodes' flags, as bools), as a new
+    C-contiguous array. ``np.compress``: a boolean index took several times longer on the
+    class counts of a tree (docs/benchmarks.md)."""
+    return np.compress(~is_split, per_node, axis=0)
+
+
+@njit(cache=True, nogil=True)
+def _summed_by_children(per_node, split, left, right):
+    """Whether row ``split[k]`` of ``per_node`` equals row ``left[k]`` plus row ``right[k]``,
+    exactly, for every ``k``.
+
+    A pass without the three gathered copies that numpy's fancy indexing makes: those took most
+    of the time a task spent encoding a tree (docs/benchmarks.md).
+
+    Parameters
+    ----------
+    per_node : ndarray of float64, shape (n_nodes, n_columns)
+    split, left, right : ndarray of int64, shape (n_split,)
+        The split nodes and their children.
+    """
+    for k in range(split.shape[0]):
+        for c in range(per_node.shape[1]):
+            if per_node[split[k], c] != per_node[left[k], c] + per_node[right[k], c]:
+                return False
+    return True
 
 
 # The per-node quantities a shipped state may hold for its leaves only (``_put_summable``), and
@@ -191,8 +222,8 @@ def _put_moments(state, is_split, compact, value, impurity, weights):
     left, right = compact["children_left"], compact["children_right"]
     pool_to_root(packed, left, right, weights, pooled_value, pooled_impurity)
     if np.array_equal(pooled_value, value) and np.array_equal(pooled_impurity, impurity):
-        state["leaf_value"] = np.array(value[~is_split], order="C")
-        put_leaf_impurity(state, impurity[~is_split])
+        state["leaf_value"] = _leaf_rows(value, is_split)
+        put_leaf_impurity(state, _leaf_rows(impurity, is_split))
     else:
         state["value"], state["impurity"] = value, impurity
 
