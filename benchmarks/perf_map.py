@@ -11,9 +11,19 @@ and records itself with perf meanwhile:
 A function's size is taken as the distance to the next one, so names are right, sizes
 approximate. Numba's own cache must be off (``NUMBA_DISABLE_CACHING=1``, set here): code loaded
 from the cache is not in the execution engine's symbol table.
+
+perf cannot annotate such code (it has no file to read the instructions from). With
+``--code-of NAME`` the script copies the machine code of the function whose symbol contains
+``NAME`` (the largest, the function itself rather than its wrappers) to ``<output>.code``, and
+after recording lists that function's hottest instruction offsets, to be read with objdump:
+
+    python benchmarks/perf_map.py --data diamonds --code-of grower11_grow_nodes
+    objdump -D -b binary -m i386:x86-64 perf.data.code --start-address=0x1817 --stop-address=0x1a80
 """
 
 import argparse
+import collections
+import ctypes
 import os
 import shutil
 import subprocess
@@ -50,6 +60,38 @@ def write_perf_map():
     return path
 
 
+def copy_code(map_path, name, out_path):
+    """Copy the machine code of the largest function of the perf map ``map_path`` whose name
+    contains ``name`` to ``out_path``; returns its start address and size."""
+    found = []
+    with open(map_path) as lines:
+        for line in lines:
+            start, size, symbol = line.split(maxsplit=2)
+            if name in symbol:
+                found.append((int(size, 16), int(start, 16)))
+    if not found:
+        raise SystemExit(f"no function in {map_path} has {name!r} in its name")
+    size, start = max(found)
+    with open(out_path, "wb") as out:
+        out.write(ctypes.string_at(start, size))
+    return start, size
+
+
+def hot_offsets(perf, data, start, size, top=30):
+    """The ``top`` instruction offsets of the function at ``start`` (``size`` bytes) with the
+    most samples in the recording ``data``, and that function's share of all samples."""
+    script = subprocess.run(
+        [perf, "script", "-i", data, "-F", "ip"], capture_output=True, text=True, check=True
+    )
+    counts, n_samples = collections.Counter(), 0
+    for line in script.stdout.split():
+        n_samples += 1
+        offset = int(line, 16) - start
+        if 0 <= offset < size:
+            counts[offset] += 1
+    return counts.most_common(top), sum(counts.values()) / max(n_samples, 1)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -59,6 +101,9 @@ def main():
     parser.add_argument("--n-features", type=int, default=50)
     parser.add_argument("--seconds", type=float, default=8.0, help="how long perf records")
     parser.add_argument("--output", default="perf.data")
+    parser.add_argument(
+        "--code-of", help="list the hottest instructions of the function with this in its name"
+    )
     args = parser.parse_args()
     X, y, w = dataset(args)
     mapper = BinMapper(random_state=0).fit(X)
@@ -71,7 +116,10 @@ def main():
     y = np.asarray(y, dtype=np.float64)
     workspace = Workspace.for_rows(len(y), n_classes, codes.shape[1], params)
     grow_tree(codes, y, w, arrays, params, n_classes, 0, workspace=workspace)  # compile
-    print("perf map:", write_perf_map())
+    perf_map = write_perf_map()
+    print("perf map:", perf_map)
+    if args.code_of:
+        code = copy_code(perf_map, args.code_of, args.output + ".code")
     perf = shutil.which("perf")
     recorder = None
     if perf:
@@ -85,6 +133,12 @@ def main():
     if recorder is not None:
         recorder.wait()
         print(f"perf report -i {args.output} --no-children --sort sym")
+        if args.code_of:
+            hottest, share = hot_offsets(perf, args.output, *code)
+            print(f"{share:.1%} of the samples in {args.code_of}; hottest offsets:")
+            for offset, n in hottest:
+                print(f"  0x{offset:x} {n}")
+            print(f"objdump -D -b binary -m i386:x86-64 {args.output}.code --start-address=0x...")
     else:
         print("perf not found: the map is written; record this process's pid yourself")
 
