@@ -9,8 +9,12 @@ growth of the same tree that does). Also replays the node statistics.
     python benchmarks/profile_growth.py --n-samples 1000000 --n-features 50
     python benchmarks/profile_growth.py --data flights
 
-``--data flights`` grows on the flights benchmark's training set with Poisson(1) bootstrap
-weights, as a forest task does (see bench_forest.py).
+``--data flights`` and ``--data diamonds`` grow on those forest benchmarks' training sets with
+Poisson(1) bootstrap weights, as a forest task does (see bench_forest.py; diamonds is a regression).
+
+The replay kernels are compiled as the growth loop is, without numba's runtime: with it, every
+array the inlined search unpacks from its bundles is reference counted, which more than doubled
+the replayed cost of the smallest nodes.
 """
 
 import argparse
@@ -22,11 +26,11 @@ os.environ.setdefault("NUMBA_NUM_THREADS", "1")
 import numpy as np  # noqa: E402
 from numba import njit  # noqa: E402
 
-from dasktrees import BinMapper, DecisionTreeClassifier  # noqa: E402
+from dasktrees import BinMapper, DecisionTreeClassifier, DecisionTreeRegressor  # noqa: E402
 from dasktrees._dtypes import N_BIN_CODES, TREE_LEAF  # noqa: E402
 from dasktrees._params import check_tree_params  # noqa: E402
 from dasktrees._random import new_state  # noqa: E402
-from dasktrees.criteria import GINI  # noqa: E402
+from dasktrees.criteria import GINI, SQUARED_ERROR  # noqa: E402
 from dasktrees.tree import grower as grower_module  # noqa: E402
 from dasktrees.tree.grower import (  # noqa: E402
     _TOTAL,
@@ -47,7 +51,7 @@ from dasktrees.tree.splitting import N_CUT_ROWS  # noqa: E402
 BUCKETS = [(2, 4), (4, 8), (8, 32), (32, 256), (256, 1024), (1024, 2**62)]
 
 
-@njit
+@njit(_nrt=False)
 def replay_split_search(rows, nodes, tables, rules, scratch, low, high):
     """Run ``find_split`` again on every internal node with ``low <= rows < high``."""
     total = 0.0
@@ -55,15 +59,19 @@ def replay_split_search(rows, nodes, tables, rules, scratch, low, high):
         start, stop = nodes[k]["start"], nodes[k]["stop"]
         if nodes[k]["left"] == TREE_LEAF or not low <= stop - start < high:
             continue
-        impurity = node_statistics(rows.y, rows.w, start, stop, GINI, scratch.vec[_TOTAL])
+        impurity = node_statistics(
+            rows.y, rows.w, start, stop, rules.criterion, scratch.vec[_TOTAL]
+        )
         ordered = _in_node_order(rows, nodes, k)  # as during growth
         total += find_split(rows, start, stop, impurity, tables, rules, scratch, ordered)[0]
     return total
 
 
-def replay_bundles(codes, y, w, rows, arrays, max_features, all_ordered):
-    """``find_split``'s arguments for the grown tree's rows, binary classification."""
-    n_channels = 3
+def replay_bundles(codes, y, w, rows, arrays, max_features, all_ordered, regression):
+    """``find_split``'s arguments for the grown tree's rows: binary classification (``y`` and
+    ``w`` the signed weights) or regression."""
+    n_channels = 4 if regression else 3
+    criterion, n_classes = (SQUARED_ERROR, 1) if regression else (GINI, 2)
     n_features = codes.shape[1]
     node_codes = np.zeros((len(rows), 8 * -(-n_features // 8)), np.uint8)
     node_codes[:, :n_features] = codes[rows]
@@ -73,7 +81,7 @@ def replay_bundles(codes, y, w, rows, arrays, max_features, all_ordered):
         # an order that may differ within nodes split below TRACK_TOUCHED_BELOW rows).
         NodeRows(codes, y, w, rows, node_codes, node_codes.view(np.uint64), all_ordered),
         BinTables(arrays.n_bins, arrays.is_categorical, arrays.bin_values, arrays.thresholds),
-        Rules(GINI, 2, False, int(max_features), 0, 0, 1, 0.0, 0.0, 1.0, False),
+        Rules(criterion, n_classes, False, int(max_features), 0, 0, 1, 0.0, 0.0, 1.0, False),
         Scratch(
             new_state(1),
             np.arange(n_features, dtype=np.int64),
@@ -94,12 +102,11 @@ def replay_bundles(codes, y, w, rows, arrays, max_features, all_ordered):
     )
 
 
-@njit
-def replay_statistics(y, w, nodes):
-    stats = np.zeros(3)
+@njit(_nrt=False)
+def replay_statistics(y, w, nodes, criterion, stats):
     total = 0.0
     for k in range(nodes.shape[0]):
-        total += node_statistics(y, w, nodes[k]["start"], nodes[k]["stop"], GINI, stats)
+        total += node_statistics(y, w, nodes[k]["start"], nodes[k]["stop"], criterion, stats)
     return total
 
 
@@ -140,7 +147,9 @@ def dataset(args):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", choices=["classification", "flights"], default="classification")
+    parser.add_argument(
+        "--data", choices=["classification", "flights", "diamonds"], default="classification"
+    )
     parser.add_argument("--n-samples", type=int, default=1_000_000)
     parser.add_argument("--n-features", type=int, default=50)
     parser.add_argument("--repeats", type=int, default=3)
@@ -149,12 +158,12 @@ def main():
     mapper = BinMapper(random_state=0).fit(X)
     codes = mapper.transform(X)
     arrays = mapper.kernel_arrays()
-    params = check_tree_params(
-        DecisionTreeClassifier(max_features="sqrt"), len(y), codes.shape[1], True
-    )
+    regression = args.data == "diamonds"
+    tree, n_classes = (DecisionTreeRegressor, 1) if regression else (DecisionTreeClassifier, 2)
+    params = check_tree_params(tree(max_features="sqrt"), len(y), codes.shape[1], not regression)
     y = y.astype(np.float64)
     # One workspace for every growth, as a forest task reuses its workspace for its trees.
-    workspace = Workspace.for_rows(int((w > 0).sum()), 2, codes.shape[1], params)
+    workspace = Workspace.for_rows(int((w > 0).sum()), n_classes, codes.shape[1], params)
 
     def grow_once():
         rows = np.flatnonzero(w > 0)
@@ -165,7 +174,7 @@ def main():
             rows,
             arrays,
             params,
-            2,
+            n_classes,
             0,
             np.arange(codes.shape[1], dtype=np.int64),
             workspace,
@@ -179,15 +188,18 @@ def main():
         grower_module._ALL_ORDERED_MAX_WORDS = 0
         tracked, rows = grow_once()
         assert np.array_equal(tracked, nodes)
-    # Two classes: the kernels read the signed weights (``histogram.signed_weights``).
-    node_y = node_w = signed_weights(y[rows], w[rows], np.empty(len(rows)))
+    if regression:
+        node_y, node_w = y[rows], w[rows]
+    else:  # two classes: the kernels read the signed weights (``histogram.signed_weights``)
+        node_y = node_w = signed_weights(y[rows], w[rows], np.empty(len(rows)))
     node_rows, tables, rules, scratch = replay_bundles(
-        codes, node_y, node_w, rows, arrays, params.max_features, all_ordered
+        codes, node_y, node_w, rows, arrays, params.max_features, all_ordered, regression
     )
     replay_args = (node_rows, nodes, tables, rules, scratch)
     replay_split_search(*replay_args, 0, 1)  # compile
-    replay_statistics(node_y, node_w, nodes[:2])
-    stats_s, _ = best_of(args.repeats, lambda: replay_statistics(node_y, node_w, nodes))
+    stats = np.zeros(scratch.vec.shape[1])
+    statistics = (node_y, node_w, nodes, rules.criterion, stats)
+    stats_s, _ = best_of(args.repeats, lambda: replay_statistics(*statistics))
 
     internal = nodes["left"] != TREE_LEAF
     sizes = (nodes["stop"] - nodes["start"])[internal]
