@@ -22,6 +22,7 @@ from dasktrees import (
     DecisionTreeRegressor,
     ExtraTreesRegressor,
     RandomForestClassifier,
+    RandomForestRegressor,
 )
 from dasktrees.tree.tree import TREE_ARRAYS
 
@@ -63,6 +64,9 @@ def main():
     X, y, frame, Xr, yr = _data()
     binary = (y == 1).astype(int)
     weights = np.random.default_rng(2).exponential(size=len(y))
+    weights_r = np.random.default_rng(3).exponential(size=len(yr))
+    Xr_missing = Xr.copy()
+    Xr_missing[np.random.default_rng(4).random(Xr.shape) < 0.05] = np.nan
     tree_fits = {
         "gini multiclass": (DecisionTreeClassifier(random_state=0), frame, y, None),
         "gini binary sqrt": (
@@ -117,6 +121,39 @@ def main():
             yr,
             None,
         ),
+        # Numeric tables only, two classes or squared error: small nodes' subtrees
+        # (``grower._grow_small``), at one and at two words of codes a row.
+        "binary numeric missing": (
+            DecisionTreeClassifier(max_features="sqrt", random_state=13),
+            X,
+            binary,
+            None,
+        ),
+        "binary numeric weights leaf": (
+            DecisionTreeClassifier(min_samples_leaf=2, random_state=14),
+            X,
+            binary,
+            weights,
+        ),
+        "binary 8 features": (DecisionTreeClassifier(random_state=15), X[:, :8], binary, None),
+        "regression sqrt weights": (
+            DecisionTreeRegressor(max_features="sqrt", random_state=16),
+            Xr,
+            yr,
+            weights_r,
+        ),
+        "regression missing stopping": (
+            DecisionTreeRegressor(
+                max_depth=14,
+                min_impurity_decrease=0.01,
+                min_weight_fraction_leaf=0.0005,
+                random_state=17,
+            ),
+            Xr_missing,
+            yr,
+            None,
+        ),
+        "regression 6 features": (DecisionTreeRegressor(random_state=18), Xr[:, :6], yr, None),
     }
     for name, (model, data, target, w) in tree_fits.items():
         model.fit(data, target, sample_weight=w)
@@ -143,6 +180,12 @@ def main():
                 binary,
             ),
             "extra-trees regressor": (ExtraTreesRegressor(n_estimators=4, random_state=2), Xr, yr),
+            "forest regressor": (RandomForestRegressor(n_estimators=4, random_state=3), Xr, yr),
+            "forest binary numeric": (
+                RandomForestClassifier(n_estimators=4, random_state=4),
+                X[:, :8],
+                binary,
+            ),
         }
         for name, (model, data, target) in forests.items():
             model.set_params(client=client).fit(data, target)
