@@ -175,9 +175,10 @@ _CHECK_CONSTANT_BELOW = 256
 @njit(cache=True, inline="always")
 def _is_constant(codes, f, sample_indices, start, stop):
     """Whether every row of the node has the same code of feature ``f`` (missing included)."""
-    first = codes[sample_indices[start], f]
-    for i in range(start + 1, stop):
-        if codes[sample_indices[i], f] != first:
+    u = np.uint64  # unsigned: no fix-up of negative indices per row (``build_histogram``)
+    first = codes[u(sample_indices[start]), f]
+    for i in range(u(start + 1), u(stop)):
+        if codes[u(sample_indices[i]), f] != first:
             return False
     return True
 
@@ -337,7 +338,7 @@ def find_split(rows, start, stop, node_impurity, tables, rules, scratch, ordered
                     ibuf[_MERGE],
                 )
             else:
-                for j in range(n_touched):
+                for j in range(np.uint64(n_touched)):
                     order[j] = j
             only_cut = -1
             if random_splitter and n_touched >= 2:
@@ -363,10 +364,11 @@ def find_split(rows, start, stop, node_impurity, tables, rules, scratch, ordered
                 best_left = vec[_BEST_LEFT]
                 for c in range(best_left.shape[0]):
                     best_left[c] = vec[_MISSING, c] if missing_left else 0.0
-                for j in range(position + 1):
+                for j in range(np.uint64(position + 1)):
+                    row = np.uint64(order[j])
                     for c in range(best_left.shape[0]):
-                        best_left[c] += stats[order[j], c]
-                    ibuf[_BEST_BINS, j] = bins[order[j]]
+                        best_left[c] += stats[row, c]
+                    ibuf[_BEST_BINS, j] = bins[row]
                 if vec[_MISSING, 0] == 0.0:
                     # No missing value reached this node: at predict time missing values
                     # follow the heavier child.

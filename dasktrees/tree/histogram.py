@@ -79,32 +79,35 @@ def build_histogram(codes, f, sample_indices, start, stop, y, w, criterion, hist
     # random splits fill a large node here: the best splitter's one-pass fill is
     # ``build_histograms``.)
     track = stop - start <= TRACK_TOUCHED_BELOW
-    n_touched = 0
+    # Unsigned positions and counts: numba fixes up every signed index for negative values
+    # (instructions per index and row, and registers).
+    u = np.uint64
+    n_touched = u(0)
     # Every row's code is written to ``touched`` and the count moves on only at a first touch:
     # a branch on "first touch" is a coin flip in mid-size nodes.
     if criterion == SQUARED_ERROR:
-        for i in range(start, stop):
-            b = codes[sample_indices[i], f]
+        for i in range(u(start), u(stop)):
+            b = codes[u(sample_indices[i]), f]
             touched[n_touched] = b
-            n_touched += np.int64(hist[b, 0] == 0.0) & np.int64(b != MISSING_BIN)
+            n_touched += u(hist[b, 0] == 0.0) & u(b != MISSING_BIN)
             hist[b, 0] += 1.0
             hist[b, 1] += w[i]
             hist[b, 2] += w[i] * y[i]
     elif hist.shape[1] == 3:  # two classes: y holds the signed weights
-        for i in range(start, stop):
-            b = codes[sample_indices[i], f]
+        for i in range(u(start), u(stop)):
+            b = codes[u(sample_indices[i]), f]
             touched[n_touched] = b
-            n_touched += np.int64(hist[b, 0] == 0.0) & np.int64(b != MISSING_BIN)
+            n_touched += u(hist[b, 0] == 0.0) & u(b != MISSING_BIN)
             hist[b, 0] += 1.0
-            hist[b, 1 + np.int64(y[i] > 0.0)] += abs(y[i])
+            hist[b, u(1) + u(y[i] > 0.0)] += abs(y[i])
     else:
-        for i in range(start, stop):
-            b = codes[sample_indices[i], f]
+        for i in range(u(start), u(stop)):
+            b = codes[u(sample_indices[i]), f]
             touched[n_touched] = b
-            n_touched += np.int64(hist[b, 0] == 0.0) & np.int64(b != MISSING_BIN)
+            n_touched += u(hist[b, 0] == 0.0) & u(b != MISSING_BIN)
             hist[b, 0] += 1.0
-            hist[b, 1 + np.int64(y[i])] += w[i]
-    return n_touched if track else -1
+            hist[b, u(1) + u(y[i])] += w[i]
+    return np.int64(n_touched) if track else -1
 
 
 @node_kernel
@@ -152,8 +155,9 @@ def build_histograms(node_codes, features, n_features, start, stop, y, w, criter
 def _fill_pair(node_codes, f0, f1, start, stop, y, w, criterion, first, second):
     """Add the rows ``[start:stop]`` to ``first`` by their code of feature ``f0`` and to
     ``second`` by their code of ``f1``, in one pass."""
+    u = np.uint64  # unsigned positions (``build_histogram``)
     if criterion == SQUARED_ERROR:
-        for i in range(start, stop):
+        for i in range(u(start), u(stop)):
             wi = w[i]
             wy = wi * y[i]
             b0 = node_codes[i, f0]
@@ -166,9 +170,9 @@ def _fill_pair(node_codes, f0, f1, start, stop, y, w, criterion, first, second):
             second[b1, 2] += wy
     else:
         two_classes = first.shape[1] == 3  # y holds the signed weights
-        for i in range(start, stop):
+        for i in range(u(start), u(stop)):
             wi = abs(y[i]) if two_classes else w[i]
-            channel = 1 + (np.int64(y[i] > 0.0) if two_classes else np.int64(y[i]))
+            channel = u(1) + (u(y[i] > 0.0) if two_classes else u(y[i]))
             b0 = node_codes[i, f0]
             b1 = node_codes[i, f1]
             first[b0, 0] += 1.0
@@ -180,22 +184,23 @@ def _fill_pair(node_codes, f0, f1, start, stop, y, w, criterion, first, second):
 @inlined_node_kernel
 def _fill_one(node_codes, f, start, stop, y, w, criterion, hist):
     """Add the rows ``[start:stop]`` to ``hist`` by their code of feature ``f``."""
+    u = np.uint64  # unsigned positions (``build_histogram``)
     if criterion == SQUARED_ERROR:
-        for i in range(start, stop):
+        for i in range(u(start), u(stop)):
             b = node_codes[i, f]
             hist[b, 0] += 1.0
             hist[b, 1] += w[i]
             hist[b, 2] += w[i] * y[i]
     elif hist.shape[1] == 3:  # two classes: y holds the signed weights
-        for i in range(start, stop):
+        for i in range(u(start), u(stop)):
             b = node_codes[i, f]
             hist[b, 0] += 1.0
-            hist[b, 1 + np.int64(y[i] > 0.0)] += abs(y[i])
+            hist[b, u(1) + u(y[i] > 0.0)] += abs(y[i])
     else:
-        for i in range(start, stop):
+        for i in range(u(start), u(stop)):
             b = node_codes[i, f]
             hist[b, 0] += 1.0
-            hist[b, 1 + np.int64(y[i])] += w[i]
+            hist[b, u(1) + u(y[i])] += w[i]
 
 
 @inlined_node_kernel
@@ -233,19 +238,21 @@ def compact(hist, touched, n_touched, n_bins_f, bins_out, stats_out, missing_out
     int
         Number of filled non-missing bins.
     """
+    u = np.uint64  # unsigned positions (``build_histogram``)
     if 0 <= n_touched < _SORT_TOUCHED_BELOW:
         _insertion_sort(touched, n_touched)
-        for k in range(n_touched):
+        for k in range(u(n_touched)):
             bins_out[k] = touched[k]
     else:
         # Every bin is written and the count moves on only past a filled one: whether a bin is
         # filled is a coin flip in mid-size nodes, and a branch on it was mispredicted as often.
-        n_touched = 0
-        for b in range(n_bins_f):
-            bins_out[n_touched] = b
-            n_touched += np.int64(hist[b, 0] > 0.0)
-    for k in range(n_touched):
-        b = bins_out[k]
+        n_filled = u(0)
+        for b in range(u(n_bins_f)):
+            bins_out[n_filled] = b
+            n_filled += u(hist[b, 0] > 0.0)
+        n_touched = np.int64(n_filled)
+    for k in range(u(n_touched)):
+        b = u(bins_out[k])
         for c in range(hist.shape[1]):
             stats_out[k, c] = hist[b, c]
             hist[b, c] = 0.0
@@ -274,12 +281,13 @@ def node_statistics(node_y, node_w, start, stop, criterion, stats_out):
     """
     # Regression sums are kept in registers and written once: summed in place, each addition
     # waited for the store of the previous one. The same additions in the same order.
+    u = np.uint64  # unsigned positions (``build_histogram``)
     n_rows = 0.0
     if criterion == SQUARED_ERROR:
         w_sum = 0.0
         wy_sum = 0.0
         wy2_sum = 0.0
-        for i in range(start, stop):
+        for i in range(u(start), u(stop)):
             n_rows += 1.0
             w_sum += node_w[i]
             wy_sum += node_w[i] * node_y[i]
@@ -292,17 +300,17 @@ def node_statistics(node_y, node_w, start, stop, criterion, stats_out):
             return 0.0
         mean = wy_sum / w_sum
         deviation = 0.0
-        for i in range(start, stop):
+        for i in range(u(start), u(stop)):
             deviation += node_w[i] * (node_y[i] - mean) ** 2
         return deviation / w_sum
     stats_out[:] = 0.0
     # (Two-class children are summed by the partition; here that case is only a tree's root.)
     two_classes = stats_out.shape[0] == 3  # node_y holds the signed weights
-    for i in range(start, stop):
+    for i in range(u(start), u(stop)):
         n_rows += 1.0
         if two_classes:
-            stats_out[1 + np.int64(node_y[i] > 0.0)] += abs(node_y[i])
+            stats_out[u(1) + u(node_y[i] > 0.0)] += abs(node_y[i])
         else:
-            stats_out[1 + np.int64(node_y[i])] += node_w[i]
+            stats_out[u(1) + u(node_y[i])] += node_w[i]
     stats_out[0] = n_rows
     return impurity(stats_out, criterion)

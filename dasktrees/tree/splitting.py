@@ -256,6 +256,7 @@ def _score_cuts(
     but with no branch, so that the compiler scores several cuts an instruction (a rejected
     cut's quotients are computed and dropped)."""
     n_prefix, a_prefix, b_prefix = cuts[_CUT_N], cuts[_CUT_A], cuts[_CUT_B]
+    n_cuts = np.uint64(max(n_cuts, 0))  # unsigned positions, as in _scan_two_channels
     if criterion == SQUARED_ERROR:
         for j in range(n_cuts):
             n_left = n_prefix[j] + extra_n
@@ -296,8 +297,9 @@ def _scan_two_channels(
     p0 = 0.0
     p1 = 0.0
     p2 = 0.0
-    for j in range(n_cuts):
-        row = order[j]
+    # Unsigned positions: numba fixes up every signed index for negative values.
+    for j in range(np.uint64(max(n_cuts, 0))):
+        row = np.uint64(order[j])
         p0 += stats[row, 0]
         p1 += stats[row, 1]
         p2 += stats[row, 2]
@@ -369,17 +371,18 @@ def category_order(
     Writes ``order[:n_bins]``: a stable argsort of ``keys[:n_bins]`` (``merge_buffer``, of the
     same length as ``order``, is scratch).
     """
+    u = np.uint64  # unsigned positions: numba fixes up every signed index for negative values
     if tree_keys.shape[0] > 0:
-        for k in range(n_bins):
-            keys[k] = tree_keys[bins[k]]
+        for k in range(u(n_bins)):
+            keys[k] = tree_keys[u(bins[k])]
     else:
-        for k in range(n_bins):
+        for k in range(u(n_bins)):
             w = stats_weight(stats[k], criterion)
             if criterion == SQUARED_ERROR:
                 keys[k] = stats[k, 2] / w if w > 0.0 else 0.0
             else:
                 keys[k] = stats[k, 1 + target_class] / w if w > 0.0 else 0.0
-    for k in range(n_bins):
+    for k in range(u(n_bins)):
         order[k] = k
     # Fewer than _INSERTION_SORT_BELOW categories are one run: an insertion sort, no merges
     # (one inlined copy of the insertion sort, not two).
