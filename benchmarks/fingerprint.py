@@ -121,8 +121,8 @@ def main():
             yr,
             None,
         ),
-        # Numeric tables only, two classes or squared error: small nodes' subtrees
-        # (``grower._grow_small``), at one and at two words of codes a row.
+        # Numeric tables, two classes or squared error (the kernels' fast paths), at one and at
+        # two words of codes a row (``grower.NodeRows.all_ordered`` or not).
         "binary numeric missing": (
             DecisionTreeClassifier(max_features="sqrt", random_state=13),
             X,
