@@ -14,7 +14,7 @@ from the cache is not in the execution engine's symbol table.
 
 perf cannot annotate such code (it has no file to read the instructions from). With
 ``--code-of NAME`` the script copies the machine code of the function whose symbol contains
-``NAME`` (the largest, the function itself rather than its wrappers) to ``<output>.code``, and
+``NAME`` (the function itself rather than its wrappers) to ``<output>.code``, and
 after recording lists that function's hottest instruction offsets, to be read with objdump:
 
     python benchmarks/perf_map.py --data diamonds --code-of grower11_grow_nodes
@@ -61,17 +61,22 @@ def write_perf_map():
 
 
 def copy_code(map_path, name, out_path):
-    """Copy the machine code of the largest function of the perf map ``map_path`` whose name
-    contains ``name`` to ``out_path``; returns its start address and size."""
-    found = []
+    """Copy the machine code of the function of the perf map ``map_path`` whose name contains
+    ``name`` to ``out_path``; returns its start address and size.
+
+    numba's own function, not its wrappers (``cfunc.`` and ``_ZN7cpython`` symbols, whose
+    sizes, taken to the next symbol, may include padding and come out larger); of several
+    signatures, the largest."""
+    found, wrappers = [], []
     with open(map_path) as lines:
         for line in lines:
             start, size, symbol = line.split(maxsplit=2)
             if name in symbol:
-                found.append((int(size, 16), int(start, 16)))
-    if not found:
+                own = symbol.startswith("_ZN") and not symbol.startswith("_ZN7cpython")
+                (found if own else wrappers).append((int(size, 16), int(start, 16)))
+    if not found + wrappers:
         raise SystemExit(f"no function in {map_path} has {name!r} in its name")
-    size, start = max(found)
+    size, start = max(found or wrappers)
     with open(out_path, "wb") as out:
         out.write(ctypes.string_at(start, size))
     return start, size
