@@ -69,22 +69,32 @@ CASES = {
 }
 
 
+def prepare(name):
+    """Case ``name`` ready to grow: ``(grow, workspace, bootstrap)``, where ``grow`` is
+    ``_grow_records``' first arguments ``(codes, y, w, bin arrays, params, n_classes)`` with
+    unit weights ``w`` (to be overwritten with bootstrap counts when ``bootstrap``), and the
+    kernels are compiled or loaded."""
+    X, y, model, is_classifier, bootstrap = CASES[name]()
+    mapper = BinMapper(random_state=0).fit(X)
+    codes = mapper.transform(X)
+    n_classes = 2 if is_classifier else 1
+    params = check_tree_params(model, len(y), codes.shape[1], is_classifier)
+    y = np.asarray(y, dtype=np.float64)
+    w = np.ones(len(y))
+    workspace = Workspace.for_rows(len(y), n_classes, codes.shape[1], params)
+    grow = (codes, y, w, mapper.kernel_arrays(), params, n_classes)
+    _grow_records(*grow, 0, None, workspace)  # compile, or load the cache
+    return grow, workspace, bootstrap
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--cases", default="full,bestfirst,regression")
     args = parser.parse_args()
     for name in args.cases.split(","):
-        X, y, model, is_classifier, bootstrap = CASES[name]()
-        mapper = BinMapper(random_state=0).fit(X)
-        codes = mapper.transform(X)
-        n_classes = 2 if is_classifier else 1
-        params = check_tree_params(model, len(y), codes.shape[1], is_classifier)
-        y = y.astype(np.float64)
-        w = np.ones(len(y))
-        workspace = Workspace.for_rows(len(y), n_classes, codes.shape[1], params)
-        grow = (codes, y, w, mapper.kernel_arrays(), params, n_classes)
-        _grow_records(*grow, 0, None, workspace)  # compile, or load the cache
+        grow, workspace, bootstrap = prepare(name)
+        y, w = grow[1], grow[2]
         times = []
         for seed in range(args.repeat):
             if bootstrap:

@@ -5,9 +5,11 @@ instructions it executes does not (the same count twice to 0.005 % here). The sc
 under ``valgrind --tool=callgrind`` with collection off, loads the kernels from numba's cache,
 grows ``--trees`` trees of each ``bench_growth.py`` case with collection on (switched by
 callgrind's client requests, from a small C library compiled on the fly with ``cc``), and prints
-the instructions of each case:
+the instructions of each case. The count moves by about 2 % with the environment (the same code
+run with and without ``PYTHONPATH`` set): compare runs made the same way, e.g. the code before
+and after from two work trees, each with ``PYTHONPATH``:
 
-    python benchmarks/count_instructions.py --cases diamonds,flights --trees 2
+    PYTHONPATH=. python benchmarks/count_instructions.py --cases diamonds,flights --trees 2
 
 Needs valgrind with its headers and a C compiler. Under valgrind the imports and the data take a
 few minutes; the counted growth is a small part of that. ``--keep DIR`` keeps callgrind's dumps
@@ -52,26 +54,17 @@ def grow_counted(cases, n_trees, library):
     """Under valgrind: grow the trees of each case with collection on, one dump per case."""
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import numpy as np
-    from bench_growth import CASES
+    from bench_growth import prepare
 
-    from dasktrees import BinMapper
-    from dasktrees._params import check_tree_params
-    from dasktrees.tree.grower import Workspace, _grow_records
+    from dasktrees.tree.grower import _grow_records
 
     toggle = ctypes.CDLL(library)
     for name in cases:
-        X, y, model, is_classifier, bootstrap = CASES[name]()
-        mapper = BinMapper(random_state=0).fit(X)
-        codes = mapper.transform(X)
-        n_classes = 2 if is_classifier else 1
-        params = check_tree_params(model, len(y), codes.shape[1], is_classifier)
-        y = np.asarray(y, dtype=np.float64)
-        w = np.ones(len(y))
+        grow, workspace, bootstrap = prepare(name)
+        w = grow[2]
         if bootstrap:
-            w[:] = np.random.default_rng(0).poisson(1.0, len(y))
-        workspace = Workspace.for_rows(len(y), n_classes, codes.shape[1], params)
-        grow = (codes, y, w, mapper.kernel_arrays(), params, n_classes)
-        _grow_records(*grow, 0, None, workspace)  # load the kernels
+            w[:] = np.random.default_rng(0).poisson(1.0, len(w))
+        _grow_records(*grow, 0, None, workspace)  # the first growth with these weights
         toggle.count_start()
         for seed in range(n_trees):
             _grow_records(*grow, seed, None, workspace)
