@@ -450,8 +450,9 @@ def test_summed_by_children_agrees_with_numpys_comparison():
 @pytest.mark.parametrize("keys", ["hashed", "colliding"])
 def test_a_trees_categorical_splits_share_the_bitset_rows_of_equal_subsets(keys, monkeypatch):
     """The grower writes a bitset row per categorical split; the tree keeps each distinct row
-    once, in order of first use, and points every split at its subset's row. Rows are compared
-    by a key; keys that collide (all equal here) fall back to comparing the rows."""
+    once, in order of first use, and points every split at its subset's row. Rows are found by
+    a key in a hash table and compared word by word, so keys that collide (all equal here) only
+    cost probes."""
     from dasktrees._dtypes import NODE_DTYPE
     from dasktrees.tree import grower
     from dasktrees.tree.grower import _shared_bitsets
@@ -473,6 +474,22 @@ def test_a_trees_categorical_splits_share_the_bitset_rows_of_equal_subsets(keys,
     nodes["bitset_idx"] = [0, -1, 1, 2, -1, -1, -1]
     np.testing.assert_array_equal(_shared_bitsets(nodes, distinct), distinct)
     np.testing.assert_array_equal(nodes["bitset_idx"], [0, -1, 1, 2, -1, -1, -1])
+    # Many rows drawn from a pool of subsets, against a plain dictionary of rows in order of
+    # first use.
+    rng = np.random.default_rng(0)
+    pool = rng.integers(0, 2**32, (40, 8), dtype=np.uint64).astype(np.uint32)
+    rows = pool[rng.integers(0, len(pool), 500)]
+    nodes = np.zeros(900, dtype=NODE_DTYPE)
+    nodes["bitset_idx"] = -1
+    nodes["bitset_idx"][np.sort(rng.choice(900, 500, replace=False))] = np.arange(500)
+    first_use = {}
+    for row in map(tuple, rows):
+        first_use.setdefault(row, len(first_use))
+    expected_idx = nodes["bitset_idx"].copy()
+    expected_idx[expected_idx >= 0] = [first_use[tuple(r)] for r in rows]
+    shared = _shared_bitsets(nodes, rows)
+    np.testing.assert_array_equal(shared, np.array(list(first_use), dtype=np.uint32))
+    np.testing.assert_array_equal(nodes["bitset_idx"], expected_idx)
 
 
 def test_a_grown_tree_keeps_one_bitset_row_per_distinct_subset():

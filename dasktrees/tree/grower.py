@@ -943,20 +943,64 @@ def _shared_bitsets(nodes, bitsets):
     and files (docs/benchmarks.md)."""
     if len(bitsets) < 2:
         return bitsets
-    # Rows compared by a 64-bit key (np.unique over rows took 8 ms a flights tree, 6 % of its
-    # growth); a collision, which the check finds, falls back to comparing the rows.
-    key = (bitsets.astype(np.uint64) * _ROW_KEY).sum(axis=1)  # modulo 2**64
-    _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
-    if not np.array_equal(bitsets, bitsets[first[inverse.reshape(-1)]]):
-        _, first, inverse = np.unique(bitsets, axis=0, return_index=True, return_inverse=True)
-    # np.unique orders the rows; renumber them by first use, so that a tree without repeats
-    # keeps its table as the grower wrote it.
-    by_first_use = np.argsort(first, kind="stable")
-    number = np.empty_like(by_first_use)
-    number[by_first_use] = np.arange(len(by_first_use))
-    categorical = np.flatnonzero(nodes["bitset_idx"] >= 0)
-    nodes["bitset_idx"][categorical] = number[inverse.reshape(-1)][nodes["bitset_idx"][categorical]]
-    return np.ascontiguousarray(bitsets[np.sort(first)])
+    # A hash table of twice the rows or more, a power of two (``_share_rows``).
+    n_slots = 1 << int(2 * len(bitsets) - 1).bit_length()
+    number = np.empty(len(bitsets), dtype=np.int64)
+    distinct = np.empty_like(bitsets)
+    slots = np.empty(n_slots, dtype=np.int64)
+    n_distinct = _share_rows(nodes, bitsets, _ROW_KEY, slots, number, distinct)
+    return distinct[:n_distinct].copy()
+
+
+@njit(cache=True, nogil=True)
+def _share_rows(nodes, bitsets, row_key, slots, number, distinct):
+    """``_shared_bitsets``' kernel: write each distinct row of ``bitsets`` once into
+    ``distinct``, in order of first use, its number into ``number`` for every row, and rewrite
+    the categorical splits' ``nodes["bitset_idx"]`` with it. Returns the number of distinct rows.
+
+    Rows are found through an open-addressing table ``slots`` (a power of two, more entries
+    than rows) keyed by ``sum(row * row_key)`` modulo 2**64; a candidate is compared word by
+    word, so keys that collide only cost probes. (``np.unique`` over 64-bit keys took 1.1 ms of a
+    diamonds tree's 28, most of it reading and rewriting the node records;
+    docs/benchmarks.md.)
+    """
+    u = np.uint64
+    n_words = bitsets.shape[1]
+    mask = u(slots.shape[0] - 1)
+    shift = u(64)
+    while (u(1) << (u(64) - shift)) < u(slots.shape[0]):
+        shift -= u(1)
+    slots[:] = -1
+    n_distinct = 0
+    for r in range(bitsets.shape[0]):
+        key = u(0)
+        for k in range(n_words):
+            key += u(bitsets[r, k]) * row_key[k]
+        # Fibonacci hashing: the key's well-mixed high bits pick the first slot.
+        slot = (key * u(0x9E3779B97F4A7C15)) >> shift
+        while True:
+            d = slots[slot]
+            if d < 0:
+                slots[slot] = n_distinct
+                for k in range(n_words):
+                    distinct[n_distinct, k] = bitsets[r, k]
+                number[r] = n_distinct
+                n_distinct += 1
+                break
+            same = True
+            for k in range(n_words):
+                if distinct[d, k] != bitsets[r, k]:
+                    same = False
+                    break
+            if same:
+                number[r] = d
+                break
+            slot = (slot + u(1)) & mask
+    for i in range(nodes.shape[0]):
+        b = nodes[i]["bitset_idx"]
+        if b >= 0:
+            nodes[i]["bitset_idx"] = number[b]
+    return n_distinct
 
 
 def _ordered_rows(n_rows):
