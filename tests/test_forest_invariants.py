@@ -207,13 +207,22 @@ def test_bad_mode(client, cancer):
 
 
 @pytest.mark.parametrize("mode", ["replicated", "sampled"])
-def test_trees_per_task_does_not_change_the_forest(client, cancer, mode):
+@pytest.mark.parametrize("class_weight", [None, "balanced"])
+def test_trees_per_task_does_not_change_the_forest(client, cancer, mode, class_weight):
     """A task grows its trees one after the other in one reused workspace: one tree per task
-    and eight per task give the same trees (nothing of a tree leaks into the next)."""
+    and eight per task give the same trees (nothing of a tree leaks into the next). With
+    fractional weights ("balanced") the class counts of a split node are not its children's
+    summed, and a tree ships every node's: those once stayed a view of the workspace, which
+    the task's next tree overwrote."""
     X, y = cancer
     forests = [
         RandomForestClassifier(
-            n_estimators=8, random_state=3, mode=mode, trees_per_task=k, client=client
+            n_estimators=8,
+            random_state=3,
+            mode=mode,
+            trees_per_task=k,
+            class_weight=class_weight,
+            client=client,
         ).fit(X, y)
         for k in (1, 8)
     ]

@@ -261,7 +261,8 @@ def test_wire_state_gives_back_the_tree(criterion, fractional_weights):
     arrays = model.bin_mapper_.kernel_arrays()
     n_values = 1 if regression else 3
     records = _grow_records(codes, target, weights, arrays, params, n_values, 7, None, None)
-    state = wire.encode(*records, arrays.thresholds, codes.shape[1], params.criterion)
+    buffers = wire.Buffers()  # as a task's workspace holds them
+    state = wire.encode(*records, arrays.thresholds, codes.shape[1], params.criterion, buffers)
     # A regressor ships its leaves' means and impurities, those that are not zero with a bit a
     # leaf; its split nodes' are pooled from them.
     assert "value" not in state and "impurity" not in state and "leaf_impurity" not in state
@@ -312,6 +313,13 @@ def test_wire_state_gives_back_the_tree(criterion, fractional_weights):
         assert 0 < nonzero.sum() < leaf.sum()
         leaf_impurity = nodes["impurity"][leaf]
         np.testing.assert_array_equal(state["nonzero_leaf_impurity"], leaf_impurity[nonzero])
+    # The state owns its arrays: the records (a task's workspace) and the buffers are the next
+    # tree's scratch.
+    kept = {name: np.copy(value) for name, value in state.items()}
+    for scratch in (records[0], records[1], *buffers._arrays.values()):
+        scratch.view(np.uint8)[...] = 0xAB
+    for name, value in kept.items():
+        np.testing.assert_array_equal(state[name], value, err_msg=name)
 
 
 def _numbered_recursively(rng, n_splits):
@@ -423,7 +431,8 @@ def test_leaf_impurities_travel_as_those_that_are_not_zero():
 def test_summed_by_children_agrees_with_numpys_comparison():
     """``wire._summed_by_children`` (whether a state may ship a quantity of its leaves only)
     answers as ``np.array_equal(rows[split], rows[left] + rows[right])``: on sums that hold,
-    on one entry off by a unit in the last place, on a NaN, in one column of several."""
+    on one entry off by a unit in the last place, on a NaN, in one column of several, and on
+    whole counts as integers."""
     from dasktrees.tree import wire
 
     rng = np.random.default_rng(0)
@@ -442,9 +451,58 @@ def test_summed_by_children_agrees_with_numpys_comparison():
         elif trial % 3 == 2:
             rows[k, c] = np.nan
         expected = np.array_equal(rows[split], rows[left] + rows[right])
-        assert wire._summed_by_children(rows, split, left, right) == expected
+        children = left.astype(np.int32), right.astype(np.int32)  # as the trees hold them
+        assert wire._summed_by_children(rows, split, *children) == expected
+        if trial % 3 == 0:  # whole row counts, as int32
+            counts = rows.astype(np.int32)
+            expected = np.array_equal(counts[split], counts[left] + counts[right])
+            assert wire._summed_by_children(counts, split, *children) == expected
         n_checked[expected] += 1
     assert min(n_checked.values()) > 20  # both answers were asked for
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        np.array([3, 0, 7, 1, 2], dtype=np.int32),  # row counts
+        np.array([3.0, 0.0, 700.0, 1.0, 2.0]),  # bootstrap weights: uint16
+        np.array([3.0, -0.0, 7.0, 1.0, 2.0]),
+        np.array([3.0, 0.5, 7.0, 1.0, 2.0]),  # weights that are not whole
+        np.array([3.0, -1.0, 7.0, 1.0, 2.0]),
+        np.array([3.0, np.nan, 7.0, 1.0, 2.0]),
+        np.array([3.0, np.inf, 7.0, 1.0, 2.0]),
+        np.array([3.0, 2.0**32, 7.0, 1.0, 2.0]),
+        np.array([[3.0, 1.0], [0.0, 2.0], [7.0, 0.0], [1.0, 9.0], [2.0, 2.0]]),  # class counts
+    ],
+)
+def test_counts_narrowed_to_the_narrowest_unsigned_type_when_whole(values):
+    """``wire.narrow_counts`` against its rule written out with numpy: non-negative integers,
+    and whole floats below 2**32, in the narrowest unsigned type; others as they are."""
+    from dasktrees.tree import wire
+
+    if values.dtype.kind in "ui" and values.min() >= 0:
+        expected = values.astype(wire.narrowest_uint(values.max()))
+    elif values.min() < 0 or values.max() >= 2**32:
+        expected = values
+    elif not np.array_equal(values, np.floor(values)):  # fractions, NaN
+        expected = values
+    else:
+        expected = values.astype(wire.narrowest_uint(values.max()))
+    got = wire.narrow_counts(values)
+    assert got.dtype == expected.dtype
+    assert got.tobytes() == expected.tobytes()  # bit for bit (-0.0)
+
+
+def test_node_kinds_are_the_positions_of_splits_and_leaves():
+    from dasktrees.tree import wire
+
+    rng = np.random.default_rng(0)
+    for n_nodes in (1, 2, 7, 500):
+        is_split = rng.random(n_nodes) < 0.5
+        for buffers in (None, wire.Buffers()):
+            kinds = wire._node_kinds(is_split, buffers)
+            np.testing.assert_array_equal(kinds.splits, np.flatnonzero(is_split))
+            np.testing.assert_array_equal(kinds.leaves, np.flatnonzero(~is_split))
 
 
 @pytest.mark.parametrize("keys", ["hashed", "colliding"])

@@ -537,6 +537,7 @@ class Workspace(NamedTuple):
     node_codes: np.ndarray  # uint8 (n_rows, n_features rounded up to 8): NodeRows.node_codes
     words_buffer: np.ndarray  # uint64 (n_rows, n_features / 8 rounded up): Scratch.words_buffer
     identity: np.ndarray  # int64 (n_rows,): Scratch.identity
+    encoding: wire.Buffers  # ``wire.encode``'s intermediate arrays
 
     @staticmethod
     def _capacity(n_rows, params):
@@ -560,6 +561,7 @@ class Workspace(NamedTuple):
             np.empty((code_rows, 8 * _n_words(n_features)), dtype=np.uint8),
             np.empty((code_rows, _n_words(n_features)), dtype=np.uint64),
             np.arange(code_rows, dtype=np.int64),
+            wire.Buffers(),
         )
 
     def fits(self, n_rows, n_values, n_features, params):
@@ -1166,5 +1168,9 @@ def grow_tree_state(
     if params.ccp_alpha > 0.0:
         return grow_tree(*args).__getstate__()
     return wire.encode(
-        *_grow_records(*args), bin_arrays.thresholds, codes.shape[1], params.criterion
+        *_grow_records(*args),
+        bin_arrays.thresholds,
+        codes.shape[1],
+        params.criterion,
+        None if workspace is None else workspace.encoding,
     )

@@ -861,13 +861,21 @@ def depth_first_children(is_split, n_nodes, out):
     int
         The number of nodes the numbering gives: ``n_nodes`` for such a tree.
     """
-    rank = np.empty(n_nodes, dtype=np.int64)  # each node's place among the split nodes
+    rank = np.empty(n_nodes, dtype=np.int64)
+    stack = np.empty(max(n_nodes, 1), dtype=np.int64)
+    return number_depth_first(is_split, n_nodes, out, rank, stack)
+
+
+@njit(cache=True, nogil=True)
+def number_depth_first(is_split, n_nodes, out, rank, stack):
+    """``depth_first_children`` in given scratch: ``rank`` and ``stack`` (int64, at least
+    ``n_nodes`` entries each, at least one), for callers that reuse them from tree to tree."""
     n_splits = 0
     for i in range(n_nodes):
-        rank[i] = n_splits
+        rank[i] = n_splits  # each node's place among the split nodes
         n_splits += packed_bit(is_split, i)
     out[:] = TREE_LEAF
-    stack = np.empty(max(n_splits, 1), dtype=np.int64)
+    depth_limit = max(n_splits, 1)  # of the stack: flags that are not a tree's cannot overrun
     top = 0
     if n_nodes > 0 and packed_bit(is_split, 0):
         stack[0] = 0
@@ -882,7 +890,7 @@ def depth_first_children(is_split, n_nodes, out):
         n_numbered += 2
         out[rank[node]] = left
         for child in (left + 1, left):  # right first: the left subtree is numbered first
-            if child < n_nodes and packed_bit(is_split, child) and top < stack.shape[0]:
+            if child < n_nodes and packed_bit(is_split, child) and top < depth_limit:
                 stack[top] = child
                 top += 1
     return n_numbered

@@ -26,6 +26,8 @@ took the client longer than receiving it, on a core the workers' growth needs
 (docs/benchmarks.md).
 """
 
+from typing import NamedTuple
+
 import numpy as np
 from numba import njit
 
@@ -35,13 +37,45 @@ from .tree import (
     LEAF_CONSTANTS,
     NODE_ARRAY_DTYPES,
     Tree,
-    depth_first_children,
     fields_from_records,
+    number_depth_first,
     pool_to_root,
 )
 
 
-def encode(nodes, values, bitsets, thresholds, n_features, criterion):
+class Buffers:
+    """Scratch arrays for ``encode``, reused by the trees of a task (``grower.Workspace``).
+
+    Encoding a tree holds its split fields and per-node quantities in intermediate arrays, a
+    megabyte or more a tree. Dask's workers return freed memory to the system at once (their
+    nannies set ``MALLOC_TRIM_THRESHOLD_``), so arrays allocated afresh for every tree were
+    faulted in again for every tree: encoding a diamonds tree took 5.5 ms there against 2 ms
+    in a plain process (docs/benchmarks.md). ``empty`` hands out views of arrays kept from
+    tree to tree, grown when a tree needs more.
+    """
+
+    def __init__(self):
+        self._arrays = {}
+
+    def empty(self, name, shape, dtype):
+        """An uninitialised array of ``shape`` and ``dtype``, a view of the one kept as
+        ``name`` (valid until the next call for ``name``)."""
+        dtype = np.dtype(dtype)
+        size = int(np.prod(shape))
+        kept = self._arrays.get(name)
+        if kept is None or kept.dtype != dtype or kept.size < size:
+            kept = self._arrays[name] = np.empty(max(size, 1), dtype=dtype)
+        return kept[:size].reshape(shape)
+
+
+def _empty(buffers, name, shape, dtype):
+    """``buffers.empty(name, shape, dtype)``, or a new array without buffers."""
+    if buffers is None:
+        return np.empty(shape, dtype=dtype)
+    return buffers.empty(name, shape, dtype)
+
+
+def encode(nodes, values, bitsets, thresholds, n_features, criterion, buffers=None):
     """The shipped state of the tree ``Tree.from_growth(nodes, values, bitsets, thresholds,
     n_features, criterion)`` would build (``grower.grow`` records, ``criterion`` the tree's).
 
@@ -50,14 +84,25 @@ def encode(nodes, values, bitsets, thresholds, n_features, criterion):
     only when the split nodes' are their children's summed (``_put_summable``). A regressor
     ships its leaves' means and impurities (``put_leaf_impurity``), from which the client
     pools its split nodes' as ``Tree.from_growth`` does (``tree.pool_to_root``).
+
+    ``buffers`` (``Buffers``, optional) holds the intermediate arrays; the state's own arrays
+    are always new.
     """
-    is_split = nodes["left"] != TREE_LEAF
-    n_split = int(np.count_nonzero(is_split))
-    compact = {name: np.empty(n_split, dtype=NODE_ARRAY_DTYPES[name]) for name in LEAF_CONSTANTS}
+    is_split = _empty(buffers, "is_split", len(nodes), bool)
+    np.not_equal(nodes["left"], TREE_LEAF, out=is_split)
+    kinds = _node_kinds(is_split, buffers)
+    n_split = len(kinds.splits)
+    compact = {
+        name: _empty(buffers, name, n_split, NODE_ARRAY_DTYPES[name]) for name in LEAF_CONSTANTS
+    }
     per_node = {
-        "n_node_samples": np.empty(len(nodes), dtype=_count_dtype(nodes["n_samples"])),
-        "weighted_n_node_samples": np.empty(len(nodes)),
-        "impurity": np.empty(len(nodes)),
+        "n_node_samples": _empty(
+            buffers, "n_node_samples", len(nodes), _count_dtype(nodes["n_samples"])
+        ),
+        "weighted_n_node_samples": _empty(
+            buffers, "weighted_n_node_samples", len(nodes), np.float64
+        ),
+        "impurity": _empty(buffers, "impurity", len(nodes), np.float64),
     }
     no_depths = np.empty(0, dtype=np.int32)
     fields_from_records(nodes, thresholds, True, *compact.values(), *per_node.values(), no_depths)
@@ -68,22 +113,25 @@ def encode(nodes, values, bitsets, thresholds, n_features, criterion):
         "n_nodes": len(nodes),
         "wire": True,
     }
-    _put_split_fields(state, compact, n_features, bitsets)
-    _put_summable(state, is_split, compact, "n_node_samples", per_node["n_node_samples"])
+    _put_split_fields(state, compact, n_features, bitsets, buffers)
+    _put_summable(state, kinds, compact, "n_node_samples", per_node["n_node_samples"], buffers)
     if criterion == SQUARED_ERROR:
         # The leaves' means and impurities: the client pools the split nodes' from them, as
         # ``Tree.from_growth`` does (``tree.pool_to_root``).
         state["leaf_value"] = _leaf_rows(values, is_split)
-        put_leaf_impurity(state, _leaf_rows(per_node["impurity"], is_split))
+        leaf_impurity = _empty(buffers, "leaf_impurity", len(kinds.leaves), np.float64)
+        # mode="clip" (the positions are valid): with "raise" numpy fills a temporary first
+        np.take(per_node["impurity"], kinds.leaves, out=leaf_impurity, mode="clip")
+        put_leaf_impurity(state, leaf_impurity)
         weights = per_node["weighted_n_node_samples"]
-        _put_summable(state, is_split, compact, "weighted_n_node_samples", weights)
+        _put_summable(state, kinds, compact, "weighted_n_node_samples", weights, buffers)
     else:
-        _put_summable(state, is_split, compact, "weighted_class_counts", values)
+        _put_summable(state, kinds, compact, "weighted_class_counts", values, buffers)
         state["criterion"] = criterion
     return state
 
 
-def _put_split_fields(state, compact, n_features, bitsets):
+def _put_split_fields(state, compact, n_features, bitsets, buffers=None):
     """Put a tree's split fields (``compact``: ``LEAF_CONSTANTS``' fields at its split nodes,
     and ``bitsets`` its categorical bitset table) in a shipped state, with nothing that can be
     derived: a numeric split's raw threshold (``thresholds[feature, bin_threshold]``, the bin
@@ -97,16 +145,19 @@ def _put_split_fields(state, compact, n_features, bitsets):
     and bitset rows take the narrowest unsigned type: a tree of fewer than 65,536 nodes sends
     its children as two bytes each. ``state`` must hold ``is_split`` and ``n_nodes``."""
     left, right = compact["children_left"], compact["children_right"]
-    if not _numbered_depth_first(state, left, right):
+    if not _numbered_depth_first(state, left, right, buffers):
         node_id = narrowest_uint(max(left.max(initial=0), right.max(initial=0)))
         state["children_left"] = left.astype(node_id)
         if not np.array_equal(right, left + 1):
             state["children_right"] = right.astype(node_id)
     state["feature"] = compact["feature"].astype(feature_dtype(n_features))
-    state["bin_threshold"] = compact["bin_threshold"]
-    state["missing_go_to_left_bits"] = np.packbits(compact["missing_go_to_left"] != 0)
+    state["bin_threshold"] = np.array(compact["bin_threshold"])  # its own: compact is scratch
+    flags = _empty(buffers, "flags", len(left), bool)
+    state["missing_go_to_left_bits"] = np.packbits(
+        np.not_equal(compact["missing_go_to_left"], 0, out=flags)
+    )
     bitset_idx = compact["bitset_idx"]
-    categorical = bitset_idx >= 0
+    categorical = np.greater_equal(bitset_idx, 0, out=flags)
     state["is_categorical_bits"] = np.packbits(categorical)
     state["categorical_bitset_idx"] = bitset_idx[categorical].astype(
         narrowest_uint(len(bitsets) - 1)
@@ -116,32 +167,87 @@ def _put_split_fields(state, compact, n_features, bitsets):
     state["categorical_bitsets"] = np.ascontiguousarray(bitsets, dtype=BITSET_DTYPE)
 
 
-def _numbered_depth_first(state, left, right):
+def _numbered_depth_first(state, left, right, buffers=None):
     """Whether a tree's split nodes' children (``left``, ``right``) are those its flags give
     when numbered as the grower numbers a depth-first tree (``tree.depth_first_children``)."""
-    if not np.array_equal(right, left + 1):
+    if not _right_after_left(left, right):
         return False
-    implied = np.empty(len(left), dtype=np.int32)
-    n_numbered = depth_first_children(state["is_split"], state["n_nodes"], implied)
-    return n_numbered == state["n_nodes"] and np.array_equal(implied, left)
+    n_nodes = state["n_nodes"]
+    implied = _empty(buffers, "implied", len(left), np.int32)
+    rank = _empty(buffers, "rank", max(n_nodes, 1), np.int64)
+    stack = _empty(buffers, "stack", max(n_nodes, 1), np.int64)
+    n_numbered = number_depth_first(state["is_split"], n_nodes, implied, rank, stack)
+    return n_numbered == n_nodes and np.array_equal(implied, left)
 
 
-def _put_summable(state, is_split, compact, name, per_node):
-    """Put a per-node quantity (``name``: ``SUMMABLE``) in a shipped state (``is_split`` its
-    nodes' flags, as bools; ``compact`` its split nodes' children): as ``SUMMABLE[name]``, its
+@njit(cache=True, nogil=True)
+def _right_after_left(left, right):
+    """Whether ``right[k] == left[k] + 1`` for every split ``k`` (``np.array_equal(right, left +
+    1)`` without the temporary array)."""
+    if left.shape[0] != right.shape[0]:
+        return False
+    for k in range(left.shape[0]):
+        if right[k] != left[k] + 1:
+            return False
+    return True
+
+
+class _NodeKinds(NamedTuple):
+    """A tree's nodes by kind: their flags and the positions of each kind, in node order."""
+
+    is_split: np.ndarray  # bool (n_nodes,)
+    splits: np.ndarray  # int64 (n_split,): the split nodes
+    leaves: np.ndarray  # int64 (n_leaves,): the leaves
+
+
+def _node_kinds(is_split, buffers=None):
+    """``_NodeKinds`` of the flags ``is_split`` (bools), the positions in ``buffers``' arrays
+    when given (``np.flatnonzero`` without new arrays)."""
+    n_split = int(np.count_nonzero(is_split))
+    # One slot more each: ``_positions_of_kinds`` writes past the last node of a kind.
+    splits = _empty(buffers, "splits", n_split + 1, np.int64)
+    leaves = _empty(buffers, "leaves", len(is_split) - n_split + 1, np.int64)
+    _positions_of_kinds(is_split, splits, leaves)
+    return _NodeKinds(is_split, splits[:n_split], leaves[: len(is_split) - n_split])
+
+
+@njit(cache=True, nogil=True)
+def _positions_of_kinds(is_split, splits, leaves):
+    """Write the positions of the split nodes into ``splits`` and of the leaves into ``leaves``
+    (each with a slot to spare). Every position is written to both and only its own kind's count
+    moves on: whether a node is a split is a coin flip in node order, and a branch on it was
+    mispredicted as often."""
+    n_split = 0
+    n_leaves = 0
+    for i in range(is_split.shape[0]):
+        split = np.int64(is_split[i])
+        splits[n_split] = i
+        leaves[n_leaves] = i
+        n_split += split
+        n_leaves += 1 - split
+
+
+def _put_summable(state, kinds, compact, name, per_node, buffers=None):
+    """Put a per-node quantity (``name``: ``SUMMABLE``) in a shipped state (``kinds`` its
+    nodes' ``_NodeKinds``; ``compact`` its split nodes' children): as ``SUMMABLE[name]``, its
     leaves' rows only, when every split node's row is exactly its children's summed, left plus
     right, as ``tree.sum_to_root`` gives it back (row counts after any growth; weights and
     weighted class counts when the weights are whole numbers, bootstrap counts among them),
     in the narrowest unsigned type if they are whole numbers (``narrow_counts``); else every
     node's, as ``name`` (class counts narrowed too)."""
-    split = np.flatnonzero(is_split)
     left, right = compact["children_left"], compact["children_right"]
-    # As float64 rows, one kernel for all: counts below 2**53 and their sums are exact there.
-    rows = np.asarray(per_node, dtype=np.float64).reshape(len(per_node), -1)
-    if _summed_by_children(rows, split, left.astype(np.int64), right.astype(np.int64)):
-        state[SUMMABLE[name]] = narrow_counts(_leaf_rows(per_node, is_split))
+    rows = np.asarray(per_node).reshape(len(per_node), -1)
+    if _summed_by_children(rows, kinds.splits, left, right):
+        leaf_rows = _empty(buffers, "leaf_rows", (len(kinds.leaves),) + rows.shape[1:], rows.dtype)
+        np.take(rows, kinds.leaves, axis=0, out=leaf_rows, mode="clip")  # no temporary
+        narrowed = narrow_counts(leaf_rows)
+        if np.shares_memory(narrowed, leaf_rows):  # kept as they are: the buffer's, copied
+            narrowed = narrowed.copy()
+        state[SUMMABLE[name]] = narrowed.reshape((-1,) + np.shape(per_node)[1:])
     elif name == "weighted_class_counts":
-        state[name] = narrow_counts(per_node)
+        # A copy first: narrow_counts returns fractional counts as they are, and ``per_node``
+        # may be the task's workspace, which the next tree overwrites.
+        state[name] = narrow_counts(np.array(per_node, order="C"))
     else:
         state[name] = np.array(per_node, order="C")
 
@@ -156,20 +262,21 @@ def _leaf_rows(per_node, is_split):
 @njit(cache=True, nogil=True)
 def _summed_by_children(per_node, split, left, right):
     """Whether row ``split[k]`` of ``per_node`` equals row ``left[k]`` plus row ``right[k]``,
-    exactly, for every ``k``.
+    exactly, as float64 (counts below 2**53 and their sums are exact there), for every ``k``.
 
-    A pass without the three gathered copies that numpy's fancy indexing makes: those took most
-    of the time a task spent encoding a tree (docs/benchmarks.md).
+    A pass without the gathered copies that numpy's fancy indexing makes: those took most of
+    the time a task spent encoding a tree (docs/benchmarks.md).
 
     Parameters
     ----------
-    per_node : ndarray of float64, shape (n_nodes, n_columns)
-    split, left, right : ndarray of int64, shape (n_split,)
+    per_node : ndarray, shape (n_nodes, n_columns)
+    split, left, right : ndarray of int, shape (n_split,)
         The split nodes and their children.
     """
     for k in range(split.shape[0]):
         for c in range(per_node.shape[1]):
-            if per_node[split[k], c] != per_node[left[k], c] + per_node[right[k], c]:
+            total = np.float64(per_node[left[k], c]) + np.float64(per_node[right[k], c])
+            if np.float64(per_node[split[k], c]) != total:
                 return False
     return True
 
@@ -200,9 +307,10 @@ def state_of(tree, criterion):
     }
     _put_split_fields(state, compact, tree.n_features, tree.categorical_bitsets)
     n_node_samples = tree.n_node_samples.astype(_count_dtype(tree.n_node_samples))
-    _put_summable(state, is_split, compact, "n_node_samples", n_node_samples)
+    kinds = _node_kinds(is_split)
+    _put_summable(state, kinds, compact, "n_node_samples", n_node_samples)
     weights = tree.weighted_n_node_samples
-    _put_summable(state, is_split, compact, "weighted_n_node_samples", weights)
+    _put_summable(state, kinds, compact, "weighted_n_node_samples", weights)
     if criterion == SQUARED_ERROR:
         _put_moments(state, is_split, compact, tree.value, tree.impurity, weights)
     else:
@@ -300,9 +408,19 @@ def narrow_counts(counts):
         return counts.astype(narrowest_uint(counts.max(initial=0)))
     if counts.size and (counts.min() < 0 or counts.max() >= 2**32):
         return np.ascontiguousarray(counts)
-    if not np.array_equal(counts, np.floor(counts)):  # fractions, NaN or infinities
+    if not _all_whole(np.asarray(counts, dtype=np.float64).reshape(-1)):  # fractions, NaN
         return np.ascontiguousarray(counts)
     return counts.astype(narrowest_uint(counts.max(initial=0)))
+
+
+@njit(cache=True, nogil=True)
+def _all_whole(values):
+    """Whether every entry is a whole number (``np.array_equal(values, np.floor(values))``
+    without the temporary: False for a NaN, True for an infinity)."""
+    for v in values:
+        if v != np.floor(v):
+            return False
+    return True
 
 
 def feature_dtype(n_features):
