@@ -261,7 +261,9 @@ def test_wire_state_gives_back_the_tree(criterion, fractional_weights):
     arrays = model.bin_mapper_.kernel_arrays()
     n_values = 1 if regression else 3
     records = _grow_records(codes, target, weights, arrays, params, n_values, 7, None, None)
-    buffers = wire.Buffers()  # as a task's workspace holds them
+    from dasktrees.tree.buffers import Buffers
+
+    buffers = Buffers()  # as a task's workspace holds them
     state = wire.encode(*records, arrays.thresholds, codes.shape[1], params.criterion, buffers)
     # A regressor ships its leaves' means and impurities, those that are not zero with a bit a
     # leaf; its split nodes' are pooled from them.
@@ -316,7 +318,7 @@ def test_wire_state_gives_back_the_tree(criterion, fractional_weights):
     # The state owns its arrays: the records (a task's workspace) and the buffers are the next
     # tree's scratch.
     kept = {name: np.copy(value) for name, value in state.items()}
-    for scratch in (records[0], records[1], *buffers._arrays.values()):
+    for scratch in (records[0], records[1], *buffers.arrays()):
         scratch.view(np.uint8)[...] = 0xAB
     for name, value in kept.items():
         np.testing.assert_array_equal(state[name], value, err_msg=name)
@@ -495,11 +497,12 @@ def test_counts_narrowed_to_the_narrowest_unsigned_type_when_whole(values):
 
 def test_node_kinds_are_the_positions_of_splits_and_leaves():
     from dasktrees.tree import wire
+    from dasktrees.tree.buffers import Buffers
 
     rng = np.random.default_rng(0)
     for n_nodes in (1, 2, 7, 500):
         is_split = rng.random(n_nodes) < 0.5
-        for buffers in (None, wire.Buffers()):
+        for buffers in (None, Buffers()):
             kinds = wire._node_kinds(is_split, buffers)
             np.testing.assert_array_equal(kinds.splits, np.flatnonzero(is_split))
             np.testing.assert_array_equal(kinds.leaves, np.flatnonzero(~is_split))

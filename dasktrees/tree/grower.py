@@ -33,6 +33,7 @@ from .._random import new_state, next_below
 from ..criteria import SQUARED_ERROR, impurity, stats_weight
 from . import wire
 from ._jit import inlined_node_kernel
+from .buffers import Buffers, scratch_array
 from .cost_complexity import prune_cost_complexity
 from .histogram import (
     ORDERED_CODES_ABOVE,
@@ -537,7 +538,7 @@ class Workspace(NamedTuple):
     node_codes: np.ndarray  # uint8 (n_rows, n_features rounded up to 8): NodeRows.node_codes
     words_buffer: np.ndarray  # uint64 (n_rows, n_features / 8 rounded up): Scratch.words_buffer
     identity: np.ndarray  # int64 (n_rows,): Scratch.identity
-    encoding: wire.Buffers  # ``wire.encode``'s intermediate arrays
+    buffers: Buffers  # arrays kept from tree to tree (``buffers``): the search's, the encoder's
 
     @staticmethod
     def _capacity(n_rows, params):
@@ -561,7 +562,7 @@ class Workspace(NamedTuple):
             np.empty((code_rows, 8 * _n_words(n_features)), dtype=np.uint8),
             np.empty((code_rows, _n_words(n_features)), dtype=np.uint64),
             np.arange(code_rows, dtype=np.int64),
-            wire.Buffers(),
+            Buffers(),
         )
 
     def fits(self, n_rows, n_values, n_features, params):
@@ -855,11 +856,13 @@ def grow(codes, y, w, sample_indices, bin_arrays, params, n_classes, seed, candi
     sample_indices = np.ascontiguousarray(sample_indices, dtype=np.int64)
     # y and w in sample_indices order; the partition keeps them aligned with their rows.
     node_y, node_w = workspace.node_y[:n_rows], workspace.node_w[:n_rows]
-    np.take(np.asarray(y, dtype=np.float64), sample_indices, out=node_y)
-    np.take(np.asarray(w, dtype=np.float64), sample_indices, out=node_w)
+    # mode="clip" (the indices are rows of y): with "raise" numpy fills a temporary first
+    np.take(np.asarray(y, dtype=np.float64), sample_indices, out=node_y, mode="clip")
+    np.take(np.asarray(w, dtype=np.float64), sample_indices, out=node_w, mode="clip")
     codes = np.ascontiguousarray(codes, dtype=np.uint8)
+    kept = workspace.buffers  # the search's scratch, kept from tree to tree (``buffers``)
     category_keys = tree_category_keys(
-        codes, sample_indices, node_y, node_w, bin_arrays.is_categorical, rules
+        codes, sample_indices, node_y, node_w, bin_arrays.is_categorical, rules, kept
     )
     if rules.criterion != SQUARED_ERROR and rules.n_classes == 2:
         # Two classes: y becomes the signed weight (w for class 1, -w for class 0), the only
@@ -887,13 +890,15 @@ def grow(codes, y, w, sample_indices, bin_arrays, params, n_classes, seed, candi
     scratch = Scratch(
         new_state(int(seed)),
         np.ascontiguousarray(candidates, dtype=np.int64),
-        np.empty(codes.shape[1], dtype=np.int64),
-        np.zeros((max(1, min(rules.max_features, len(candidates))), N_BIN_CODES, n_channels)),
-        np.zeros((N_BIN_CODES, n_channels)),
-        np.zeros((N_SCRATCH_VECTORS, n_channels)),
-        np.zeros((N_INT_SCRATCH, N_BIN_CODES), dtype=np.int64),
-        np.zeros(N_BIN_CODES),
-        np.zeros((N_CUT_ROWS, N_BIN_CODES)),
+        kept.empty("grow.features", codes.shape[1], np.int64),
+        kept.zeros(
+            "grow.hist", (max(1, min(rules.max_features, len(candidates))), N_BIN_CODES, n_channels)
+        ),
+        kept.zeros("grow.stats", (N_BIN_CODES, n_channels)),
+        kept.zeros("grow.vec", (N_SCRATCH_VECTORS, n_channels)),
+        kept.zeros("grow.ibuf", (N_INT_SCRATCH, N_BIN_CODES), np.int64),
+        kept.zeros("grow.keys", N_BIN_CODES),
+        kept.zeros("grow.cuts", (N_CUT_ROWS, N_BIN_CODES)),
         workspace.buffer[:n_rows],
         workspace.y_buffer[:n_rows],
         workspace.w_buffer[:n_rows],
@@ -902,7 +907,7 @@ def grow(codes, y, w, sample_indices, bin_arrays, params, n_classes, seed, candi
         category_keys,
     )
     nodes, values = workspace.nodes, workspace.values
-    bitsets = np.empty((16, BITSET_WORDS), dtype=BITSET_DTYPE)
+    bitsets = kept.table("grow.bitsets", 16, (BITSET_WORDS,), BITSET_DTYPE)
     # The frontier holds the root (-1), opened by the loop kernel itself.
     frontier = Frontier(params.max_leaf_nodes > 0, np.empty(64, dtype=np.int64), np.empty(64))
     frontier.ids[0] = -1
@@ -911,6 +916,7 @@ def grow(codes, y, w, sample_indices, bin_arrays, params, n_classes, seed, candi
     while progress.n_frontier > 0 and progress.n_split < max_splits:
         if len(bitsets) < progress.n_bitsets + 2:
             bitsets = _grown(bitsets, progress.n_bitsets)
+            kept.keep("grow.bitsets", bitsets)
         if len(frontier.ids) < progress.n_frontier + 2:
             frontier = frontier._replace(
                 ids=_grown(frontier.ids, progress.n_frontier),
@@ -928,28 +934,30 @@ def grow(codes, y, w, sample_indices, bin_arrays, params, n_classes, seed, candi
     for name, value in _LEAF_RECORD.items():
         nodes[name][left_over] = value
     nodes = nodes[: progress.n_nodes]
-    return nodes, values[: progress.n_nodes], _shared_bitsets(nodes, bitsets[: progress.n_bitsets])
+    bitsets = _shared_bitsets(nodes, bitsets[: progress.n_bitsets], kept)
+    return nodes, values[: progress.n_nodes], bitsets
 
 
 # Odd 64-bit multipliers, one per bitset word: a row's key for ``_shared_bitsets``.
 _ROW_KEY = np.random.default_rng(20261124).integers(0, 2**63, BITSET_WORDS, dtype=np.uint64) * 2 + 1
 
 
-def _shared_bitsets(nodes, bitsets):
+def _shared_bitsets(nodes, bitsets, buffers=None):
     """The tree's bitset table with each distinct row once, in order of first use, and the
     categorical splits' ``bitset_idx`` (in ``nodes``, rewritten) pointing into it.
 
     The grower writes a row for every categorical split, but a tree splits again and again on
     the same subsets of a feature's few levels: a diamonds tree's 1,860 categorical splits use
     65 distinct rows, and the rows (32 bytes each) were 0.94 bytes a node of a forest's memory
-    and files (docs/benchmarks.md)."""
+    and files (docs/benchmarks.md). The table returned is the tree's own (``bitsets`` and the
+    scratch may be ``buffers``')."""
     if len(bitsets) < 2:
-        return bitsets
+        return bitsets.copy()
     # A hash table of twice the rows or more, a power of two (``_share_rows``).
     n_slots = 1 << int(2 * len(bitsets) - 1).bit_length()
-    number = np.empty(len(bitsets), dtype=np.int64)
-    distinct = np.empty_like(bitsets)
-    slots = np.empty(n_slots, dtype=np.int64)
+    number = scratch_array(buffers, "shared.number", len(bitsets), np.int64)
+    distinct = scratch_array(buffers, "shared.distinct", bitsets.shape, bitsets.dtype)
+    slots = scratch_array(buffers, "shared.slots", n_slots, np.int64)
     n_distinct = _share_rows(nodes, bitsets, _ROW_KEY, slots, number, distinct)
     return distinct[:n_distinct].copy()
 
@@ -1025,7 +1033,7 @@ def _gather_rows(codes, sample_indices, out):
             out[i, f] = codes[row, f]
 
 
-def tree_category_keys(codes, sample_indices, y, w, is_categorical, rules):
+def tree_category_keys(codes, sample_indices, y, w, is_categorical, rules, buffers=None):
     """The keys that order each categorical feature's categories for a whole tree
     (``categorical_order="tree"``): over the tree's in-bag rows, weighted, each category's mean
     target (regression) or proportion of each class (classification, one row of keys per class).
@@ -1042,7 +1050,8 @@ def tree_category_keys(codes, sample_indices, y, w, is_categorical, rules):
     categorical = np.flatnonzero(is_categorical).astype(np.int64)
     if not rules.tree_order or len(categorical) == 0:
         return np.zeros((n_orders, len(is_categorical), 0))
-    keys = np.zeros((n_orders, len(is_categorical), N_BIN_CODES))
+    shape = (n_orders, len(is_categorical), N_BIN_CODES)
+    keys = np.zeros(shape) if buffers is None else buffers.zeros("grow.tree_keys", shape)
     _category_means(codes, sample_indices, y, w, categorical, regression, keys)
     return keys
 
@@ -1172,5 +1181,5 @@ def grow_tree_state(
         bin_arrays.thresholds,
         codes.shape[1],
         params.criterion,
-        None if workspace is None else workspace.encoding,
+        None if workspace is None else workspace.buffers,
     )

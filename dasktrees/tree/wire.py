@@ -33,6 +33,7 @@ from numba import njit
 
 from .._dtypes import BITSET_DTYPE, BITSET_WORDS, NODE_DTYPE, TREE_LEAF, TREE_UNDEFINED
 from ..criteria import SQUARED_ERROR
+from .buffers import scratch_array
 from .tree import (
     LEAF_CONSTANTS,
     NODE_ARRAY_DTYPES,
@@ -41,38 +42,6 @@ from .tree import (
     number_depth_first,
     pool_to_root,
 )
-
-
-class Buffers:
-    """Scratch arrays for ``encode``, reused by the trees of a task (``grower.Workspace``).
-
-    Encoding a tree holds its split fields and per-node quantities in intermediate arrays, a
-    megabyte or more a tree. Dask's workers return freed memory to the system at once (their
-    nannies set ``MALLOC_TRIM_THRESHOLD_``), so arrays allocated afresh for every tree were
-    faulted in again for every tree: encoding a diamonds tree took 5.5 ms there against 2 ms
-    in a plain process (docs/benchmarks.md). ``empty`` hands out views of arrays kept from
-    tree to tree, grown when a tree needs more.
-    """
-
-    def __init__(self):
-        self._arrays = {}
-
-    def empty(self, name, shape, dtype):
-        """An uninitialised array of ``shape`` and ``dtype``, a view of the one kept as
-        ``name`` (valid until the next call for ``name``)."""
-        dtype = np.dtype(dtype)
-        size = int(np.prod(shape))
-        kept = self._arrays.get(name)
-        if kept is None or kept.dtype != dtype or kept.size < size:
-            kept = self._arrays[name] = np.empty(max(size, 1), dtype=dtype)
-        return kept[:size].reshape(shape)
-
-
-def _empty(buffers, name, shape, dtype):
-    """``buffers.empty(name, shape, dtype)``, or a new array without buffers."""
-    if buffers is None:
-        return np.empty(shape, dtype=dtype)
-    return buffers.empty(name, shape, dtype)
 
 
 def encode(nodes, values, bitsets, thresholds, n_features, criterion, buffers=None):
@@ -85,24 +54,25 @@ def encode(nodes, values, bitsets, thresholds, n_features, criterion, buffers=No
     ships its leaves' means and impurities (``put_leaf_impurity``), from which the client
     pools its split nodes' as ``Tree.from_growth`` does (``tree.pool_to_root``).
 
-    ``buffers`` (``Buffers``, optional) holds the intermediate arrays; the state's own arrays
-    are always new.
+    ``buffers`` (``buffers.Buffers``, optional) holds the intermediate arrays; the state's own
+    arrays are always new.
     """
-    is_split = _empty(buffers, "is_split", len(nodes), bool)
+    is_split = scratch_array(buffers, "is_split", len(nodes), bool)
     np.not_equal(nodes["left"], TREE_LEAF, out=is_split)
     kinds = _node_kinds(is_split, buffers)
     n_split = len(kinds.splits)
     compact = {
-        name: _empty(buffers, name, n_split, NODE_ARRAY_DTYPES[name]) for name in LEAF_CONSTANTS
+        name: scratch_array(buffers, name, n_split, NODE_ARRAY_DTYPES[name])
+        for name in LEAF_CONSTANTS
     }
     per_node = {
-        "n_node_samples": _empty(
+        "n_node_samples": scratch_array(
             buffers, "n_node_samples", len(nodes), _count_dtype(nodes["n_samples"])
         ),
-        "weighted_n_node_samples": _empty(
+        "weighted_n_node_samples": scratch_array(
             buffers, "weighted_n_node_samples", len(nodes), np.float64
         ),
-        "impurity": _empty(buffers, "impurity", len(nodes), np.float64),
+        "impurity": scratch_array(buffers, "impurity", len(nodes), np.float64),
     }
     no_depths = np.empty(0, dtype=np.int32)
     fields_from_records(nodes, thresholds, True, *compact.values(), *per_node.values(), no_depths)
@@ -119,7 +89,7 @@ def encode(nodes, values, bitsets, thresholds, n_features, criterion, buffers=No
         # The leaves' means and impurities: the client pools the split nodes' from them, as
         # ``Tree.from_growth`` does (``tree.pool_to_root``).
         state["leaf_value"] = _leaf_rows(values, is_split)
-        leaf_impurity = _empty(buffers, "leaf_impurity", len(kinds.leaves), np.float64)
+        leaf_impurity = scratch_array(buffers, "leaf_impurity", len(kinds.leaves), np.float64)
         # mode="clip" (the positions are valid): with "raise" numpy fills a temporary first
         np.take(per_node["impurity"], kinds.leaves, out=leaf_impurity, mode="clip")
         put_leaf_impurity(state, leaf_impurity)
@@ -152,7 +122,7 @@ def _put_split_fields(state, compact, n_features, bitsets, buffers=None):
             state["children_right"] = right.astype(node_id)
     state["feature"] = compact["feature"].astype(feature_dtype(n_features))
     state["bin_threshold"] = np.array(compact["bin_threshold"])  # its own: compact is scratch
-    flags = _empty(buffers, "flags", len(left), bool)
+    flags = scratch_array(buffers, "flags", len(left), bool)
     state["missing_go_to_left_bits"] = np.packbits(
         np.not_equal(compact["missing_go_to_left"], 0, out=flags)
     )
@@ -173,9 +143,9 @@ def _numbered_depth_first(state, left, right, buffers=None):
     if not _right_after_left(left, right):
         return False
     n_nodes = state["n_nodes"]
-    implied = _empty(buffers, "implied", len(left), np.int32)
-    rank = _empty(buffers, "rank", max(n_nodes, 1), np.int64)
-    stack = _empty(buffers, "stack", max(n_nodes, 1), np.int64)
+    implied = scratch_array(buffers, "implied", len(left), np.int32)
+    rank = scratch_array(buffers, "rank", max(n_nodes, 1), np.int64)
+    stack = scratch_array(buffers, "stack", max(n_nodes, 1), np.int64)
     n_numbered = number_depth_first(state["is_split"], n_nodes, implied, rank, stack)
     return n_numbered == n_nodes and np.array_equal(implied, left)
 
@@ -205,8 +175,8 @@ def _node_kinds(is_split, buffers=None):
     when given (``np.flatnonzero`` without new arrays)."""
     n_split = int(np.count_nonzero(is_split))
     # One slot more each: ``_positions_of_kinds`` writes past the last node of a kind.
-    splits = _empty(buffers, "splits", n_split + 1, np.int64)
-    leaves = _empty(buffers, "leaves", len(is_split) - n_split + 1, np.int64)
+    splits = scratch_array(buffers, "splits", n_split + 1, np.int64)
+    leaves = scratch_array(buffers, "leaves", len(is_split) - n_split + 1, np.int64)
     _positions_of_kinds(is_split, splits, leaves)
     return _NodeKinds(is_split, splits[:n_split], leaves[: len(is_split) - n_split])
 
@@ -238,7 +208,8 @@ def _put_summable(state, kinds, compact, name, per_node, buffers=None):
     left, right = compact["children_left"], compact["children_right"]
     rows = np.asarray(per_node).reshape(len(per_node), -1)
     if _summed_by_children(rows, kinds.splits, left, right):
-        leaf_rows = _empty(buffers, "leaf_rows", (len(kinds.leaves),) + rows.shape[1:], rows.dtype)
+        shape = (len(kinds.leaves), rows.shape[1])
+        leaf_rows = scratch_array(buffers, "leaf_rows", shape, rows.dtype)
         np.take(rows, kinds.leaves, axis=0, out=leaf_rows, mode="clip")  # no temporary
         narrowed = narrow_counts(leaf_rows)
         if np.shares_memory(narrowed, leaf_rows):  # kept as they are: the buffer's, copied
