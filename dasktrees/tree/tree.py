@@ -862,20 +862,22 @@ def depth_first_children(is_split, n_nodes, out):
         The number of nodes the numbering gives: ``n_nodes`` for such a tree.
     """
     rank = np.empty(n_nodes, dtype=np.int64)
-    stack = np.empty(max(n_nodes, 1), dtype=np.int64)
+    stack = np.empty(max(out.shape[0], 1), dtype=np.int64)  # at most a split node each
     return number_depth_first(is_split, n_nodes, out, rank, stack)
 
 
 @njit(cache=True, nogil=True)
 def number_depth_first(is_split, n_nodes, out, rank, stack):
-    """``depth_first_children`` in given scratch: ``rank`` and ``stack`` (int64, at least
-    ``n_nodes`` entries each, at least one), for callers that reuse them from tree to tree."""
+    """``depth_first_children`` in given scratch: ``rank`` (int64, ``n_nodes`` entries or more)
+    and ``stack`` (int64, as many entries as ``out`` or more, at least one), for callers that
+    reuse them from tree to tree."""
     n_splits = 0
     for i in range(n_nodes):
         rank[i] = n_splits  # each node's place among the split nodes
         n_splits += packed_bit(is_split, i)
     out[:] = TREE_LEAF
-    depth_limit = max(n_splits, 1)  # of the stack: flags that are not a tree's cannot overrun
+    # The stack's room: flags that are not a tree's cannot overrun it.
+    depth_limit = min(max(n_splits, 1), stack.shape[0])
     top = 0
     if n_nodes > 0 and packed_bit(is_split, 0):
         stack[0] = 0
@@ -888,7 +890,8 @@ def number_depth_first(is_split, n_nodes, out, rank, stack):
         n_popped += 1
         left = n_numbered
         n_numbered += 2
-        out[rank[node]] = left
+        if rank[node] < out.shape[0]:  # else flags with more split nodes than ``out``
+            out[rank[node]] = left
         for child in (left + 1, left):  # right first: the left subtree is numbered first
             if child < n_nodes and packed_bit(is_split, child) and top < depth_limit:
                 stack[top] = child
