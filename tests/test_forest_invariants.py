@@ -207,7 +207,7 @@ def test_bad_mode(client, cancer):
 
 
 @pytest.mark.parametrize("mode", ["replicated", "sampled"])
-@pytest.mark.parametrize("class_weight", [None, "balanced"])
+@pytest.mark.parametrize("class_weight", [None, "balanced", "balanced_subsample"])
 def test_trees_per_task_does_not_change_the_forest(client, cancer, mode, class_weight):
     """A task grows its trees one after the other in one reused workspace: one tree per task
     and eight per task give the same trees (nothing of a tree leaks into the next). With
