@@ -954,22 +954,22 @@ def _shared_bitsets(nodes, bitsets, buffers=None):
     if len(bitsets) < 2:
         return bitsets.copy()
     # A hash table of twice the rows or more, a power of two (``_share_rows``).
-    n_slots = 1 << int(2 * len(bitsets) - 1).bit_length()
+    slot_bits = int(2 * len(bitsets) - 1).bit_length()
     number = scratch_array(buffers, "shared.number", len(bitsets), np.int64)
     distinct = scratch_array(buffers, "shared.distinct", bitsets.shape, bitsets.dtype)
-    slots = scratch_array(buffers, "shared.slots", n_slots, np.int64)
-    n_distinct = _share_rows(nodes, bitsets, _ROW_KEY, slots, number, distinct)
+    slots = scratch_array(buffers, "shared.slots", 1 << slot_bits, np.int64)
+    n_distinct = _share_rows(nodes, bitsets, _ROW_KEY, slots, 64 - slot_bits, number, distinct)
     return distinct[:n_distinct].copy()
 
 
 @njit(cache=True, nogil=True)
-def _share_rows(nodes, bitsets, row_key, slots, number, distinct):
+def _share_rows(nodes, bitsets, row_key, slots, shift, number, distinct):
     """``_shared_bitsets``' kernel: write each distinct row of ``bitsets`` once into
     ``distinct``, in order of first use, its number into ``number`` for every row, and rewrite
     the categorical splits' ``nodes["bitset_idx"]`` with it. Returns the number of distinct rows.
 
-    Rows are found through an open-addressing table ``slots`` (a power of two, more entries
-    than rows) keyed by ``sum(row * row_key)`` modulo 2**64; a candidate is compared word by
+    Rows are found through an open-addressing table ``slots`` (2 ** (64 - ``shift``) entries,
+    more than rows) keyed by ``sum(row * row_key)`` modulo 2**64; a candidate is compared word by
     word, so keys that collide only cost probes. (``np.unique`` over 64-bit keys took 1.1 ms of a
     diamonds tree's 28, most of it reading and rewriting the node records;
     docs/benchmarks.md.)
@@ -977,9 +977,7 @@ def _share_rows(nodes, bitsets, row_key, slots, number, distinct):
     u = np.uint64
     n_words = bitsets.shape[1]
     mask = u(slots.shape[0] - 1)
-    shift = u(64)
-    while (u(1) << (u(64) - shift)) < u(slots.shape[0]):
-        shift -= u(1)
+    shift = u(shift)
     slots[:] = -1
     n_distinct = 0
     for r in range(bitsets.shape[0]):

@@ -145,7 +145,7 @@ def _numbered_depth_first(state, left, right, buffers=None):
     n_nodes = state["n_nodes"]
     implied = scratch_array(buffers, "implied", len(left), np.int32)
     rank = scratch_array(buffers, "rank", max(n_nodes, 1), np.int64)
-    stack = scratch_array(buffers, "stack", max(n_nodes, 1), np.int64)
+    stack = scratch_array(buffers, "stack", max(len(left), 1), np.int64)
     n_numbered = number_depth_first(state["is_split"], n_nodes, implied, rank, stack)
     return n_numbered == n_nodes and np.array_equal(implied, left)
 
@@ -211,14 +211,10 @@ def _put_summable(state, kinds, compact, name, per_node, buffers=None):
         shape = (len(kinds.leaves), rows.shape[1])
         leaf_rows = scratch_array(buffers, "leaf_rows", shape, rows.dtype)
         np.take(rows, kinds.leaves, axis=0, out=leaf_rows, mode="clip")  # no temporary
-        narrowed = narrow_counts(leaf_rows)
-        if np.shares_memory(narrowed, leaf_rows):  # kept as they are: the buffer's, copied
-            narrowed = narrowed.copy()
+        narrowed = narrow_counts(leaf_rows)  # a new array, not the buffer
         state[SUMMABLE[name]] = narrowed.reshape((-1,) + np.shape(per_node)[1:])
     elif name == "weighted_class_counts":
-        # A copy first: narrow_counts returns fractional counts as they are, and ``per_node``
-        # may be the task's workspace, which the next tree overwrites.
-        state[name] = narrow_counts(np.array(per_node, order="C"))
+        state[name] = narrow_counts(per_node)  # a new array: per_node may be the workspace
     else:
         state[name] = np.array(per_node, order="C")
 
@@ -373,14 +369,16 @@ def narrowest_uint(largest):
 def narrow_counts(counts):
     """``counts`` in the narrowest unsigned integer type that holds them exactly when they are
     all whole numbers from 0 to 2**32 - 1 (bootstrap counts), else as they are (float64
-    weighted counts): ``counts.astype(np.float64)`` gives them back bit for bit."""
+    weighted counts): ``counts.astype(np.float64)`` gives them back bit for bit. Always a new
+    C-contiguous array: ``counts`` may be scratch (a task's workspace) that the next tree
+    overwrites."""
     counts = np.asarray(counts)
     if counts.dtype.kind in "ui" and (counts.size == 0 or counts.min() >= 0):
         return counts.astype(narrowest_uint(counts.max(initial=0)))
     if counts.size and (counts.min() < 0 or counts.max() >= 2**32):
-        return np.ascontiguousarray(counts)
+        return np.array(counts, order="C")
     if not _all_whole(np.asarray(counts, dtype=np.float64).reshape(-1)):  # fractions, NaN
-        return np.ascontiguousarray(counts)
+        return np.array(counts, order="C")
     return counts.astype(narrowest_uint(counts.max(initial=0)))
 
 
