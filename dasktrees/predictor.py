@@ -50,11 +50,21 @@ from .tree.tree import (
     class_fractions,
     node_class_fractions,
     packed_bit,
+    shipped_values,
 )
 
 # Leaf counts a forest keeps as they are (``PackedForest.leaf_counts``): whole numbers in these.
 _PACKABLE_COUNTS = (np.uint8, np.uint16)
 _PACKED_COUNTS = np.uint16
+# What ``_pack_depth_first`` reads of a shipped state, in its order.
+_DEPTH_FIRST_FIELDS = (
+    "is_split",
+    "feature",
+    "bin_threshold",
+    "missing_go_to_left_bits",
+    "is_categorical_bits",
+    "categorical_bitset_idx",
+)
 # What ``_pack_tree`` is told of a tree whose leaf values the caller writes.
 _VALUES_WRITTEN = -1
 
@@ -93,10 +103,16 @@ class PackedForest:
         trees = list(trees)
         if not trees:
             raise ValueError("a forest needs at least one tree")
-        splits = [t.split_nodes() for t in trees]  # a shipped tree's state as it is, no copies
+        states = [t.shipped_state for t in trees]
         n_nodes = np.array([t.node_count for t in trees], dtype=np.int64)
-        n_splits = np.array([len(s[1]) for s in splits], dtype=np.int64)
-        n_bitsets = np.array([len(s[-1]) for s in splits], dtype=np.int64)
+        n_splits = n_nodes - np.array([t.n_leaves for t in trees], dtype=np.int64)
+        n_bitsets = np.array(
+            [
+                len(t.categorical_bitsets if s is None else s["categorical_bitsets"])
+                for t, s in zip(trees, states)
+            ],
+            dtype=np.int64,
+        )
         node_starts, leaf_starts, bitset_starts = (
             np.cumsum(counts) - counts for counts in (n_splits, n_nodes - n_splits, n_bitsets)
         )
@@ -105,7 +121,6 @@ class PackedForest:
                 "a forest of more than 2**31 - 1 split nodes or leaves cannot be packed"
             )
         self.nodes = np.empty(n_splits.sum(), dtype=PACKED_NODE_DTYPE)
-        states = [t.shipped_state for t in trees]
         self.leaf_counts = all(
             s is not None and s.get("leaf_class_counts", np.empty(0)).dtype in _PACKABLE_COUNTS
             for s in states
@@ -119,7 +134,7 @@ class PackedForest:
         self.values = np.empty(
             (n_leaves, trees[0].n_values), dtype=_PACKED_COUNTS if self.leaf_counts else np.float64
         )
-        # _pack_tree writes no values when they are shared
+        # the packing kernels write no values when they are shared
         written = np.empty((0, self.values.shape[1])) if shared else self.values
         self.bitsets = np.empty((int(n_bitsets.sum()), BITSET_WORDS), dtype=BITSET_DTYPE)
         self.roots = np.where(n_splits > 0, node_starts, ~leaf_starts).astype(np.int64)
@@ -128,31 +143,36 @@ class PackedForest:
         self.is_categorical = np.asarray(bin_mapper.is_categorical_, dtype=np.uint8)
 
         def pack(t):
-            *fields, value, kind, bitsets = splits[t]
+            state = states[t]
             leaves = slice(leaf_starts[t], leaf_starts[t] + n_nodes[t] - n_splits[t])
             rows = slice(bitset_starts[t], bitset_starts[t] + n_bitsets[t])
+            starts = (n_nodes[t], node_starts[t], leaf_starts[t], bitset_starts[t])
             if shared:
-                self.values[leaves] = states[t][shared]
-                value, kind = written, _VALUES_WRITTEN
-            _pack_tree(
-                *fields,
-                value,
-                kind,
-                n_nodes[t],
-                node_starts[t],
-                leaf_starts[t],
-                bitset_starts[t],
-                self.nodes,
-                written,
-            )
+                self.values[leaves] = state[shared]
+            if state is not None and "children_left" not in state:
+                # Numbered depth first, as the grower numbers its trees: the state is read as
+                # it is, the children found from its flags as the split nodes are written.
+                fields = [state[name] for name in _DEPTH_FIRST_FIELDS]
+                _pack_depth_first(*fields, *starts, self.nodes)
+                if not shared:
+                    value, kind = shipped_values(state)
+                    _write_leaves(
+                        state["is_split"], value, kind, n_nodes[t], leaf_starts[t], written
+                    )
+                bitsets = state["categorical_bitsets"]
+            else:
+                *fields, value, kind, bitsets = trees[t].split_nodes()
+                if shared:
+                    value, kind = written, _VALUES_WRITTEN
+                _pack_tree(*fields, value, kind, *starts, self.nodes, written)
             self.bitsets[rows] = bitsets
             # A shipped tree keeps views of what the forest holds, not copies of its own.
-            if states[t] is not None and n_bitsets[t]:
-                states[t]["categorical_bitsets"] = self.bitsets[rows]
+            if state is not None and n_bitsets[t]:
+                state["categorical_bitsets"] = self.bitsets[rows]
             if shared:
-                states[t][shared] = self.values[leaves]
+                state[shared] = self.values[leaves]
 
-        # Trees in threads (the kernel releases the GIL): much of the time goes to faulting in
+        # Trees in threads (the kernels release the GIL): much of the time goes to faulting in
         # the new tables' pages, which two cores do nearly twice as fast.
         with ThreadPoolExecutor(numba.get_num_threads()) as pool:
             list(pool.map(pack, range(len(trees))))  # list(): raise the first error
@@ -324,13 +344,7 @@ def _pack_tree(
             n_split += 1
         else:
             index[i] = ~(leaf_start + n_leaf)
-            if kind == NODE_VALUES:
-                values[leaf_start + n_leaf] = value[i]
-            elif kind == LEAF_VALUES:
-                values[leaf_start + n_leaf] = value[n_leaf]
-            elif kind != _VALUES_WRITTEN:
-                row = n_leaf if kind == LEAF_COUNTS else i
-                node_class_fractions(value[row], values[leaf_start + n_leaf])
+            _write_leaf(value, kind, i, n_leaf, values, leaf_start + n_leaf)
             n_leaf += 1
     for j in range(children_left.shape[0]):
         record = nodes[node_start + j]
@@ -345,6 +359,132 @@ def _pack_tree(
         else:
             record["split"] = np.uint32(bin_threshold[j])
         record["feature"] = np.uint32(feature[j]) | flags
+
+
+@njit(cache=True, inline="always")
+def _write_leaf(value, kind, node, leaf, values, row):
+    """Write the value of a tree's node ``node``, its leaf ``leaf`` (both counted in node
+    order), into ``values[row]``, from ``value`` of kind ``kind`` (``_pack_tree``)."""
+    if kind == NODE_VALUES:
+        values[row] = value[node]
+    elif kind == LEAF_VALUES:
+        values[row] = value[leaf]
+    elif kind != _VALUES_WRITTEN:
+        node_class_fractions(value[leaf if kind == LEAF_COUNTS else node], values[row])
+
+
+@njit(cache=True, inline="always")
+def _packed_child(child, rank, is_split, node_start, leaf_start):
+    """A child's entry in its parent's record: the index of its split node, given its place
+    ``rank`` among the split nodes, or ``~leaf`` for a leaf."""
+    if is_split:
+        return node_start + rank
+    return ~(leaf_start + child - rank)
+
+
+@njit(cache=True, nogil=True)
+def _pack_depth_first(
+    is_split,
+    feature,
+    bin_threshold,
+    missing_bits,
+    categorical_bits,
+    categorical_bitset_idx,
+    n_nodes,
+    node_start,
+    leaf_start,
+    bitset_start,
+    nodes,
+):
+    """``_pack_tree``'s split nodes for a shipped state numbered as the grower numbers a
+    depth-first tree (``tree.depth_first_children``), read as it is: no children, split fields
+    or node index arrays are made first (the leaf values: ``_write_leaves``).
+
+    The numbering is replayed: the split node taken from the top of a stack gets the next two
+    ids, and its children that are split nodes go on the stack, the right one first. Ids are
+    given in increasing order, so the split flags of the ids given so far say each child's place
+    among the split nodes (its record) or among the leaves: one pass over the split nodes, each
+    record written when its node leaves the stack.
+
+    Parameters
+    ----------
+    is_split, feature, bin_threshold, missing_bits, categorical_bits, categorical_bitset_idx :
+        The state's ``is_split``, ``feature``, ``bin_threshold``, ``missing_go_to_left_bits``,
+        ``is_categorical_bits`` and ``categorical_bitset_idx`` (``wire.encode``).
+    n_nodes, node_start, leaf_start, bitset_start, nodes :
+        As ``_pack_tree``'s.
+
+    Raises
+    ------
+    ValueError
+        For flags that do not number such a tree of ``n_nodes`` nodes and ``len(feature)``
+        split nodes.
+    """
+    n_split = feature.shape[0]
+    if n_split == 0 or not packed_bit(is_split, 0):
+        if n_split != 0 or n_nodes != 1:
+            raise ValueError("a tree's split flags do not number its nodes")
+        return
+    # A categorical split's row among the tree's bitset rows: the categorical splits before it.
+    categorical_rank = np.empty(n_split if categorical_bitset_idx.shape[0] else 0, np.int64)
+    n_categorical = 0
+    for r in range(categorical_rank.shape[0]):
+        categorical_rank[r] = n_categorical
+        n_categorical += packed_bit(categorical_bits, r)
+    stack = np.empty(n_split, dtype=np.int64)  # places among the split nodes
+    stack[0] = 0
+    top = 1
+    n_numbered = 1  # ids given
+    n_split_numbered = 1  # split flags among them
+    n_popped = 0
+    while top > 0:
+        top -= 1
+        rank = stack[top]
+        left = n_numbered
+        if left + 1 >= n_nodes or n_popped == n_split:
+            raise ValueError("a tree's split flags do not number its nodes")
+        n_popped += 1
+        n_numbered += 2
+        left_split = packed_bit(is_split, left)
+        right_split = packed_bit(is_split, left + 1)
+        left_rank = n_split_numbered
+        right_rank = left_rank + left_split
+        n_split_numbered = right_rank + right_split
+        if top + left_split + right_split > n_split:
+            raise ValueError("a tree's split flags do not number its nodes")
+        if right_split:  # the right child first: the left subtree is numbered first
+            stack[top] = right_rank
+            top += 1
+        if left_split:
+            stack[top] = left_rank
+            top += 1
+        record = nodes[node_start + rank]
+        record["left"] = _packed_child(left, left_rank, left_split, node_start, leaf_start)
+        record["right"] = _packed_child(left + 1, right_rank, right_split, node_start, leaf_start)
+        flags = np.uint32(0)
+        if packed_bit(missing_bits, rank):
+            flags |= np.uint32(PACKED_MISSING_LEFT)
+        if categorical_rank.shape[0] and packed_bit(categorical_bits, rank):
+            flags |= np.uint32(PACKED_CATEGORICAL)
+            row = categorical_bitset_idx[categorical_rank[rank]]
+            record["split"] = np.uint32(bitset_start + row)
+        else:
+            record["split"] = np.uint32(bin_threshold[rank])
+        record["feature"] = np.uint32(feature[rank]) | flags
+    if n_numbered != n_nodes or n_popped != n_split:
+        raise ValueError("a tree's split flags do not number its nodes")
+
+
+@njit(cache=True, nogil=True)
+def _write_leaves(is_split, value, kind, n_nodes, leaf_start, values):
+    """Write a tree's leaf values into ``values`` from ``values[leaf_start]`` on, in node order
+    (``_pack_tree``'s ``value`` and ``kind``; a pass of its own: the split nodes' pass of
+    ``_pack_depth_first`` ran several times slower with these writes in it)."""
+    n_leaf = 0
+    for i in range(n_nodes):
+        if not packed_bit(is_split, i):
+            _write_leaf(value, kind, i, n_leaf, values, leaf_start + n_leaf)
+            n_leaf += 1
 
 
 @njit(cache=True, inline="always")

@@ -105,6 +105,65 @@ def test_shipped_and_expanded_trees_pack_the_same_forest(table, voting):
     np.testing.assert_array_equal(a.bitsets, bitsets)
 
 
+def _forests_of_every_state(table):
+    """Forests whose shipped states hold each kind of values, missing values' sides and
+    categorical splits, and trees that are one leaf."""
+    X, y = table
+    classes = np.digitize(y, [0.5, 1.5])  # three classes
+    return {
+        "regression, leaf means": dasktrees.RandomForestRegressor(
+            n_estimators=3, random_state=0
+        ).fit(X, y),
+        "three classes, fractional counts": dasktrees.RandomForestClassifier(
+            n_estimators=3, class_weight="balanced", random_state=0
+        ).fit(X, classes),
+        "one-leaf trees among others": dasktrees.RandomForestClassifier(
+            n_estimators=6, max_samples=3, min_samples_split=3, random_state=0
+        ).fit(X, classes),
+    }
+
+
+def test_depth_first_states_pack_as_their_expanded_trees(table):
+    # Shipped depth-first states are packed from their flags as they are (one pass), expanded
+    # trees from their children arrays: the same tables, for every kind of state.
+    words, roots = [], []
+    for name, forest in _forests_of_every_state(table).items():
+        shipped = [est.tree_ for est in forest.estimators_]
+        assert all(
+            t.shipped_state is not None and "children_left" not in t.shipped_state for t in shipped
+        )
+        a = PackedForest(shipped, forest.bin_mapper_)
+        b = PackedForest([tree.expanded() for tree in shipped], forest.bin_mapper_)
+        values = a.values
+        if a.leaf_counts:
+            values = np.empty(a.values.shape)
+            class_fractions(a.values.astype(np.float64), values, np.empty(len(values)))
+        np.testing.assert_array_equal(values, b.values, err_msg=name)
+        for field in ("nodes", "roots"):
+            np.testing.assert_array_equal(getattr(a, field), getattr(b, field), err_msg=name)
+        encoded = forest.bin_mapper_.encode(table[0])
+        np.testing.assert_array_equal(a.vote(encoded), b.vote(encoded), err_msg=name)
+        words.append(a.nodes["feature"])
+        roots.append(a.roots)
+    words, roots = np.concatenate(words), np.concatenate(roots)
+    assert (words & np.uint32(1 << 30)).any()  # missing values sent left somewhere
+    assert (words & np.uint32(1 << 31)).any()  # categorical splits
+    assert (roots < 0).any()  # trees that are one leaf
+
+
+def test_packing_flags_that_number_no_tree_is_an_error(numeric_table):
+    X, y = numeric_table
+    forest = dasktrees.RandomForestClassifier(n_estimators=1, random_state=0).fit(X, y)
+    tree = forest.estimators_[0].tree_
+    state = dict(tree.shipped_state)
+    flags = np.unpackbits(state["is_split"], count=state["n_nodes"])
+    flags[-1] = 1  # the last node, a leaf, now claims to be a split node
+    state["is_split"] = np.packbits(flags)
+    broken = Tree.shipped(state, forest.bin_mapper_.threshold_table())
+    with pytest.raises(ValueError, match="split flags"):
+        PackedForest([broken], forest.bin_mapper_)
+
+
 def test_counts_beyond_two_bytes_pack_as_fractions(numeric_table):
     X, y = numeric_table
     forest = dasktrees.RandomForestClassifier(n_estimators=2, max_depth=1, random_state=0).fit(

@@ -154,7 +154,7 @@ class Tree:
     def n_values(self):
         """Values per node: the number of classes, or 1."""
         state = self.shipped_state
-        return (self.value if state is None else _shipped_values(state)[0]).shape[1]
+        return (self.value if state is None else shipped_values(state)[0]).shape[1]
 
     def split_nodes(self):
         """The split nodes' fields, in node order, with what locates them among all nodes.
@@ -179,7 +179,7 @@ class Tree:
         if state is not None:
             fields = split_fields(state)
             fields = [fields[name] for name in SPLIT_NODE_FIELDS]
-            values, kind = _shipped_values(state)
+            values, kind = shipped_values(state)
             return state["is_split"], *fields, values, kind, state["categorical_bitsets"]
         compact = self._split_only_fields()
         fields = [compact[name] for name in SPLIT_NODE_FIELDS]
@@ -444,7 +444,7 @@ LEAF_COUNTS = 2  # the same, leaves only: a split node's are its children's summ
 LEAF_VALUES = 3  # a regressor's means, leaves only: a split node's are its children's pooled
 
 
-def _shipped_values(state):
+def shipped_values(state):
     """A shipped state's per-node values and their kind (``NODE_VALUES`` ...): a classifier
     grown in a forest task ships its weighted class counts, of its leaves only when a split
     node's are its children's summed, and a regressor its leaves' means (``wire.encode``)."""
@@ -490,7 +490,7 @@ def leaf_impurities(state):
 
 def node_counts(state):
     """Every node's weighted class counts of a shipped classifier's state."""
-    values, kind = _shipped_values(state)
+    values, kind = shipped_values(state)
     return _summed_up(state, values) if kind == LEAF_COUNTS else values
 
 
@@ -523,7 +523,7 @@ def _summed_up(state, leaf_rows):
 def value_and_weight(state):
     """``value`` and ``weighted_n_node_samples`` of a shipped state, derived from its weighted
     class counts if it has them."""
-    values, kind = _shipped_values(state)
+    values, kind = shipped_values(state)
     if kind == NODE_VALUES:
         return values, node_weights(state)
     if kind == LEAF_VALUES:
