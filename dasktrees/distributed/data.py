@@ -168,12 +168,14 @@ def _block_weights(w, n_rows):
     return check_sample_weight(None if w is None else np.asarray(w, dtype=np.float64), n_rows)
 
 
-def _mapper_pieces(mapper, x, w, first_row, fraction):
+def _mapper_pieces(mapper, x, w, first_row, labels):
     """A block's part of the bin mapper fit: its sampled numeric rows and category counts.
-    Rows of zero weight take no part."""
+    Rows of zero weight take no part; ``labels`` (``_all_labels``) says how many rows take
+    part in all, and so which share of them the mapper samples."""
     x = check_2d(x)
     n = x.shape[0]
     in_fit = _block_weights(w, n) > 0
+    fraction = mapper.sampling_fraction(labels[1])
     sampled = in_fit & sample_mask(
         np.arange(first_row, first_row + n), fraction, mapper.random_state
     )
@@ -194,6 +196,20 @@ def _block_labels(y, w, n_rows, is_classifier):
         check_classification_targets(y)  # a continuous or infinite y is no class label
     n_in_fit = int(np.count_nonzero(_block_weights(w, n_rows) > 0))
     return (np.unique(y) if is_classifier else None), n_in_fit
+
+
+def _all_labels(is_classifier, *blocks):
+    """The classes (None for regression) and the number of rows in the fit, from every
+    block's ``_block_labels``; at least two rows must have a positive weight."""
+    n_in_fit = sum(n for _, n in blocks)
+    if n_in_fit < 2:
+        raise ValueError(f"X has {n_in_fit} sample with positive weight; at least 2 are needed")
+    classes = np.unique(np.concatenate([u for u, _ in blocks])) if is_classifier else None
+    return classes, n_in_fit
+
+
+def _classes(labels):
+    return labels[0]
 
 
 def _class_counts(y, classes):
@@ -250,24 +266,25 @@ def prepare(
         client, X, y, sample_weight, n_blocks
     )
     offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
-    labels = [
-        dask.delayed(_block_labels)(yb, wb, int(n), is_classifier)
-        for yb, wb, n in zip(y_blocks, w_blocks, lengths)
-    ]
-    labels = client.compute(labels, sync=True)
-    n_in_fit = sum(n for _, n in labels)
-    if n_in_fit < 2:
-        raise ValueError(f"X has {n_in_fit} sample with positive weight; at least 2 are needed")
-    classes = np.unique(np.concatenate([u for u, _ in labels])) if is_classifier else None
-
+    # One graph from the blocks to their bins: the labels, the mapper's fit and the binning
+    # follow one another on the workers without a round trip to this process each, which waits
+    # only for the fitted mapper and the classes (a small fit spent most of its preparation in
+    # those round trips; docs/benchmarks.md).
+    labels = dask.delayed(_all_labels)(
+        is_classifier,
+        *(
+            dask.delayed(_block_labels)(yb, wb, int(n), is_classifier)
+            for yb, wb, n in zip(y_blocks, w_blocks, lengths)
+        ),
+    )
+    classes = dask.delayed(_classes)(labels)
     if not hasattr(mapper, "n_bins_non_missing_"):
         mapper._set_columns(meta)
-        fraction = mapper.sampling_fraction(n_in_fit)
         pieces = [
-            dask.delayed(_mapper_pieces)(mapper, xb, wb, int(first), fraction)
+            dask.delayed(_mapper_pieces)(mapper, xb, wb, int(first), labels)
             for xb, wb, first in zip(x_blocks, w_blocks, offsets[:-1])
         ]
-        mapper = client.compute(dask.delayed(_fit_mapper)(mapper, *pieces), sync=True)
+        mapper = dask.delayed(_fit_mapper)(mapper, *pieces)
     elif meta.shape[1] != mapper.n_features_in_:
         raise ValueError(
             f"X has {meta.shape[1]} features, but the model was fitted on {mapper.n_features_in_}"
@@ -276,19 +293,21 @@ def prepare(
     class_weights = None
     if is_classifier and class_weight not in (None, "balanced_subsample"):
         counts = [dask.delayed(_class_counts)(yb, classes) for yb in y_blocks]
-        counts = np.sum(client.compute(counts, sync=True), axis=0)
-        class_weights = _class_weight_vector(class_weight, classes, counts)
+        class_weights = dask.delayed(_class_weight_vector)(class_weight, classes, *counts)
 
     binned = [
         dask.delayed(_bin_block)(mapper, xb, yb, wb, int(first), classes, class_weights)
         for xb, yb, wb, first in zip(x_blocks, y_blocks, w_blocks, offsets[:-1])
     ]
-    parts = client.compute(binned)
+    mapper, classes, *parts = client.compute([mapper, classes, *binned])
+    mapper, classes = client.gather([mapper, classes])
     return TrainingData(parts, offsets, mapper, classes, is_dask, tuple(int(n) for n in lengths))
 
 
-def _class_weight_vector(class_weight, classes, counts):
-    """Weight of each class: scikit-learn's "balanced" (n / (K * count_k)) or a dict."""
+def _class_weight_vector(class_weight, classes, *counts):
+    """Weight of each class: scikit-learn's "balanced" (n / (K * count_k)) or a dict, from each
+    block's class counts."""
+    counts = np.sum(counts, axis=0)
     if class_weight == "balanced":
         return counts.sum() / (len(classes) * np.maximum(counts, 1))
     if isinstance(class_weight, dict):
