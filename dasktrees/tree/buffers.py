@@ -9,6 +9,8 @@ plain process (docs/benchmarks.md). A task's ``grower.Workspace`` holds one ``Bu
 hands out views of arrays it keeps, by name.
 """
 
+import math
+
 import numpy as np
 
 
@@ -21,9 +23,11 @@ class Buffers:
     def empty(self, name, shape, dtype):
         """An uninitialised array of ``shape`` and ``dtype`` (C-contiguous), a view of the one
         kept as ``name``: valid until the next call for ``name``."""
+        # math.prod, not np.prod: this runs some twenty times a tree, and numpy's reductions
+        # of a short tuple cost more than the work they measure (docs/benchmarks.md).
         dtype = np.dtype(dtype)
-        shape = (int(shape),) if np.ndim(shape) == 0 else tuple(int(n) for n in shape)
-        size = int(np.prod(shape))
+        shape = (int(shape),) if isinstance(shape, (int, np.integer)) else tuple(map(int, shape))
+        size = math.prod(shape)
         kept = self._arrays.get(name)
         if kept is None or kept.dtype != dtype or kept.size < size:
             kept = self._arrays[name] = np.empty(max(size, 1), dtype=dtype)
@@ -39,7 +43,7 @@ class Buffers:
         """A C-contiguous array of rows of ``row_shape``: every row the array kept as ``name``
         has room for, at least ``min_rows`` (a table that grew for one tree starts the next at
         that size; ``keep`` the grown one)."""
-        row_size = int(np.prod(row_shape))
+        row_size = math.prod(row_shape)
         kept = self._arrays.get(name)
         rows = 0 if kept is None or kept.dtype != np.dtype(dtype) else kept.size // row_size
         return self.empty(name, (max(min_rows, rows), *row_shape), dtype)
