@@ -268,8 +268,8 @@ def prepare(
     offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
     # One graph from the blocks to their bins: the labels, the mapper's fit and the binning
     # follow one another on the workers without a round trip to this process each, which waits
-    # only for the fitted mapper and the classes (a small fit spent most of its preparation in
-    # those round trips; docs/benchmarks.md).
+    # only for the fitted mapper and the classes (the round trips were most of a small fit's
+    # preparation in a slow hour; docs/benchmarks.md).
     labels = dask.delayed(_all_labels)(
         is_classifier,
         *(
