@@ -185,8 +185,10 @@ def check_target(y, n_samples, is_classifier):
     return y
 
 
-def check_sample_weight(sample_weight, n_samples):
-    """sample_weight as float64 of shape (n_samples,): finite, non-negative, not all zero."""
+def check_sample_weight(sample_weight, n_samples, whole=True):
+    """sample_weight as float64 of shape (n_samples,): finite, non-negative, and not all zero
+    unless it is not ``whole``: one block of a forest's rows may weigh nothing, the forest
+    checks its rows of positive weight over all its blocks (``distributed.data``)."""
     if sample_weight is None:
         return np.ones(n_samples)
     sample_weight = np.asarray(sample_weight, dtype=np.float64)
@@ -198,7 +200,7 @@ def check_sample_weight(sample_weight, n_samples):
         raise ValueError("sample_weight contains NaN or infinity")
     if (sample_weight < 0).any():
         raise ValueError("sample_weight contains negative values")
-    if sample_weight.sum() <= 0:
+    if whole and sample_weight.sum() <= 0:
         raise ValueError("sample_weight sums to zero: there is nothing to fit")
     return sample_weight
 

@@ -311,6 +311,43 @@ def test_y_and_sample_weight_lengths_must_match_X(client, kind):
         model.fit(X, y[:100], sample_weight=np.ones(99))
 
 
+@pytest.mark.parametrize("where", ["cluster", "no client", "dask input"])
+def test_bad_training_data_found_in_the_preparation_graph(client, where):
+    # The labels, the row count and the class weights are checked on the workers, in the graph
+    # that bins the blocks: the same errors as a check on the client, and no fitted model.
+    import dask.array as da
+
+    X, y = load_breast_cancer(return_X_y=True)
+    weight = np.zeros(len(y))
+    weight[5] = 1.0
+    if where == "dask input":
+        X, y, weight = (da.from_array(a, chunks=200) for a in (X, y, weight))
+    on = None if where == "no client" else client
+    one_row = dt.RandomForestClassifier(n_estimators=2, client=on)
+    with pytest.raises(ValueError, match="X has 1 sample with positive weight; at least 2"):
+        one_row.fit(X, y, sample_weight=weight)
+    assert not hasattr(one_row, "estimators_")
+    unknown = dt.RandomForestClassifier(n_estimators=2, class_weight={0: 1.0, 7: 2.0}, client=on)
+    with pytest.raises(ValueError, match=r"class_weight: \[7\] are not classes of y"):
+        unknown.fit(X, y)
+    with pytest.raises(ValueError, match="Unknown label type|continuous"):
+        dt.RandomForestClassifier(n_estimators=2, client=on).fit(X, y + 0.5)
+
+
+@pytest.mark.parametrize("mode", ["replicated", "sampled"])
+def test_a_block_of_zero_weights_is_no_error(client, mode):
+    # The first half of the rows weighs nothing: on two workers one block holds none of the fit.
+    X, y = load_breast_cancer(return_X_y=True)
+    weight = (np.arange(len(y)) >= len(y) // 2).astype(float)
+    forest = lambda on: dt.RandomForestClassifier(  # noqa: E731
+        n_estimators=5, mode=mode, random_state=0, client=on
+    )
+    on_cluster = forest(client).fit(X, y, sample_weight=weight)
+    alone = forest(None).fit(X, y, sample_weight=weight)
+    np.testing.assert_array_equal(on_cluster.predict_proba(X), alone.predict_proba(X))
+    assert on_cluster.estimators_[0].tree_.weighted_n_node_samples[0] > 0
+
+
 def test_dask_predictions_with_and_without_a_cluster(client):
     """With a cluster the forest is broadcast once and the blocks take its future; without one
     (a pickled model: no client, no default client) Dask's local scheduler runs the blocks.

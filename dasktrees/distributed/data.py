@@ -165,7 +165,8 @@ def _dask_weight_blocks(sample_weight, n_blocks):
 
 
 def _block_weights(w, n_rows):
-    return check_sample_weight(None if w is None else np.asarray(w, dtype=np.float64), n_rows)
+    weights = None if w is None else np.asarray(w, dtype=np.float64)
+    return check_sample_weight(weights, n_rows, whole=False)
 
 
 def _mapper_pieces(mapper, x, w, first_row, labels):
@@ -203,7 +204,8 @@ def _all_labels(is_classifier, *blocks):
     block's ``_block_labels``; at least two rows must have a positive weight."""
     n_in_fit = sum(n for _, n in blocks)
     if n_in_fit < 2:
-        raise ValueError(f"X has {n_in_fit} sample with positive weight; at least 2 are needed")
+        samples = "sample" if n_in_fit == 1 else "samples"
+        raise ValueError(f"X has {n_in_fit} {samples} with positive weight; at least 2 are needed")
     classes = np.unique(np.concatenate([u for u, _ in blocks])) if is_classifier else None
     return classes, n_in_fit
 
