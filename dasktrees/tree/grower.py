@@ -1180,4 +1180,5 @@ def grow_tree_state(
         codes.shape[1],
         params.criterion,
         None if workspace is None else workspace.buffers,
+        depth_first=params.max_leaf_nodes == 0,  # the frontier a stack (``grow``)
     )

@@ -71,7 +71,10 @@ class Tree:
         }
         # One pass over the records: a forest task turns trees of 100,000 nodes into arrays, and
         # numpy's field-by-field copies were slower (measured in docs/benchmarks.md).
-        fields_from_records(nodes, thresholds, False, *(arrays[name] for name in _RECORD_ARRAYS))
+        no_flags = np.empty(0, dtype=np.bool_)
+        fields_from_records(
+            nodes, thresholds, False, *(arrays[name] for name in _RECORD_ARRAYS), no_flags
+        )
         if criterion == SQUARED_ERROR:
             value = np.array(values, order="C")  # a copy: the grower's workspace is reused
             # A split node's mean and impurity are its children's pooled, as a shipped tree's
@@ -658,23 +661,36 @@ def fields_from_records(
     weighted_n_node_samples,
     impurity,
     node_depth,
+    split_flags,
 ):
     """Fill a tree's arrays from the grower's records (``NODE_DTYPE``), in one pass.
 
     The eight split fields (``LEAF_CONSTANTS``) are written for every node, or with
     ``split_only`` for split nodes only, in node order (a pickle state's compact arrays). A
     numeric split's raw threshold is ``thresholds[feature, bin_threshold]``, a leaf's and a
-    categorical split's TREE_UNDEFINED. ``node_depth`` is written if it has room for every node.
+    categorical split's TREE_UNDEFINED. ``node_depth`` is written if it has room for every node,
+    and so is ``split_flags`` (bool: whether the node is a split).
+
+    Returns
+    -------
+    n_split, max_depth : int
+        The number of split nodes and the deepest node's depth (0 for no nodes).
     """
     j = 0
+    n_split = 0
+    max_depth = 0
     for i in range(nodes.shape[0]):
         record = nodes[i]
         n_node_samples[i] = record["n_samples"]
         weighted_n_node_samples[i] = record["weighted_n_samples"]
         impurity[i] = record["impurity"]
+        max_depth = max(max_depth, record["depth"])
         if node_depth.shape[0] == nodes.shape[0]:
             node_depth[i] = record["depth"]
         is_split = record["left"] != TREE_LEAF
+        n_split += is_split
+        if split_flags.shape[0] == nodes.shape[0]:
+            split_flags[i] = is_split
         if split_only and not is_split:
             continue
         k = j if split_only else i
@@ -690,6 +706,7 @@ def fields_from_records(
         else:
             threshold[k] = TREE_UNDEFINED
         j += 1
+    return n_split, max_depth
 
 
 @njit(cache=True)

@@ -44,7 +44,9 @@ from .tree import (
 )
 
 
-def encode(nodes, values, bitsets, thresholds, n_features, criterion, buffers=None):
+def encode(
+    nodes, values, bitsets, thresholds, n_features, criterion, buffers=None, depth_first=False
+):
     """The shipped state of the tree ``Tree.from_growth(nodes, values, bitsets, thresholds,
     n_features, criterion)`` would build (``grower.grow`` records, ``criterion`` the tree's).
 
@@ -55,14 +57,14 @@ def encode(nodes, values, bitsets, thresholds, n_features, criterion, buffers=No
     pools its split nodes' as ``Tree.from_growth`` does (``tree.pool_to_root``).
 
     ``buffers`` (``buffers.Buffers``, optional) holds the intermediate arrays; the state's own
-    arrays are always new.
+    arrays are always new. ``depth_first``: the records are a tree the grower grew depth first
+    (no ``max_leaf_nodes``), numbered as ``tree.depth_first_children`` numbers it, which is then
+    not checked again.
     """
     is_split = scratch_array(buffers, "is_split", len(nodes), bool)
-    np.not_equal(nodes["left"], TREE_LEAF, out=is_split)
-    kinds = _node_kinds(is_split, buffers)
-    n_split = len(kinds.splits)
+    # The split fields have room for every node; the first n_split are written.
     compact = {
-        name: scratch_array(buffers, name, n_split, NODE_ARRAY_DTYPES[name])
+        name: scratch_array(buffers, name, len(nodes), NODE_ARRAY_DTYPES[name])
         for name in LEAF_CONSTANTS
     }
     per_node = {
@@ -75,20 +77,25 @@ def encode(nodes, values, bitsets, thresholds, n_features, criterion, buffers=No
         "impurity": scratch_array(buffers, "impurity", len(nodes), np.float64),
     }
     no_depths = np.empty(0, dtype=np.int32)
-    fields_from_records(nodes, thresholds, True, *compact.values(), *per_node.values(), no_depths)
+    n_split, max_depth = fields_from_records(
+        nodes, thresholds, True, *compact.values(), *per_node.values(), no_depths, is_split
+    )
+    compact = {name: fields[:n_split] for name, fields in compact.items()}
+    kinds = _node_kinds(is_split, buffers)
     state = {
         "n_features": n_features,
         "is_split": np.packbits(is_split),
-        "max_depth": int(nodes["depth"].max()) if len(nodes) else 0,
+        "max_depth": int(max_depth),
         "n_nodes": len(nodes),
         "wire": True,
     }
-    _put_split_fields(state, compact, n_features, bitsets, buffers)
+    _put_split_fields(state, compact, n_features, bitsets, buffers, depth_first)
     _put_summable(state, kinds, compact, "n_node_samples", per_node["n_node_samples"], buffers)
     if criterion == SQUARED_ERROR:
         # The leaves' means and impurities: the client pools the split nodes' from them, as
         # ``Tree.from_growth`` does (``tree.pool_to_root``).
-        state["leaf_value"] = _leaf_rows(values, is_split)
+        # mode="clip" (the positions are valid): with "raise" numpy fills a temporary first
+        state["leaf_value"] = np.take(values, kinds.leaves, axis=0, mode="clip")
         leaf_impurity = scratch_array(buffers, "leaf_impurity", len(kinds.leaves), np.float64)
         # mode="clip" (the positions are valid): with "raise" numpy fills a temporary first
         np.take(per_node["impurity"], kinds.leaves, out=leaf_impurity, mode="clip")
@@ -101,7 +108,7 @@ def encode(nodes, values, bitsets, thresholds, n_features, criterion, buffers=No
     return state
 
 
-def _put_split_fields(state, compact, n_features, bitsets, buffers=None):
+def _put_split_fields(state, compact, n_features, bitsets, buffers=None, depth_first=False):
     """Put a tree's split fields (``compact``: ``LEAF_CONSTANTS``' fields at its split nodes,
     and ``bitsets`` its categorical bitset table) in a shipped state, with nothing that can be
     derived: a numeric split's raw threshold (``thresholds[feature, bin_threshold]``, the bin
@@ -113,9 +120,10 @@ def _put_split_fields(state, compact, n_features, bitsets, buffers=None):
     and a bitset row for categorical splits only; no bitsets for a tree without a categorical
     split (``tree.split_fields`` gives the fields back). Children (node ids), feature indices
     and bitset rows take the narrowest unsigned type: a tree of fewer than 65,536 nodes sends
-    its children as two bytes each. ``state`` must hold ``is_split`` and ``n_nodes``."""
+    its children as two bytes each. ``state`` must hold ``is_split`` and ``n_nodes``; with
+    ``depth_first`` the children are known to be numbered depth first (a grower's tree)."""
     left, right = compact["children_left"], compact["children_right"]
-    if not _numbered_depth_first(state, left, right, buffers):
+    if not (depth_first or _numbered_depth_first(state, left, right, buffers)):
         node_id = narrowest_uint(max(left.max(initial=0), right.max(initial=0)))
         state["children_left"] = left.astype(node_id)
         if not np.array_equal(right, left + 1):
