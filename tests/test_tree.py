@@ -295,6 +295,15 @@ def test_wire_state_gives_back_the_tree(criterion, fractional_weights):
     left = np.empty(split.sum(), dtype=np.int32)
     assert depth_first_children(state["is_split"], state["n_nodes"], left) == expected.node_count
     np.testing.assert_array_equal(left, expected.children_left[split])
+    # A forest task tells the encoder the tree grew depth first, and it checks the numbering
+    # no more: the same state.
+    trusted = wire.encode(
+        *records, arrays.thresholds, codes.shape[1], params.criterion, Buffers(), depth_first=True
+    )
+    assert trusted.keys() == state.keys()
+    for name, value in state.items():
+        np.testing.assert_array_equal(trusted[name], value, err_msg=name)
+        assert np.asarray(trusted[name]).dtype == np.asarray(value).dtype, name
     assert len(state["missing_go_to_left_bits"]) == len(state["is_categorical_bits"])
     assert len(state["is_categorical_bits"]) == (split.sum() + 7) // 8
     assert len(state["categorical_bitset_idx"]) == categorical.sum()
