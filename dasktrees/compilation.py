@@ -363,6 +363,10 @@ def _warm_forests():
             )
             regressor.fit(data, y.astype(float))
             regressor.predict(data)
+            # Best-first trees ship their children: packing them takes the general kernel.
+            RandomForestClassifier(
+                n_estimators=2, max_leaf_nodes=8, random_state=0, client=client
+            ).fit(data, y).predict_proba(data)
             # Quantile forests, standard errors and n_estimators="auto" (one wave of 2 trees).
             quantile = RandomForestQuantileRegressor(
                 n_estimators="auto",

@@ -315,8 +315,12 @@ def test_the_client_compiles_the_signatures_its_trees_need_from_a_stump(tmp_path
         from dasktrees import compilation, ensemble
         from dasktrees.distributed import train
 
-        # The client keeps the trees as shipped: packing is all it runs of them in a fit.
-        CLIENT_KERNELS = ["dasktrees.predictor._pack_tree"]
+        # The client keeps the trees as shipped: packing is all it runs of them in a fit
+        # (their split nodes; the leaf values of trees whose values the forest does not share).
+        CLIENT_KERNELS = [
+            "dasktrees.predictor._pack_depth_first",
+            "dasktrees.predictor._write_leaves",
+        ]
 
         def signatures():
             found = compilation.kernels()

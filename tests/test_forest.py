@@ -327,6 +327,8 @@ def test_bad_training_data_found_in_the_preparation_graph(client, where):
     with pytest.raises(ValueError, match="X has 1 sample with positive weight; at least 2"):
         one_row.fit(X, y, sample_weight=weight)
     assert not hasattr(one_row, "estimators_")
+    with pytest.raises(ValueError, match="sample_weight sums to zero"):
+        one_row.fit(X, y, sample_weight=weight * 0.0)
     unknown = dt.RandomForestClassifier(n_estimators=2, class_weight={0: 1.0, 7: 2.0}, client=on)
     with pytest.raises(ValueError, match=r"class_weight: \[7\] are not classes of y"):
         unknown.fit(X, y)

@@ -203,6 +203,8 @@ def _all_labels(is_classifier, *blocks):
     """The classes (None for regression) and the number of rows in the fit, from every
     block's ``_block_labels``; at least two rows must have a positive weight."""
     n_in_fit = sum(n for _, n in blocks)
+    if n_in_fit == 0:
+        raise ValueError("sample_weight sums to zero: there is nothing to fit")
     if n_in_fit < 2:
         samples = "sample" if n_in_fit == 1 else "samples"
         raise ValueError(f"X has {n_in_fit} {samples} with positive weight; at least 2 are needed")
