@@ -185,6 +185,10 @@ def check_target(y, n_samples, is_classifier):
     return y
 
 
+# The error of weights that leave no row to fit (scikit-learn's checks look for its words).
+NOTHING_TO_FIT = "sample_weight sums to zero: there is nothing to fit"
+
+
 def check_sample_weight(sample_weight, n_samples, whole=True):
     """sample_weight as float64 of shape (n_samples,): finite, non-negative, and not all zero
     unless it is not ``whole``: one block of a forest's rows may weigh nothing, the forest
@@ -201,7 +205,7 @@ def check_sample_weight(sample_weight, n_samples, whole=True):
     if (sample_weight < 0).any():
         raise ValueError("sample_weight contains negative values")
     if whole and sample_weight.sum() <= 0:
-        raise ValueError("sample_weight sums to zero: there is nothing to fit")
+        raise ValueError(NOTHING_TO_FIT)
     return sample_weight
 
 

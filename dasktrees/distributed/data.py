@@ -24,7 +24,7 @@ import pandas as pd
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import column_or_1d
 
-from .._validation import check_2d, check_sample_weight, check_target
+from .._validation import NOTHING_TO_FIT, check_2d, check_sample_weight, check_target
 from ..binning import BinMapper, sample_mask
 from .client import Client, is_in_process, sending_large_data
 
@@ -169,14 +169,14 @@ def _block_weights(w, n_rows):
     return check_sample_weight(weights, n_rows, whole=False)
 
 
-def _mapper_pieces(mapper, x, w, first_row, labels):
+def _mapper_pieces(mapper, x, w, first_row, n_in_fit):
     """A block's part of the bin mapper fit: its sampled numeric rows and category counts.
-    Rows of zero weight take no part; ``labels`` (``_all_labels``) says how many rows take
-    part in all, and so which share of them the mapper samples."""
+    Rows of zero weight take no part; ``n_in_fit``, the rows that take part in all blocks, says
+    which share of them the mapper samples."""
     x = check_2d(x)
     n = x.shape[0]
     in_fit = _block_weights(w, n) > 0
-    fraction = mapper.sampling_fraction(labels[1])
+    fraction = mapper.sampling_fraction(n_in_fit)
     sampled = in_fit & sample_mask(
         np.arange(first_row, first_row + n), fraction, mapper.random_state
     )
@@ -204,16 +204,12 @@ def _all_labels(is_classifier, *blocks):
     block's ``_block_labels``; at least two rows must have a positive weight."""
     n_in_fit = sum(n for _, n in blocks)
     if n_in_fit == 0:
-        raise ValueError("sample_weight sums to zero: there is nothing to fit")
+        raise ValueError(NOTHING_TO_FIT)
     if n_in_fit < 2:
         samples = "sample" if n_in_fit == 1 else "samples"
         raise ValueError(f"X has {n_in_fit} {samples} with positive weight; at least 2 are needed")
     classes = np.unique(np.concatenate([u for u, _ in blocks])) if is_classifier else None
     return classes, n_in_fit
-
-
-def _classes(labels):
-    return labels[0]
 
 
 def _class_counts(y, classes):
@@ -281,11 +277,11 @@ def prepare(
             for yb, wb, n in zip(y_blocks, w_blocks, lengths)
         ),
     )
-    classes = dask.delayed(_classes)(labels)
+    classes, n_in_fit = labels[0], labels[1]
     if not hasattr(mapper, "n_bins_non_missing_"):
         mapper._set_columns(meta)
         pieces = [
-            dask.delayed(_mapper_pieces)(mapper, xb, wb, int(first), labels)
+            dask.delayed(_mapper_pieces)(mapper, xb, wb, int(first), n_in_fit)
             for xb, wb, first in zip(x_blocks, w_blocks, offsets[:-1])
         ]
         mapper = dask.delayed(_fit_mapper)(mapper, *pieces)

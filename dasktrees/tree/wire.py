@@ -94,8 +94,7 @@ def encode(
     if criterion == SQUARED_ERROR:
         # The leaves' means and impurities: the client pools the split nodes' from them, as
         # ``Tree.from_growth`` does (``tree.pool_to_root``).
-        # mode="clip" (the positions are valid): with "raise" numpy fills a temporary first
-        state["leaf_value"] = np.take(values, kinds.leaves, axis=0, mode="clip")
+        state["leaf_value"] = _leaf_rows(values, kinds.leaves)
         leaf_impurity = scratch_array(buffers, "leaf_impurity", len(kinds.leaves), np.float64)
         # mode="clip" (the positions are valid): with "raise" numpy fills a temporary first
         np.take(per_node["impurity"], kinds.leaves, out=leaf_impurity, mode="clip")
@@ -227,11 +226,13 @@ def _put_summable(state, kinds, compact, name, per_node, buffers=None):
         state[name] = np.array(per_node, order="C")
 
 
-def _leaf_rows(per_node, is_split):
-    """The leaves' rows of a per-node array (``is_split`` its nodes' flags, as bools), as a new
-    C-contiguous array. ``np.compress``: a boolean index took several times longer on the
-    class counts of a tree (docs/benchmarks.md)."""
-    return np.compress(~is_split, per_node, axis=0)
+def _leaf_rows(per_node, leaves):
+    """The leaves' rows of a per-node array (``leaves`` their positions, ``_NodeKinds``), as a
+    new C-contiguous array. By position: a boolean index took several times longer on the class
+    counts of a tree, and ``np.compress`` on the flags made their negation first
+    (docs/benchmarks.md); mode="clip" (the positions are valid): with "raise" numpy fills a
+    temporary first."""
+    return np.take(per_node, leaves, axis=0, mode="clip")
 
 
 @njit(cache=True, nogil=True)
@@ -287,26 +288,25 @@ def state_of(tree, criterion):
     weights = tree.weighted_n_node_samples
     _put_summable(state, kinds, compact, "weighted_n_node_samples", weights)
     if criterion == SQUARED_ERROR:
-        _put_moments(state, is_split, compact, tree.value, tree.impurity, weights)
+        _put_moments(state, kinds, compact, tree.value, tree.impurity, weights)
     else:
         state["value"] = tree.value
         state["criterion"] = criterion
     return state
 
 
-def _put_moments(state, is_split, compact, value, impurity, weights):
+def _put_moments(state, kinds, compact, value, impurity, weights):
     """Put a regression tree's means and impurities (every node's ``value``, ``impurity``, and
     ``weights``) in a shipped state: its leaves' only (``leaf_value``, ``leaf_impurity``) when
     every split node's are its children's pooled (``tree.pool_to_root``), as a grown tree's
     are, bit for bit (``put_leaf_impurity``); else every node's (a tree of a file written
     before they were pooled)."""
     pooled_value, pooled_impurity = value.copy(), impurity.copy()
-    packed = np.packbits(is_split)
     left, right = compact["children_left"], compact["children_right"]
-    pool_to_root(packed, left, right, weights, pooled_value, pooled_impurity)
+    pool_to_root(state["is_split"], left, right, weights, pooled_value, pooled_impurity)
     if np.array_equal(pooled_value, value) and np.array_equal(pooled_impurity, impurity):
-        state["leaf_value"] = _leaf_rows(value, is_split)
-        put_leaf_impurity(state, _leaf_rows(impurity, is_split))
+        state["leaf_value"] = _leaf_rows(value, kinds.leaves)
+        put_leaf_impurity(state, _leaf_rows(impurity, kinds.leaves))
     else:
         state["value"], state["impurity"] = value, impurity
 
