@@ -168,6 +168,79 @@ def test_categorical_order_tree_cuts_one_order_for_the_whole_tree(task):
         assert getattr(tree.tree_, attribute)[0] == getattr(per_node.tree_, attribute)[0]
 
 
+def sent_left(tree, node, code):
+    t, code = tree.tree_, int(code)
+    row = t.categorical_bitsets[t.bitset_idx[node]]
+    return bool((int(row[code >> 5]) >> (code & 31)) & 1)
+
+
+@pytest.mark.parametrize("task", ["binary", "regression"])
+def test_categories_a_node_never_held_go_where_the_tree_order_puts_them(task):
+    # Deep splits on the column hold a few of its levels; a test row may bring another one.
+    # With the per-tree order it goes to the side of the node's categories its key falls
+    # among: left when its key is below half-way between the last left and the first right
+    # key (the keys are the whole table's means: no bootstrap in a single tree).
+    X, y, codes = tree_order_table(task, n_levels=12)
+    cls = DecisionTreeRegressor if task == "regression" else DecisionTreeClassifier
+    tree = cls(categorical_order="tree", max_depth=8, random_state=0).fit(X, y)
+    key = np.bincount(codes, weights=y) / np.bincount(codes)
+    levels = pd.DataFrame(
+        {"c": pd.Categorical.from_codes(np.arange(12), X["c"].cat.categories), "x": 0.0}
+    )
+    code_of = tree.bin_mapper_.transform(levels)[:, 0]
+    t = tree.tree_
+    path = tree.decision_path(X).tocsc()
+    n_checked = 0
+    for node in np.flatnonzero((t.children_left >= 0) & (t.feature == 0)):
+        rows = path[:, node].nonzero()[0]
+        went_left = path[:, t.children_left[node]].nonzero()[0]
+        left = np.unique(codes[went_left])
+        right = np.setdiff1d(np.unique(codes[rows]), left)
+        assert key[left].max() <= key[right].min()  # a cut of the tree's order
+        middle = (key[left].max() + key[right].min()) / 2
+        for level in np.setdiff1d(np.arange(12), np.unique(codes[rows])):
+            assert sent_left(tree, node, code_of[level]) == (key[level] < middle)
+            n_checked += 1
+    assert n_checked >= 10
+    # The per-node order sends them right, whatever their key.
+    per_node = cls(categorical_order="node", max_depth=8, random_state=0).fit(X, y)
+    t, path = per_node.tree_, per_node.decision_path(X).tocsc()
+    for node in np.flatnonzero((t.children_left >= 0) & (t.feature == 0)):
+        absent = np.setdiff1d(np.arange(12), codes[path[:, node].nonzero()[0]])
+        assert not any(sent_left(per_node, node, code_of[level]) for level in absent)
+
+
+def test_route_absent_categories_kernel_against_the_rule():
+    # The kernel behind the rule against a plain statement of it, on random splits: the left
+    # codes and the rare ones sent right keep their side, the other codes of the tree go by
+    # their key, those without a key (no row of the tree) with the missing values.
+    from dasktrees.tree.grower import _route_absent_categories
+
+    rng = np.random.default_rng(0)
+    for _ in range(300):
+        n_codes = int(rng.integers(2, 80))
+        tree_keys = np.full(256, np.nan)
+        in_tree = np.flatnonzero(rng.random(n_codes) < 0.8)
+        tree_keys[in_tree] = rng.integers(0, 6, len(in_tree)) / 5  # ties happen
+        held = rng.permutation(in_tree)[: int(rng.integers(0, len(in_tree) + 1))]
+        n_left = int(rng.integers(0, len(held) + 1))
+        n_rare_right = int(rng.integers(0, len(held) - n_left + 1))
+        left, rare_right = held[:n_left], held[n_left : n_left + n_rare_right]
+        middle = np.inf if rng.random() < 0.1 else rng.integers(0, 11) / 10
+        missing_left = bool(rng.integers(0, 2))
+        bitset = np.zeros(8, dtype=np.uint32)
+        for c in left:
+            bitset[c >> 5] |= np.uint32(1 << (c & 31))
+        _route_absent_categories(bitset, tree_keys, middle, n_codes, missing_left, rare_right)
+        went_left = {c for c in range(256) if (int(bitset[c >> 5]) >> (c & 31)) & 1}
+        expected = set(left.tolist()) | {
+            c
+            for c in range(n_codes)
+            if c not in rare_right and (tree_keys[c] < middle if c in in_tree else missing_left)
+        }
+        assert went_left == expected
+
+
 def test_categorical_parameters_travel_with_the_model_file(tmp_path):
     rng = np.random.default_rng(1)
     X = pd.DataFrame(

@@ -207,6 +207,31 @@ def _pool_rare_categories(stats, bins, n_touched, min_rows, missing, rare):
 
 
 @inlined_node_kernel
+def _route_absent_categories(bitset, tree_keys, middle, n_codes, missing_left, held_right):
+    """With a per-tree order, add to a categorical split's left set (``bitset``, holding the
+    codes of the node's rows that go left) the codes of the feature (``n_codes`` of them) that
+    no row of the node holds and that go left at predict time: a category of the tree's rows
+    when its key (``tree_keys``) is below ``middle``, half-way between the last left and the
+    first right key of the node's cut (infinite for a cut on missingness); a category no row of
+    the tree holds (a NaN key) when the missing values go left.
+
+    The node's own categories keep their side: the left ones are in ``bitset``, the right ones'
+    keys are at least ``middle``, and ``held_right`` lists the node's rare categories sent right
+    with the missing values. No training row changes side.
+    """
+    for c in range(n_codes):
+        word, bit = c >> 5, np.uint32(1) << np.uint32(c & 31)
+        key = tree_keys[c]
+        if (bitset[word] & bit) or not (key < middle or (np.isnan(key) and missing_left)):
+            continue
+        rare = False
+        for j in range(held_right.shape[0]):
+            rare |= held_right[j] == c
+        if not rare:
+            bitset[word] |= bit
+
+
+@inlined_node_kernel
 def find_split(rows, start, stop, node_impurity, tables, rules, scratch, ordered):
     """Best split of one node over up to ``max_features`` features drawn from ``candidates``.
 
@@ -233,6 +258,9 @@ def find_split(rows, start, stop, node_impurity, tables, rules, scratch, ordered
     A categorical feature's categories with fewer than ``rules.min_samples_category`` rows in
     the node are pooled with its missing values before the categories are ordered: they go to
     the missing values' side, and their codes join the left set when that side is left.
+    With a per-tree order, ``_record_split`` adds the categories the node does not hold to the
+    side the tree's order puts them on (``_route_absent_categories``); with a per-node order
+    they go right.
 
     Returns
     -------
@@ -241,7 +269,14 @@ def find_split(rows, start, stop, node_impurity, tables, rules, scratch, ordered
     feature, bin_threshold : int
     missing_go_to_left, is_categorical : bool
     n_left_bins : int
-        Number of codes in ``ibuf[_BEST_BINS]`` (categorical splits).
+        Number of codes in ``ibuf[_BEST_BINS]`` that a categorical split sends left.
+    n_rare_right : int
+        Rare categories sent right with the missing values, whose codes follow the left ones.
+    middle : float
+        Half-way between the keys of the last left and the first right category in the order
+        cut (infinite for a cut on missingness or a numeric split).
+    key_row : int
+        The row of ``scratch.tree_keys`` whose order was cut (the class, for classification).
     """
     codes, y, w, sample_indices = rows.codes, rows.y, rows.w, rows.sample_indices
     n_bins, is_categorical = tables.n_bins, tables.is_categorical
@@ -262,7 +297,7 @@ def find_split(rows, start, stop, node_impurity, tables, rules, scratch, ordered
         features[k] = candidates[k]
     order = ibuf[_ORDER]
     bins = ibuf[_BINS]
-    best = (NO_SPLIT, -1, 0, False, False, 0)
+    best = (NO_SPLIT, -1, 0, False, False, 0, 0, np.inf, 0)
     n_nonconstant = 0
     n_drawn = 0
     n_first = 0
@@ -384,11 +419,32 @@ def find_split(rows, start, stop, node_impurity, tables, rules, scratch, ordered
                             bins[position], bins[position + 1], bin_values[f], edges[f]
                         )
                 n_left_bins = position + 1
-                if is_categorical[f] and missing_left:  # the pooled rare categories too
+                n_rare_right = 0
+                middle = np.inf
+                key_row = 0
+                if is_categorical[f]:
+                    # The pooled rare categories follow the left codes: counted among them
+                    # when they go left with the missing values, kept after them otherwise.
                     for j in range(n_rare):
                         ibuf[_BEST_BINS, n_left_bins + j] = ibuf[_RARE, j]
-                    n_left_bins += n_rare
-                best = (score, f, bin_threshold, missing_left, is_categorical[f], n_left_bins)
+                    if missing_left:
+                        n_left_bins += n_rare
+                    else:
+                        n_rare_right = n_rare
+                    if position + 1 < n_touched:
+                        middle = 0.5 * (keys[order[position]] + keys[order[position + 1]])
+                    key_row = target_class if criterion != SQUARED_ERROR else 0
+                best = (
+                    score,
+                    f,
+                    bin_threshold,
+                    missing_left,
+                    is_categorical[f],
+                    n_left_bins,
+                    n_rare_right,
+                    middle,
+                    key_row,
+                )
     return best
 
 
@@ -445,10 +501,12 @@ def _open_node(node_id, parent, depth, start, stop, total, node_impurity, nodes,
 
 @inlined_node_kernel
 def _record_split(
-    node_id, total, node_impurity, w_root, split, nodes, bitsets, n_bitsets, rules, scratch
+    node_id, total, node_impurity, w_root, split, nodes, bitsets, n_bitsets, n_codes, rules, scratch
 ):
     """Record ``find_split``'s result ``split`` for node ``node_id`` if the split is worth
     making (``min_impurity_decrease``); a categorical split takes the next row of ``bitsets``.
+
+    ``n_codes`` gives each feature's number of non-missing codes (``BinTables.n_bins``).
 
     Returns
     -------
@@ -457,7 +515,8 @@ def _record_split(
     splittable : bool
         Whether the split was recorded (the node is then put on the frontier).
     """
-    score, feature, bin_threshold, missing_left, categorical, n_left_bins = split
+    score, feature, bin_threshold, missing_left, categorical, n_left_bins = split[:6]
+    n_rare_right, middle, key_row = split[6:]
     criterion, min_impurity_decrease = rules.criterion, rules.min_impurity_decrease
     ibuf, vec = scratch.ibuf, scratch.vec
     if score == NO_SPLIT:
@@ -500,6 +559,15 @@ def _record_split(
         for j in range(n_left_bins):
             code = ibuf[_BEST_BINS, j]
             bitsets[n_bitsets, code >> 5] |= np.uint32(1) << np.uint32(code & 31)
+        if scratch.tree_keys.shape[2] > 0:
+            _route_absent_categories(
+                bitsets[n_bitsets],
+                scratch.tree_keys[key_row, feature],
+                middle,
+                n_codes[feature],
+                missing_left,
+                ibuf[_BEST_BINS, n_left_bins : n_left_bins + n_rare_right],
+            )
         n_bitsets += 1
     return n_bitsets, True
 
@@ -779,6 +847,7 @@ def _grow_nodes(
                     nodes,
                     bitsets,
                     n_bitsets,
+                    tables.n_bins,
                     rules,
                     scratch,
                 )
@@ -1039,8 +1108,9 @@ def tree_category_keys(codes, sample_indices, y, w, is_categorical, rules, buffe
     Returns
     -------
     ndarray of float64, shape (n_orders, n_features, N_BIN_CODES)
-        ``[0, f, code]`` (regression) or ``[class, f, code]``; 0 for codes absent from the in-bag
-        rows, which no node of the tree holds. Of shape (n_orders, n_features, 0) for a per-node
+        ``[0, f, code]`` (regression) or ``[class, f, code]``; NaN for codes absent from the
+        in-bag rows, which no node of the tree holds (its splits send them with the missing
+        values: ``_route_absent_categories``). Of shape (n_orders, n_features, 0) for a per-node
         order, or no categorical feature: ``splitting.category_order`` then orders by the node.
     """
     regression = rules.criterion == SQUARED_ERROR
@@ -1072,6 +1142,8 @@ def _category_means(codes, sample_indices, y, w, categorical, regression, keys):
             for code in range(keys.shape[2]):
                 if weight[f, code] > 0.0:
                     keys[t, f, code] /= weight[f, code]
+                else:
+                    keys[t, f, code] = np.nan
 
 
 # A leaf's split fields in a growth record.
