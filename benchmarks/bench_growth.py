@@ -10,8 +10,10 @@ machine wall time also counts the other jobs. The cases:
 * ``regression``: a full-depth regression tree, ``max_features=0.5``, on 300,000 x 20
   ``make_regression``;
 * ``flights`` and ``diamonds``: the trees of ``bench_forest.py``'s forests on those tables
-  (``max_features="sqrt"``, full depth, Poisson(1) bootstrap counts as weights, drawn afresh
-  for every growth), not in the default list.
+  (``max_features="sqrt"``, full depth, the forests' categorical settings, Poisson(1) bootstrap
+  counts as weights, drawn afresh for every growth), not in the default list. (Until
+  2026-11-26 these trees had the single trees' categorical settings: each node ordered its
+  categories and none were pooled.)
 
     python benchmarks/bench_growth.py --repeat 5
     python benchmarks/bench_growth.py --repeat 15 --cases flights,diamonds
@@ -27,7 +29,13 @@ os.environ.setdefault("NUMBA_NUM_THREADS", "1")
 import numpy as np  # noqa: E402
 from sklearn.datasets import make_classification, make_regression  # noqa: E402
 
-from dasktrees import BinMapper, DecisionTreeClassifier, DecisionTreeRegressor  # noqa: E402
+from dasktrees import (  # noqa: E402
+    BinMapper,
+    DecisionTreeClassifier,
+    DecisionTreeRegressor,
+    RandomForestClassifier,
+    RandomForestRegressor,
+)
 from dasktrees._params import check_tree_params  # noqa: E402
 from dasktrees.tree.grower import Workspace, _grow_records  # noqa: E402
 
@@ -56,7 +64,11 @@ def _forest_table(name):
     X, y, _, _ = table["train_test"]
     is_classifier = table["classification"]
     tree = DecisionTreeClassifier if is_classifier else DecisionTreeRegressor
-    return X, np.asarray(y), tree(max_features="sqrt"), is_classifier, True
+    forest = (RandomForestClassifier if is_classifier else RandomForestRegressor)()
+    categorical = {
+        name: forest.get_params()[name] for name in ("categorical_order", "min_samples_category")
+    }
+    return X, np.asarray(y), tree(max_features="sqrt", **categorical), is_classifier, True
 
 
 # Each case gives (X, y, model, is_classifier, bootstrap), built when asked for.
