@@ -358,17 +358,20 @@ def find_split(rows, start, stop, node_impurity, tables, rules, scratch, ordered
         ):
             n_orders = n_classes  # one-vs-rest orders: the multiclass heuristic
         for t in range(n_orders):
+            key_row = 0  # the row of scratch.tree_keys whose order is cut (a class's)
             if is_categorical[f]:
                 target_class = (
                     t if n_orders > 1 else (next_below(state, n_classes) if n_classes > 2 else 1)
                 )
+                if criterion != SQUARED_ERROR:
+                    key_row = target_class
                 category_order(
                     stats,
                     bins,
                     n_touched,
                     criterion,
                     target_class,
-                    scratch.tree_keys[target_class if criterion != SQUARED_ERROR else 0, f],
+                    scratch.tree_keys[key_row, f],
                     keys,
                     order,
                     ibuf[_MERGE],
@@ -421,7 +424,6 @@ def find_split(rows, start, stop, node_impurity, tables, rules, scratch, ordered
                 n_left_bins = position + 1
                 n_rare_right = 0
                 middle = np.inf
-                key_row = 0
                 if is_categorical[f]:
                     # The pooled rare categories follow the left codes: counted among them
                     # when they go left with the missing values, kept after them otherwise.
@@ -433,7 +435,6 @@ def find_split(rows, start, stop, node_impurity, tables, rules, scratch, ordered
                         n_rare_right = n_rare
                     if position + 1 < n_touched:
                         middle = 0.5 * (keys[order[position]] + keys[order[position + 1]])
-                    key_row = target_class if criterion != SQUARED_ERROR else 0
                 best = (
                     score,
                     f,
