@@ -20,5 +20,8 @@ from numba import njit
 #   functions took most of a minute) and the caller compiles the copy. The growth loop therefore
 #   calls each inlined step from one place only, and the big steps do not inline each other
 #   (only small helpers, such as the random stream's and the heap's, are inlined into them).
+#   The categorical steps of the search (``grower._pool_rare_categories``,
+#   ``grower._route_absent_categories``) are calls: inlined, they cost the loop kernel about a
+#   second of compilation and gained no measurable speed (docs/benchmarks.md).
 node_kernel = njit(cache=True, _nrt=False)
 inlined_node_kernel = njit(cache=True, _nrt=False, inline="always")

@@ -32,7 +32,7 @@ from .._dtypes import BITSET_DTYPE, BITSET_WORDS, N_BIN_CODES, NODE_DTYPE, TREE_
 from .._random import new_state, next_below
 from ..criteria import SQUARED_ERROR, impurity, stats_weight
 from . import wire
-from ._jit import inlined_node_kernel
+from ._jit import inlined_node_kernel, node_kernel
 from .buffers import Buffers, scratch_array
 from .cost_complexity import prune_cost_complexity
 from .histogram import (
@@ -184,7 +184,7 @@ def _is_constant(codes, f, sample_indices, start, stop):
     return True
 
 
-@inlined_node_kernel
+@node_kernel
 def _pool_rare_categories(stats, bins, n_touched, min_rows, missing, rare):
     """Move the categories with fewer than ``min_rows`` rows (``stats[:, 0]``) out of the
     compacted ``stats[:n_touched]`` / ``bins[:n_touched]`` (in order) into ``missing``'s
@@ -206,7 +206,7 @@ def _pool_rare_categories(stats, bins, n_touched, min_rows, missing, rare):
     return n_kept, n_rare
 
 
-@inlined_node_kernel
+@node_kernel
 def _route_absent_categories(bitset, tree_keys, middle, n_codes, missing_left, held_right):
     """With a per-tree order, add to a categorical split's left set (``bitset``, holding the
     codes of the node's rows that go left) the codes of the feature (``n_codes`` of them) that
@@ -566,7 +566,7 @@ def _record_split(
                 scratch.tree_keys[key_row, feature],
                 middle,
                 n_codes[feature],
-                missing_left,
+                record["missing_go_to_left"] == 1,  # a plain bool: one signature
                 ibuf[_BEST_BINS, n_left_bins : n_left_bins + n_rare_right],
             )
         n_bitsets += 1
