@@ -716,7 +716,7 @@ def _heap_less(keys, ids, i, j):
     return ids[i] < ids[j]
 
 
-@inlined_node_kernel
+@node_kernel
 def _heap_sift_down(keys, ids, start, pos):
     """``heapq._siftdown``: move entry ``pos`` up towards ``start`` to its place."""
     key, node = keys[pos], ids[pos]
@@ -733,7 +733,7 @@ def _heap_sift_down(keys, ids, start, pos):
     keys[pos], ids[pos] = key, node
 
 
-@inlined_node_kernel
+@node_kernel
 def _heap_sift_up(keys, ids, pos, end):
     """``heapq._siftup`` on the heap ``[0, end)``: fill ``pos`` from below, then sift down."""
     start = pos
