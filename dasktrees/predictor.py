@@ -365,14 +365,12 @@ def _pack_tree(
 def _write_leaf(value, kind, node, leaf, values, row):
     """Write the value of a tree's node ``node``, its leaf ``leaf`` (both counted in node
     order), into ``values[row]``, from ``value`` of kind ``kind`` (``_pack_tree``)."""
-    # Element by element: a row assigned whole compiles numba's shape check and its error
-    # message, string formatting included (two seconds of a first fit's compilation).
-    if kind == NODE_VALUES:
+    if kind == NODE_VALUES or kind == LEAF_VALUES:
+        source = node if kind == NODE_VALUES else leaf
+        # Element by element: a row assigned whole compiles numba's shape check and its error
+        # message, string formatting included (two seconds of a first fit's compilation).
         for c in range(values.shape[1]):
-            values[row, c] = value[node, c]
-    elif kind == LEAF_VALUES:
-        for c in range(values.shape[1]):
-            values[row, c] = value[leaf, c]
+            values[row, c] = value[source, c]
     elif kind != _VALUES_WRITTEN:
         node_class_fractions(value[leaf if kind == LEAF_COUNTS else node], values[row])
 
