@@ -17,6 +17,8 @@ import dask.array as da
 import dask.dataframe as dd
 import numpy as np
 import pandas as pd
+from numpy.typing import ArrayLike
+from scipy import sparse
 from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin, clone
 from sklearn.utils import Bunch, check_random_state
 from sklearn.utils.validation import check_is_fitted, validate_data
@@ -478,6 +480,58 @@ class BaseForest(BaseEstimator):
 
     # ---- prediction ----------------------------------------------------------------------------
 
+    def apply(self, X: Data) -> np.ndarray | da.Array:
+        """The leaf each sample reaches in each tree, as scikit-learn's forests give it.
+
+        Parameters
+        ----------
+        X : array-like or dask collection of shape (n_samples, n_features)
+
+        Returns
+        -------
+        X_leaves : ndarray of int64, shape (n_samples, n_estimators)
+            ``X_leaves[i, t]`` is the node id (``estimators_[t].tree_``'s numbering, as its
+            ``apply`` gives it) of the leaf sample i reaches in tree t. A dask array for dask
+            input, one task per block.
+        """
+        forest = self.forest_
+        # The packed forest holds each tree's leaves in node order, tree after tree: the node id
+        # of its leaf row r is the r-th of these.
+        leaf_nodes = np.concatenate([est.tree_.leaf_nodes() for est in self.estimators_])
+        rows_fn = partial(_leaf_node_rows, forest, leaf_nodes)
+        return self._apply_by_rows(X, rows_fn, forest.n_trees, dtype=np.int64)
+
+    def decision_path(self, X: ArrayLike) -> tuple[sparse.csr_matrix, np.ndarray]:
+        """The nodes each sample goes through in each tree, as scikit-learn's forests give them.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            In memory (numpy or pandas): the indicator is a scipy matrix. For a dask
+            collection, ``apply`` gives the leaves lazily, and each tree's path follows from
+            its leaf (``estimators_[t].tree_.paths_to``).
+
+        Returns
+        -------
+        indicator : scipy.sparse.csr_matrix of shape (n_samples, n_nodes)
+            1 where the sample goes through the node; the columns of tree t are
+            ``indicator[:, n_nodes_ptr[t]:n_nodes_ptr[t + 1]]``, in its node numbering.
+        n_nodes_ptr : ndarray of int64, shape (n_estimators + 1,)
+        """
+        if is_dask_collection(X):
+            raise TypeError(
+                "decision_path needs X in memory (numpy or pandas): its sparse indicator is "
+                "built on the client; for a dask collection use apply, which is lazy"
+            )
+        leaves = self.apply(X)
+        # ``expanded``: a tree kept compact as shipped is expanded for the call, not kept so.
+        paths = [
+            est.tree_.expanded().paths_to(leaves[:, t]) for t, est in enumerate(self.estimators_)
+        ]
+        n_nodes_ptr = np.zeros(len(paths) + 1, dtype=np.int64)
+        np.cumsum([path.shape[1] for path in paths], out=n_nodes_ptr[1:])
+        return sparse.hstack(paths, format="csr"), n_nodes_ptr
+
     def _votes(self, X, voting):
         """Mean vote per row: ndarray for local X, dask array for dask X."""
         forest = self.forest_
@@ -497,8 +551,8 @@ class BaseForest(BaseEstimator):
         # In a list: scatter would send a tuple's items one by one.
         return client.scatter([model], broadcast=True, hash=False)[0]
 
-    def _apply_by_rows(self, X, rows_fn, n_columns):
-        """``rows_fn(encoded_rows, parallel)`` -> (n_rows, n_columns), over any input.
+    def _apply_by_rows(self, X, rows_fn, n_columns, dtype=np.float64):
+        """``rows_fn(encoded_rows, parallel)`` -> (n_rows, n_columns) of ``dtype``, over any input.
 
         Local X: one call, with the parallel kernels. Dask X: a dask array, one task per block
         (dataframes partition by partition, so categorical columns keep their dtype); lazy, with
@@ -516,13 +570,11 @@ class BaseForest(BaseEstimator):
         if isinstance(X, (dd.DataFrame, da.Array)):
             model = self._shared_with_workers((self.bin_mapper_, rows_fn))
         if isinstance(X, dd.DataFrame):
-            meta = pd.DataFrame(np.empty((0, n_columns)), columns=range(n_columns))
+            meta = pd.DataFrame(np.empty((0, n_columns), dtype=dtype), columns=range(n_columns))
             return X.map_partitions(_frame_rows, model, meta=meta).to_dask_array()
         if isinstance(X, da.Array):
             X = X.rechunk({1: -1})
-            return X.map_blocks(
-                _array_rows, model, dtype=np.float64, chunks=(X.chunks[0], (n_columns,))
-            )
+            return X.map_blocks(_array_rows, model, dtype=dtype, chunks=(X.chunks[0], (n_columns,)))
         X = check_2d(X)
         check_predict_columns(self, X)
         return rows_fn(self.bin_mapper_.encode(X), True)
@@ -546,6 +598,10 @@ def _scored_rows(client, data, decision):
         decision = client.compute(decision, sync=True)
     scored = ~np.isnan(decision).any(axis=1)
     return y_true[scored], decision[scored]
+
+
+def _leaf_node_rows(forest, leaf_nodes, encoded, parallel):
+    return leaf_nodes[forest.apply(encoded, parallel)]
 
 
 def _vote_rows(forest, voting, encoded, parallel):

@@ -5,6 +5,7 @@ prediction summed in tree order."""
 import pickle
 
 import dask.array as da
+import dask.dataframe as dd
 import numpy as np
 import pandas as pd
 import pytest
@@ -196,3 +197,92 @@ def test_blocks_chunks_and_single_rows_agree(client):
     for start in (0, 32767, 65535, 139_999):
         assert np.array_equal(model.predict_proba(big[start : start + 1]), proba[start : start + 1])
     assert np.array_equal(model.predict_proba(big[:1000]), proba[:1000])
+
+
+# ---- apply and decision_path ---------------------------------------------------------------
+
+
+def _trees_apply(model, X):
+    """Each tree's own leaves (its estimator's ``apply``), side by side."""
+    return np.column_stack([est.apply(X) for est in model.estimators_])
+
+
+@pytest.mark.parametrize("kind", ["depth-first", "best-first", "categorical", "loaded"])
+def test_apply_gives_each_trees_leaf(client, kind, tmp_path):
+    if kind == "categorical":
+        X, y = _hitters_with_missing()
+        model = dt.ExtraTreesRegressor(n_estimators=6, bootstrap=True, random_state=0)
+        model.set_params(client=client).fit(X[:200], y[:200])
+        X = X[200:]
+    else:
+        X, y = _numeric()
+        # Best-first trees ship their children; depth-first ones are packed from their flags.
+        model = dt.RandomForestClassifier(
+            n_estimators=6,
+            max_leaf_nodes=30 if kind == "best-first" else None,
+            random_state=0,
+            client=client,
+        ).fit(X[:2000], y[:2000])
+        X = X[2000:]
+    if kind == "loaded":
+        model.save(tmp_path / "model")
+        model = dt.load(tmp_path / "model")
+    leaves = model.apply(X)
+    assert leaves.dtype == np.int64 and leaves.shape == (len(X), 6)
+    assert np.array_equal(leaves, _trees_apply(model, X))
+    # Leaves of every tree are reached, and only leaves.
+    for t, est in enumerate(model.estimators_):
+        assert np.isin(leaves[:, t], est.tree_.leaf_nodes()).all()
+
+
+def test_apply_and_decision_path_equal_scikit_learns(client):
+    # The exported forest routes float32-representable values as ours do (docs/forests.md):
+    # scikit-learn's own apply and decision_path are the oracle.
+    X, y = _numeric()
+    X = X.astype(np.float32).astype(np.float64)
+    for model in (
+        dt.RandomForestClassifier(n_estimators=5, random_state=0, client=client),
+        dt.RandomForestClassifier(n_estimators=5, max_leaf_nodes=25, random_state=0, client=client),
+        dt.ExtraTreesRegressor(n_estimators=4, random_state=0, client=client),
+    ):
+        model.fit(X[:2000], y[:2000])
+        exported = model.to_sklearn()
+        assert np.array_equal(model.apply(X[2000:]), exported.apply(X[2000:]))
+        indicator, n_nodes_ptr = model.decision_path(X[2000:])
+        expected, expected_ptr = exported.decision_path(X[2000:])
+        assert indicator.shape == expected.shape and (indicator != expected).nnz == 0
+        assert np.array_equal(n_nodes_ptr, expected_ptr)
+        assert n_nodes_ptr[-1] == sum(est.tree_.node_count for est in model.estimators_)
+
+
+def test_decision_path_leaves_shipped_trees_compact(client):
+    X, y = _numeric()
+    model = dt.RandomForestClassifier(n_estimators=4, random_state=1, client=client)
+    model.fit(X[:2000], y[:2000])
+    X = X[2000:]
+    assert all(est.tree_.shipped_state is not None for est in model.estimators_)
+    indicator, n_nodes_ptr = model.decision_path(X)
+    assert all(est.tree_.shipped_state is not None for est in model.estimators_)
+    # Each row goes through each tree's root, and through as many nodes as its leaf is deep + 1.
+    leaves = model.apply(X)
+    for t, est in enumerate(model.estimators_):
+        block = indicator[:, n_nodes_ptr[t] : n_nodes_ptr[t + 1]]
+        assert block[:, 0].toarray().all()
+        depth = est.tree_.expanded().node_depth
+        assert np.array_equal(np.asarray(block.sum(axis=1)).ravel(), depth[leaves[:, t]] + 1)
+        assert np.asarray(block[np.arange(len(X)), leaves[:, t]]).all()
+
+
+def test_apply_on_dask_input_is_lazy_and_the_same(client, numeric_forest):
+    X, y = _hitters_with_missing()  # categories and missing values, partition by partition
+    model = dt.RandomForestRegressor(n_estimators=5, random_state=0, client=client).fit(X, y)
+    leaves = model.apply(dd.from_pandas(X, npartitions=3))
+    assert isinstance(leaves, da.Array) and leaves.dtype == np.int64
+    assert np.array_equal(client.compute(leaves, sync=True), model.apply(X))
+    model, X = numeric_forest
+    lazy = da.from_array(X, chunks=(300, 5))  # chunks across columns too
+    leaves = model.apply(lazy)
+    assert isinstance(leaves, da.Array) and leaves.dtype == np.int64
+    assert np.array_equal(client.compute(leaves, sync=True), model.apply(X))
+    with pytest.raises(TypeError, match="decision_path needs X in memory.*use apply"):
+        model.decision_path(lazy)

@@ -249,13 +249,26 @@ class Tree:
 
     def decision_path(self, X):
         """Indicator matrix (CSR, (n_samples, n_nodes)) of the nodes each row goes through."""
-        leaves = self.apply(X)
+        return self.paths_to(self.apply(X))
+
+    def paths_to(self, leaves):
+        """Indicator matrix (CSR, (len(leaves), n_nodes)) of the nodes from the root to each of
+        ``leaves`` (node ids, as ``apply`` returns them)."""
         indptr = np.zeros(len(leaves) + 1, dtype=np.int64)
         np.cumsum(self.node_depth[leaves] + 1, out=indptr[1:])
         indices = np.empty(indptr[-1], dtype=np.int64)
         _fill_paths(leaves, indptr, self._parents(), indices)
         data = np.ones(len(indices), dtype=np.int64)
         return sparse.csr_matrix((data, indices, indptr), shape=(len(leaves), self.node_count))
+
+    def leaf_nodes(self):
+        """The leaves' node ids, in increasing order: ndarray of int64, shape (n_leaves,). A
+        packed forest holds a tree's leaf values in this order (``predictor.PackedForest``)."""
+        state = self.shipped_state
+        if state is None:
+            return np.flatnonzero(self.children_left == TREE_LEAF)
+        is_split = np.unpackbits(state["is_split"], count=self.node_count)
+        return np.flatnonzero(is_split == 0)
 
     def _parents(self):
         parents = np.full(self.node_count, -1, dtype=np.int64)
