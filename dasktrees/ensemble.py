@@ -600,6 +600,11 @@ def _scored_rows(client, data, decision):
     return y_true[scored], decision[scored]
 
 
+def _log(proba):
+    with np.errstate(divide="ignore"):
+        return np.log(proba)
+
+
 def _leaf_node_rows(forest, leaf_nodes, encoded, parallel):
     return leaf_nodes[forest.apply(encoded, parallel)]
 
@@ -726,6 +731,13 @@ class _ForestClassifierMixin(ClassifierMixin):
     def predict_proba(self, X: Data) -> np.ndarray | da.Array:
         """Mean class probability over trees (soft) or share of tree votes (hard)."""
         return self._votes(X, self._voting_code())
+
+    def predict_log_proba(self, X: Data) -> np.ndarray | da.Array:
+        """Logarithm of ``predict_proba`` (minus infinity where it is 0, without a warning)."""
+        proba = self.predict_proba(X)
+        if isinstance(proba, da.Array):
+            return proba.map_blocks(_log, dtype=proba.dtype)
+        return _log(proba)
 
     def predict(self, X: Data) -> np.ndarray | da.Array:
         """The class with the largest mean probability (soft) or most votes (hard)."""

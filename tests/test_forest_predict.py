@@ -3,6 +3,7 @@ predicting leaves the estimator unchanged, and its votes are bit for bit each tr
 prediction summed in tree order."""
 
 import pickle
+import warnings
 
 import dask.array as da
 import dask.dataframe as dd
@@ -286,3 +287,17 @@ def test_apply_on_dask_input_is_lazy_and_the_same(client, numeric_forest):
     assert np.array_equal(client.compute(leaves, sync=True), model.apply(X))
     with pytest.raises(TypeError, match="decision_path needs X in memory.*use apply"):
         model.decision_path(lazy)
+
+
+def test_predict_log_proba_is_the_log_of_the_votes(client, numeric_forest):
+    model, X = numeric_forest
+    proba = model.predict_proba(X)
+    assert (proba == 0).any()  # full-depth trees that agree: minus infinity, not a warning
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        log_proba = model.predict_log_proba(X)
+        lazy = model.predict_log_proba(da.from_array(X, chunks=(300, 10)))
+    np.testing.assert_allclose(np.exp(log_proba), proba, rtol=1e-15)
+    assert np.array_equal(log_proba[proba == 0], np.full((proba == 0).sum(), -np.inf))
+    assert isinstance(lazy, da.Array)
+    assert np.array_equal(client.compute(lazy, sync=True), log_proba)
