@@ -305,9 +305,10 @@ def test_a_kernel_called_in_a_worker_task_compiles_outside_the_task_thread(tmp_p
 
 
 def test_the_client_compiles_the_signatures_its_trees_need_from_a_stump(tmp_path):
-    # While workers compile, the client decodes and packs a stump of the forest's shape
-    # (distributed.train._compile_client_kernels). Its kernels must then need no other
-    # signature for the real trees: each fit below finds them already there.
+    # While workers compile, the client decodes, packs and votes with a stump of the forest's
+    # shape (distributed.train._compile_client_kernels). Its kernels must then need no other
+    # signature for the real trees and their predictions of float64 rows (many and one): each
+    # fit and prediction below finds them already there.
     code = """
         import json
         import numpy as np
@@ -320,6 +321,7 @@ def test_the_client_compiles_the_signatures_its_trees_need_from_a_stump(tmp_path
         CLIENT_KERNELS = [
             "dasktrees.predictor._pack_depth_first",
             "dasktrees.predictor._write_leaves",
+            "dasktrees.predictor._vote_rows",
         ]
 
         def signatures():
@@ -343,7 +345,9 @@ def test_the_client_compiles_the_signatures_its_trees_need_from_a_stump(tmp_path
         for Forest, target in ((dasktrees.RandomForestClassifier, y),
                                (dasktrees.RandomForestRegressor, np.nan_to_num(X[:, 1]) * 2.0),
                                (dasktrees.ExtraTreesClassifier, (y + (X[:, 2] > 1)))):
-            Forest(n_estimators=3, random_state=0).fit(X.astype(np.float32), target)
+            model = Forest(n_estimators=3, random_state=0).fit(X.astype(np.float32), target)
+            model.predict(X)
+            model.predict(X[:1])
         steps.append(signatures())
         print(json.dumps(steps))
     """

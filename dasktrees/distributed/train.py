@@ -236,11 +236,23 @@ _client_kernels_ready = set()
 
 
 def _compile_client_kernels(data: TrainingData, spec: ForestSpec) -> None:
-    """Pack a stump of the forest's shape (``wire.stump``): the client's kernel of a fit
-    (packing the shipped trees) compiles, or loads from numba's cache, for the signature the
-    forest's trees need."""
-    state = wire.stump(spec.bins.thresholds, spec.n_classes, spec.params.criterion)
-    PackedForest([wire.decode(state, spec.bins.thresholds)], data.bin_mapper)
+    """Pack a stump of the forest's shape (``wire.stump``) and vote with it: the client's
+    kernels of a fit (packing the shipped trees) and of the predictions that usually follow
+    compile, or load from numba's cache, for the signatures the forest's trees need.
+
+    Prediction is compiled for float64 rows, what a pandas frame and a float64 array encode to
+    (a float32 array compiles its own signature when it is first predicted), with every table of
+    leaf values a forest votes with (``PackedForest.vote``): a regressor's means; a
+    classifier's fractions, and its whole leaf counts, which it reads as they are for a few
+    rows."""
+    thresholds, n_classes = spec.bins.thresholds, spec.n_classes
+    state = wire.stump(thresholds, n_classes, spec.params.criterion)
+    forest = PackedForest([wire.decode(state, thresholds)], data.bin_mapper)
+    rows = np.zeros((1, data.bin_mapper.n_features_in_))
+    forest.vote(rows)
+    if n_classes > 1:
+        counted = wire.stump(thresholds, n_classes, spec.params.criterion, whole_counts=True)
+        PackedForest([wire.decode(counted, thresholds)], data.bin_mapper).vote(rows)
     _client_kernels_ready.add(state["feature"].dtype)
 
 
@@ -269,8 +281,9 @@ def grow_forest(
     ship = not is_in_process(client)  # pickled only to cross a process boundary
     if ship and wire.feature_dtype(data.bin_mapper.n_features_in_) not in _client_kernels_ready:
         # On a cold cache the workers compile their kernels for seconds while the client
-        # waits: it compiles its own meanwhile, off the fit's critical path. (Its thread and
-        # the fit's take numba's compiler lock in turn: a kernel compiles once.)
+        # waits: it compiles its own meanwhile (packing, and prediction, which a fit's caller
+        # usually runs next), off the fit's critical path. (Its thread and the fit's take
+        # numba's compiler lock in turn: a kernel compiles once.)
         threading.Thread(
             target=_compile_client_kernels,
             args=(data, spec),

@@ -340,10 +340,15 @@ def decode(state, thresholds):
     return tree
 
 
-def stump(thresholds, n_values, criterion):
+def stump(thresholds, n_values, criterion, whole_counts=False):
     """The ``encode`` state of a three-node tree (a root split on feature 0 at bin 0, and two
     leaves) with ``n_values`` values per node: what ``decode`` and packing compile their
-    kernels for, without growing a tree."""
+    kernels for, without growing a tree.
+
+    The values are ``1 / n_values`` at every node, which a classifier ships as every node's
+    counts (as fractional weights make it), or with ``whole_counts`` one row of class 0 and one
+    of the last class in the leaves and their sum at the root, which it ships as its leaves'
+    whole counts (as bootstrap counts and unit weights make it)."""
     nodes = np.zeros(3, dtype=NODE_DTYPE)
     nodes["feature"] = [0, TREE_UNDEFINED, TREE_UNDEFINED]
     nodes["bitset_idx"] = -1
@@ -356,6 +361,10 @@ def stump(thresholds, n_values, criterion):
     nodes["n_samples"] = [2, 1, 1]
     nodes["weighted_n_samples"] = [2.0, 1.0, 1.0]
     values = np.full((3, n_values), 1.0 / n_values)
+    if whole_counts:
+        values[:] = 0.0
+        values[1, 0] = values[2, -1] = 1.0
+        values[0] = values[1] + values[2]
     no_bitsets = np.empty((0, BITSET_WORDS), dtype=BITSET_DTYPE)
     return encode(nodes, values, no_bitsets, thresholds, len(thresholds), criterion)
 
