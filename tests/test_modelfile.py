@@ -636,6 +636,9 @@ def test_older_versions_still_load_and_predict_the_same(tmp_path, version, kind)
     with np.load(OLD_PREDICTIONS) as expected:
         predicted = expected[name]
     np.testing.assert_array_equal(getattr(old, predict)(X), predicted)
+    # The forest's leaves are its trees' own, whatever the format held them in.
+    trees_leaves = np.column_stack([est.apply(X) for est in old.estimators_])
+    np.testing.assert_array_equal(old.apply(X), trees_leaves)
     np.testing.assert_allclose(old.feature_importances_, fresh.feature_importances_, rtol=1e-12)
     if not pooled_apart:
         np.testing.assert_array_equal(old.feature_importances_, fresh.feature_importances_)
