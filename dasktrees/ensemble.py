@@ -34,7 +34,7 @@ from .distributed.data import is_dask_collection, prepare
 from .distributed.reductions import oob_estimates, permutation_importance
 from .distributed.sampling import sampling_rate
 from .distributed.train import ForestSpec, finish_progress, grow_forest, progress_of_wave
-from .estimators import DecisionTreeClassifier, DecisionTreeRegressor
+from .estimators import DecisionTreeClassifier, DecisionTreeRegressor, log_proba
 from .modelfile.writing import save as save_model
 from .node_table import NodeTable
 from .predictor import HARD, SOFT, PackedForest
@@ -600,11 +600,6 @@ def _scored_rows(client, data, decision):
     return y_true[scored], decision[scored]
 
 
-def _log(proba):
-    with np.errstate(divide="ignore"):
-        return np.log(proba)
-
-
 def _leaf_node_rows(forest, leaf_nodes, encoded, parallel):
     return leaf_nodes[forest.apply(encoded, parallel)]
 
@@ -736,8 +731,8 @@ class _ForestClassifierMixin(ClassifierMixin):
         """Logarithm of ``predict_proba`` (minus infinity where it is 0, without a warning)."""
         proba = self.predict_proba(X)
         if isinstance(proba, da.Array):
-            return proba.map_blocks(_log, dtype=proba.dtype)
-        return _log(proba)
+            return proba.map_blocks(log_proba, dtype=proba.dtype)
+        return log_proba(proba)
 
     def predict(self, X: Data) -> np.ndarray | da.Array:
         """The class with the largest mean probability (soft) or most votes (hard)."""

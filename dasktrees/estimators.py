@@ -318,8 +318,7 @@ class DecisionTreeClassifier(ClassifierMixin, BaseDecisionTree):
 
     def predict_log_proba(self, X: ArrayLike) -> np.ndarray:
         """Logarithm of ``predict_proba``."""
-        with np.errstate(divide="ignore"):
-            return np.log(self.predict_proba(X))
+        return log_proba(self.predict_proba(X))
 
     def predict(self, X: ArrayLike) -> np.ndarray:
         """Most probable class of each sample."""
@@ -382,3 +381,10 @@ class DecisionTreeRegressor(RegressorMixin, BaseDecisionTree):
         """Mean target of each sample's leaf: ndarray of shape (n_samples,)."""
         encoded = self._encode(X)
         return self.tree_.predict(encoded)[:, 0]
+
+
+def log_proba(proba):
+    """``np.log(proba)``, minus infinity where a probability is 0, without a warning (a tree's
+    and a forest's ``predict_log_proba``)."""
+    with np.errstate(divide="ignore"):
+        return np.log(proba)
