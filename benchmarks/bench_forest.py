@@ -339,8 +339,8 @@ def overhead(args):
 
 
 def _spec_of(model, data):
-    from dasktrees._params import check_tree_params
-    from dasktrees.distributed.sampling import sampling_rate
+    from dasktrees.core.params import check_tree_params
+    from dasktrees.learner.sampling import sampling_rate
     from dasktrees.distributed.train import ForestSpec
 
     return ForestSpec(

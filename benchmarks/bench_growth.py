@@ -36,8 +36,8 @@ from dasktrees import (  # noqa: E402
     RandomForestClassifier,
     RandomForestRegressor,
 )
-from dasktrees._params import check_tree_params  # noqa: E402
-from dasktrees.tree.grower import Workspace, _grow_records  # noqa: E402
+from dasktrees.core.params import check_tree_params  # noqa: E402
+from dasktrees.learner.grower import Workspace, _grow_records  # noqa: E402
 
 
 def _full():

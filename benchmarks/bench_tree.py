@@ -27,7 +27,7 @@ from sklearn.datasets import make_classification  # noqa: E402
 from sklearn.tree import DecisionTreeClassifier as SkTree  # noqa: E402
 
 import dasktrees  # noqa: E402
-from dasktrees.estimators import DecisionTreeClassifier  # noqa: E402
+from dasktrees.estimators.trees import DecisionTreeClassifier  # noqa: E402
 
 
 def timed(fn, *args, **kwargs):

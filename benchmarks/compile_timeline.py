@@ -29,7 +29,7 @@ def record_compilations():
 
     from numba.core import event
 
-    from dasktrees import compilation
+    from dasktrees.core import kernel_cache as compilation
 
     log = []
     builtins._dasktrees_compile_log = log  # outlives this function, which client.run pickles

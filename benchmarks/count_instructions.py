@@ -56,7 +56,7 @@ def grow_counted(cases, n_trees, library):
     import numpy as np
     from bench_growth import prepare
 
-    from dasktrees.tree.grower import _grow_records
+    from dasktrees.learner.grower import _grow_records
 
     toggle = ctypes.CDLL(library)
     for name in cases:

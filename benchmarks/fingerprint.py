@@ -24,7 +24,7 @@ from dasktrees import (
     RandomForestClassifier,
     RandomForestRegressor,
 )
-from dasktrees.tree.tree import TREE_ARRAYS
+from dasktrees.learner.tree import TREE_ARRAYS
 
 # A categorical split's row of the bitset table is layout: the table may share one row between
 # splits of equal subsets. What is hashed is each categorical split's subset itself.

@@ -80,7 +80,7 @@ def timeline(args):
 
 
 def pack(args):
-    from dasktrees.predictor import PackedForest
+    from dasktrees.forest.predictor import PackedForest
 
     forest, X, y = _forest(args.table)
     forest.fit(X, y)

@@ -37,8 +37,8 @@ from numba.core.registry import cpu_target  # noqa: E402
 from profile_growth import dataset  # noqa: E402
 
 from dasktrees import BinMapper, DecisionTreeClassifier, DecisionTreeRegressor  # noqa: E402
-from dasktrees._params import check_tree_params  # noqa: E402
-from dasktrees.tree.grower import Workspace, grow_tree  # noqa: E402
+from dasktrees.core.params import check_tree_params  # noqa: E402
+from dasktrees.learner.grower import Workspace, grow_tree  # noqa: E402
 
 
 def write_perf_map():

@@ -27,12 +27,12 @@ import numpy as np  # noqa: E402
 from numba import njit  # noqa: E402
 
 from dasktrees import BinMapper, DecisionTreeClassifier, DecisionTreeRegressor  # noqa: E402
-from dasktrees._dtypes import N_BIN_CODES, TREE_LEAF  # noqa: E402
-from dasktrees._params import check_tree_params  # noqa: E402
-from dasktrees._random import new_state  # noqa: E402
-from dasktrees.criteria import GINI, SQUARED_ERROR  # noqa: E402
-from dasktrees.tree import grower as grower_module  # noqa: E402
-from dasktrees.tree.grower import (  # noqa: E402
+from dasktrees.core.dtypes import N_BIN_CODES, TREE_LEAF  # noqa: E402
+from dasktrees.core.params import check_tree_params  # noqa: E402
+from dasktrees.core.rng import new_state  # noqa: E402
+from dasktrees.core.criteria import GINI, SQUARED_ERROR  # noqa: E402
+from dasktrees.learner import grower as grower_module  # noqa: E402
+from dasktrees.learner.grower import (  # noqa: E402
     _TOTAL,
     N_INT_SCRATCH,
     N_SCRATCH_VECTORS,
@@ -45,8 +45,8 @@ from dasktrees.tree.grower import (  # noqa: E402
     find_split,
     grow,
 )
-from dasktrees.tree.histogram import node_statistics, signed_weights  # noqa: E402
-from dasktrees.tree.splitting import N_CUT_ROWS  # noqa: E402
+from dasktrees.learner.histogram import node_statistics, signed_weights  # noqa: E402
+from dasktrees.learner.splitting import N_CUT_ROWS  # noqa: E402
 
 BUCKETS = [(2, 4), (4, 8), (8, 32), (32, 256), (256, 1024), (1024, 2**62)]
 

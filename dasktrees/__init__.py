@@ -2,21 +2,22 @@
 
 from . import criteria, pruning
 from ._version import __version__
-from .binning import BinMapper
-from .compilation import WarmupPlugin, lock_kernels, warmup
-from .ensemble import (
+from .core.kernel_cache import lock_kernels
+from .estimators.forests import (
     ExtraTreesClassifier,
     ExtraTreesRegressor,
     RandomForestClassifier,
     RandomForestRegressor,
 )
-from .estimators import DecisionTreeClassifier, DecisionTreeRegressor
-from .export import export_graphviz, export_rules, export_text
-from .modelfile.reading import load
-from .quantile_forests import ExtraTreesQuantileRegressor, RandomForestQuantileRegressor
+from .estimators.loading import load
+from .estimators.quantile_forests import ExtraTreesQuantileRegressor, RandomForestQuantileRegressor
+from .estimators.trees import DecisionTreeClassifier, DecisionTreeRegressor
+from .estimators.warmup import WarmupPlugin, warmup
+from .export.text import export_graphviz, export_rules, export_text
+from .learner.binning import BinMapper
 
 # Every kernel imported above compiles under a per-kernel file lock: processes that start at once
-# (a LocalCluster's workers) compile each kernel once between them (``compilation``).
+# (a LocalCluster's workers) compile each kernel once between them (``core.kernel_cache``).
 lock_kernels()
 
 __all__ = [

@@ -1,5 +1,5 @@
 """``python -m dasktrees``: the ``dasktrees`` command."""
 
-from .cli import console
+from .command.cli import console
 
 console()

@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dasktrees import BinMapper
-from dasktrees._dtypes import MISSING_BIN
-from dasktrees.binning import bin_numeric, category_bins, numeric_bin_edges, sample_mask
+from dasktrees.core.dtypes import MISSING_BIN
+from dasktrees.learner.binning import bin_numeric, category_bins, numeric_bin_edges, sample_mask
 
 
 def test_few_distinct_values_get_one_bin_each_with_midpoint_edges():

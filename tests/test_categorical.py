@@ -214,7 +214,7 @@ def test_route_absent_categories_kernel_against_the_rule():
     # The kernel behind the rule against a plain statement of it, on random splits: the left
     # codes and the rare ones sent right keep their side, the other codes of the tree go by
     # their key, those without a key (no row of the tree) with the missing values.
-    from dasktrees.tree.grower import _route_absent_categories
+    from dasktrees.learner.grower import _route_absent_categories
 
     rng = np.random.default_rng(0)
     for _ in range(300):

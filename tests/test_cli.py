@@ -19,7 +19,7 @@ import yaml
 from sklearn.datasets import load_breast_cancer
 
 import dasktrees
-from dasktrees.cli import main
+from dasktrees.command.cli import main
 from dasktrees.modelfile import format as model_format
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"
@@ -238,8 +238,8 @@ def test_quantile_forest_config(capsys, tmp_path, client, kind, estimator):
     # The oracle: the saved model on the same test rows (the run's split, done again).
     from sklearn.metrics import mean_pinball_loss
 
-    from dasktrees.config import load_config
-    from dasktrees.io import read_train, split
+    from dasktrees.command.config import load_config
+    from dasktrees.command.io import read_train, split
 
     config = load_config(run_dir / "config.yaml")
     _, test = split(config.data, read_train(config.data), config.seed)
@@ -266,7 +266,7 @@ def test_quantile_forest_without_a_test_set_plots_out_of_bag_intervals(
 ):
     """n_estimators: auto (the shipped config's): the OOB curve marks where growth stopped; with
     no test set the intervals are the out-of-bag ones (a median only if it is a default)."""
-    from dasktrees import experiment
+    from dasktrees.command import experiment
 
     marked, plotted = [], []
     plot_curve, plot_intervals = experiment._plot_oob_curve, experiment._plot_intervals
@@ -681,7 +681,7 @@ def test_validate_accepts_every_shipped_config_but_slurm(capsys):
         code, out, err = run_cli(capsys, "validate", CONFIGS / f"{name}.yaml")
         assert code == 0, err
     # slurm.yaml is checked by its schema only: its data lives on a cluster's file system
-    from dasktrees.config import load_config
+    from dasktrees.command.config import load_config
 
     config = load_config(CONFIGS / "slurm.yaml")
     assert config.cluster.class_ == "dask_jobqueue.SLURMCluster"
@@ -923,7 +923,7 @@ def test_predict_compresses_a_gz_output(capsys, tmp_path, saved_model):
 
 
 def test_metrics_json_writes_undefined_scores_as_null():
-    from dasktrees.experiment import _finite
+    from dasktrees.command.experiment import _finite
 
     cleaned = _finite({"oob_score": float("nan"), "test": {"roc_auc": float("inf"), "r2": 0.5}})
     assert json.loads(json.dumps(cleaned, allow_nan=False)) == {

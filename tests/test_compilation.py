@@ -16,8 +16,9 @@ from pathlib import Path
 import pytest
 
 import dasktrees
-from dasktrees import compilation
-from dasktrees.cli import main
+from dasktrees.command.cli import main
+from dasktrees.core import kernel_cache
+from dasktrees.estimators import warmup
 
 from .conftest import local_client
 
@@ -51,7 +52,7 @@ def compiled_here():
     """What this process compiled: ``{"kernel signature": times}`` (numba's cache misses)."""
     return {
         f"{name} {sig}": n
-        for name, d in compilation.kernels().items()
+        for name, d in kernel_cache.kernels().items()
         for sig, n in d.stats.cache_misses.items()
     }
 
@@ -65,7 +66,7 @@ print(json.dumps(compiled_here()))
 
 
 def test_every_kernel_compiles_under_its_lock():
-    for name, dispatcher in compilation.kernels().items():
+    for name, dispatcher in kernel_cache.kernels().items():
         assert hasattr(dispatcher.compile, "__wrapped__"), name
 
 
@@ -89,7 +90,7 @@ def twice():
 STAMPED_CALL = """
 import json, os, sys
 sys.path.insert(0, {folder!r})
-from dasktrees.compilation import package_stamp, stamp_cache
+from dasktrees.core.kernel_cache import package_stamp, stamp_cache
 from pkg import caller
 if {stamped}:
     stamp_cache(caller.twice, package_stamp(os.path.join({folder!r}, "pkg")))
@@ -127,18 +128,18 @@ def test_package_stamp_sees_an_edit_of_any_source_file(tmp_path):
     (tmp_path / "sub").mkdir()
     for name in ("a.py", "sub/b.py", "sub/notes.txt"):
         (tmp_path / name).write_text("x = 1\n")
-    before = compilation.package_stamp(str(tmp_path))
+    before = kernel_cache.package_stamp(str(tmp_path))
     assert [entry[0] for entry in before] == ["a.py", os.path.join("sub", "b.py")]
     (tmp_path / "sub" / "notes.txt").write_text("not a source file\n")
-    assert compilation.package_stamp(str(tmp_path)) == before
+    assert kernel_cache.package_stamp(str(tmp_path)) == before
     (tmp_path / "sub" / "b.py").write_text("x = 22\n")
-    assert compilation.package_stamp(str(tmp_path)) != before
+    assert kernel_cache.package_stamp(str(tmp_path)) != before
 
 
 def test_every_kernel_cache_is_stamped_with_the_package():
-    stamp = compilation.package_stamp(os.path.dirname(compilation.__file__))
+    stamp = kernel_cache.package_stamp(os.path.dirname(os.path.dirname(kernel_cache.__file__)))
     assert any(path == "_dtypes.py" for path, _, _ in stamp)  # constants the kernels read
-    for name, dispatcher in compilation.kernels().items():
+    for name, dispatcher in kernel_cache.kernels().items():
         assert dispatcher._cache._cache_file._source_stamp[1] == stamp, name
 
 
@@ -207,7 +208,7 @@ def test_unknown_group_is_an_error():
 
 def test_cli_warmup(monkeypatch, capsys):
     # The command as a user runs it, on the binning group only (the whole warm-up is slow).
-    monkeypatch.setattr(compilation, "WARMUP_GROUPS", {"binning": compilation._warm_binning})
+    monkeypatch.setattr(warmup, "WARMUP_GROUPS", {"binning": warmup._warm_binning})
     assert main(["warmup", "--processes", "1"]) == 0
     out = capsys.readouterr().out
     assert "kernel signatures" in out and "cache:" in out
@@ -234,9 +235,9 @@ def test_plugin_warms_every_worker_of_a_local_cluster(tmp_path):
 def test_full_warmup_covers_every_kernel_and_real_use_then_compiles_nothing(tmp_path):
     code = """
         import json, dasktrees
-        from dasktrees import compilation
+        from dasktrees.core import kernel_cache
         r = dasktrees.warmup()
-        print(json.dumps(sorted(n for n, d in compilation.kernels().items() if not d.overloads)))
+        print(json.dumps(sorted(n for n, d in kernel_cache.kernels().items() if not d.overloads)))
     """
     assert run_python(code, tmp_path) == []
     use = """
@@ -264,7 +265,7 @@ def test_a_kernel_called_in_a_worker_task_compiles_outside_the_task_thread(tmp_p
         import numpy as np
         from numba.core import event
         from distributed import Client, LocalCluster
-        from dasktrees import _random
+        from dasktrees.core import rng as _random
 
         threads = []
 
@@ -313,23 +314,24 @@ def test_the_client_compiles_the_signatures_its_trees_need_from_a_stump(tmp_path
         import json
         import numpy as np
         import dasktrees
-        from dasktrees import compilation, ensemble
+        from dasktrees.core import kernel_cache
+        from dasktrees.estimators import forests
         from dasktrees.distributed import train
 
         # The client keeps the trees as shipped: packing is all it runs of them in a fit
         # (their split nodes; the leaf values of trees whose values the forest does not share).
         CLIENT_KERNELS = [
-            "dasktrees.predictor._pack_depth_first",
-            "dasktrees.predictor._write_leaves",
-            "dasktrees.predictor._vote_rows",
+            "dasktrees.forest.predictor._pack_depth_first",
+            "dasktrees.forest.predictor._write_leaves",
+            "dasktrees.forest.predictor._vote_rows",
         ]
 
         def signatures():
-            found = compilation.kernels()
+            found = kernel_cache.kernels()
             return {k: sorted(map(str, found[k].signatures)) for k in CLIENT_KERNELS}
 
         steps = []
-        grow_forest = ensemble.grow_forest
+        grow_forest = forests.grow_forest
 
         def stump_first(client, data, spec, *args, **kwargs):
             steps.append(signatures())  # what the fits before needed
@@ -337,7 +339,7 @@ def test_the_client_compiles_the_signatures_its_trees_need_from_a_stump(tmp_path
             steps.append(signatures())
             return grow_forest(client, data, spec, *args, **kwargs)
 
-        ensemble.grow_forest = stump_first
+        forests.grow_forest = stump_first
         rng = np.random.default_rng(0)
         X = rng.normal(size=(300, 4))
         X[rng.random(X.shape) < 0.1] = np.nan
@@ -352,7 +354,7 @@ def test_the_client_compiles_the_signatures_its_trees_need_from_a_stump(tmp_path
         print(json.dumps(steps))
     """
     # The test session's cache: loading is enough to see which signatures a kernel needs.
-    steps = run_python(code, compilation.cache_dir())
+    steps = run_python(code, warmup.cache_dir())
     assert any(steps[1].values())  # the stump needed kernels
     for stumped, after_fit in zip(steps[1::2], steps[2::2]):
         assert after_fit == stumped

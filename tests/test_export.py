@@ -16,7 +16,7 @@ from dasktrees import (
     RandomForestQuantileRegressor,
 )
 from dasktrees.criteria import information_gain
-from dasktrees.export import apply_rules, export_graphviz, export_rules, export_text
+from dasktrees.export.text import apply_rules, export_graphviz, export_rules, export_text
 
 from .conftest import ACTIVITY, GOLF
 

@@ -13,7 +13,7 @@ import pytest
 from sklearn.datasets import make_classification
 
 import dasktrees as dt
-from dasktrees.predictor import PackedForest
+from dasktrees.forest.predictor import PackedForest
 
 from .conftest import carseats, hitters
 

@@ -5,16 +5,23 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from dasktrees._dtypes import MISSING_BIN, N_BIN_CODES
-from dasktrees.criteria import ENTROPY, GAIN_RATIO, GINI, MISCLASSIFICATION, SQUARED_ERROR, impurity
-from dasktrees.tree.histogram import (
+from dasktrees.core.criteria import (
+    ENTROPY,
+    GAIN_RATIO,
+    GINI,
+    MISCLASSIFICATION,
+    SQUARED_ERROR,
+    impurity,
+)
+from dasktrees.core.dtypes import MISSING_BIN, N_BIN_CODES
+from dasktrees.learner.histogram import (
     build_histogram,
     build_histograms,
     compact,
     node_statistics,
     signed_weights,
 )
-from dasktrees.tree.splitting import (
+from dasktrees.learner.splitting import (
     N_CUT_ROWS,
     NO_SPLIT,
     category_order,
@@ -423,7 +430,7 @@ def test_exact_sum_is_the_exact_sum(values):
     is the rational sum of the values in any order."""
     from fractions import Fraction
 
-    from dasktrees.predictor import exact_sum
+    from dasktrees.forest.predictor import exact_sum
 
     expected = sum(Fraction(v) for v in values)
     assert Fraction(exact_sum(values), 2**1074) == expected

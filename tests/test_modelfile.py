@@ -12,11 +12,11 @@ from sklearn.base import clone
 from sklearn.exceptions import NotFittedError
 
 import dasktrees as dt
-from dasktrees._dtypes import TREE_LEAF
+from dasktrees.core.dtypes import TREE_LEAF
+from dasktrees.learner.tree import TREE_ARRAYS, Tree, depth_first_children
+from dasktrees.learner.wire import NONZERO_LEAF_IMPURITY
 from dasktrees.modelfile import format as model_format
 from dasktrees.modelfile.integrity import read_manifest
-from dasktrees.tree.tree import TREE_ARRAYS, Tree, depth_first_children
-from dasktrees.tree.wire import NONZERO_LEAF_IMPURITY
 
 from .conftest import carseats
 
@@ -842,7 +842,7 @@ def test_a_regressor_stores_its_leaves_means_and_impurities(tmp_path):
 def test_a_regressor_unpickled_from_version_4s_time_saves_its_leaf_impurities_compact(tmp_path):
     # Forest pickles of version 4's time hold every leaf's impurity (``leaf_impurity``): they
     # predict as they are, and a file of theirs stores version 5's arrays.
-    from dasktrees.tree.tree import leaf_impurities
+    from dasktrees.learner.tree import leaf_impurities
 
     X, y = carseats_data("frame-float")
     forest = dt.RandomForestRegressor(n_estimators=3, max_depth=8, random_state=0).fit(X, y)

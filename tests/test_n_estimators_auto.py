@@ -9,7 +9,7 @@ from sklearn.datasets import make_classification, make_regression
 
 import dasktrees as dt
 from dasktrees.distributed.convergence import WAVE
-from dasktrees.distributed.sampling import tree_counts
+from dasktrees.learner.sampling import tree_counts
 
 from .conftest import local_client
 from .test_forest_invariants import assert_same_forest

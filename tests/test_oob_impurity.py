@@ -15,9 +15,9 @@ from sklearn.exceptions import NotFittedError
 
 import dasktrees as dt
 from dasktrees.distributed.reductions import _EXACT_DIGITS, _from_digits, add_oob_impurity
-from dasktrees.distributed.sampling import sampling_rate, tree_counts
-from dasktrees.node_table import NodeTable
-from dasktrees.predictor import from_exact
+from dasktrees.forest.node_table import NodeTable
+from dasktrees.forest.predictor import from_exact
+from dasktrees.learner.sampling import sampling_rate, tree_counts
 
 from .conftest import local_client
 
@@ -186,7 +186,7 @@ def test_run_directory_holds_it_beside_mdi(capsys, tmp_path, client):
     plots/importances.png."""
     from matplotlib.image import imread
 
-    from dasktrees.cli import main
+    from dasktrees.command.cli import main
 
     X, y, _ = id_noise_data(n=500)
     pd.DataFrame({"x0": X[:, 0], "id": X[:, 1], "binary": X[:, 2], "target": y}).to_csv(

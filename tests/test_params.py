@@ -7,8 +7,8 @@ import pytest
 from sklearn.datasets import load_iris
 
 from dasktrees import DecisionTreeClassifier, ExtraTreesClassifier, RandomForestClassifier
-from dasktrees._params import PARAMETERS, parameter_problem
-from dasktrees.config import check_params
+from dasktrees.command.config import check_params
+from dasktrees.core.params import PARAMETERS, parameter_problem
 
 # A value each parameter refuses and one it accepts (besides its default).
 CASES = {

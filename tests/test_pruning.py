@@ -12,10 +12,10 @@ from sklearn import tree as sk
 from sklearn.base import clone
 
 import dasktrees as dt
-from dasktrees._dtypes import TREE_LEAF
+from dasktrees.core.dtypes import TREE_LEAF
+from dasktrees.learner.cost_complexity import prune_cost_complexity, pruning_path, weakest_links
+from dasktrees.learner.tree import TREE_ARRAYS
 from dasktrees.pruning import candidate_alphas, reduced_error_prune, select_ccp_alpha
-from dasktrees.tree.cost_complexity import prune_cost_complexity, pruning_path, weakest_links
-from dasktrees.tree.tree import TREE_ARRAYS
 
 from .conftest import hitters
 from .test_modelfile import rewrite_manifest

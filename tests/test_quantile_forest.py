@@ -12,8 +12,8 @@ from sklearn.metrics import mean_pinball_loss
 from sklearn.model_selection import KFold
 
 import dasktrees as dt
-from dasktrees.distributed.sampling import tree_counts
-from dasktrees.quantiles import _MAX_GATHERED
+from dasktrees.forest.quantiles import _MAX_GATHERED
+from dasktrees.learner.sampling import tree_counts
 
 from .conftest import carseats, hitters
 

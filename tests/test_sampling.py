@@ -5,8 +5,8 @@ import math
 import numpy as np
 import pytest
 
-from dasktrees._random import hash_key, mix64, to_unit
-from dasktrees.distributed.sampling import BOOTSTRAP_STREAM, tree_counts
+from dasktrees.core.rng import hash_key, mix64, to_unit
+from dasktrees.learner.sampling import BOOTSTRAP_STREAM, tree_counts
 
 
 def reference_counts(seed, tree, first_row, lam, n):

@@ -13,7 +13,7 @@ import pytest
 from sklearn.datasets import load_breast_cancer, load_diabetes, load_iris
 
 import dasktrees as dt
-from dasktrees._dtypes import TREE_LEAF
+from dasktrees.core.dtypes import TREE_LEAF
 
 from .conftest import carseats
 

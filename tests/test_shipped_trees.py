@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 import dasktrees
-from dasktrees import treeshap
-from dasktrees.predictor import HARD, SOFT, PackedForest
-from dasktrees.tree.tree import TREE_ARRAYS, Tree, class_fractions
+from dasktrees.forest import treeshap
+from dasktrees.forest.predictor import HARD, SOFT, PackedForest
+from dasktrees.learner.tree import TREE_ARRAYS, Tree, class_fractions
 
 from .test_tree import random_table
 

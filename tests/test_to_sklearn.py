@@ -15,7 +15,7 @@ from sklearn.datasets import load_breast_cancer, load_diabetes, load_iris
 from sklearn.inspection import partial_dependence, permutation_importance
 
 import dasktrees as dt
-from dasktrees.sklearn_export import float32_floor
+from dasktrees.export.scikit_learn import float32_floor
 
 LOADERS = {"cancer": load_breast_cancer, "diabetes": load_diabetes, "iris": load_iris}
 

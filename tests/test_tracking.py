@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 import dasktrees
-from dasktrees import tracking
+from dasktrees.command import tracking
 
 from .test_cli import CONFIGS, _with, check_run_dir, failure_line, run_cli
 
@@ -321,8 +321,8 @@ def test_without_mlflow_the_config_is_refused_before_anything_runs(capsys, tmp_p
 
 
 def test_without_mlflow_the_library_says_what_to_install(tmp_path, no_mlflow):
-    from dasktrees import experiment
-    from dasktrees.config import parse_config
+    from dasktrees.command import experiment
+    from dasktrees.command.config import parse_config
 
     with pytest.raises(ImportError, match=r'pip install "dasktrees\[mlflow\]"'):
         tracking.log_run(tmp_path, "mlruns")
@@ -364,7 +364,7 @@ def test_invalid_mlflow_sections(capsys, tmp_path, mlflow, key, message):
 
 
 def test_the_experiment_defaults_to_the_name(capsys, tmp_path):
-    from dasktrees.config import load_config, resolved
+    from dasktrees.command.config import load_config, resolved
 
     path = tmp_path / "config.yaml"
     path.write_text(_with({"output": {"mlflow": {"tracking_uri": "http://localhost:5000"}}}))

@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 
 from dasktrees import DecisionTreeClassifier, DecisionTreeRegressor
-from dasktrees._dtypes import TREE_LEAF
+from dasktrees.core.dtypes import TREE_LEAF
 
 
 def random_table(seed, n=600, with_missing=True, with_categorical=True):
@@ -211,8 +211,8 @@ def test_arrays_from_records_and_pickle_round_trip(seed):
     split nodes only) gives back every array, dtype included."""
     import pickle
 
-    from dasktrees._dtypes import TREE_UNDEFINED
-    from dasktrees.tree.tree import TREE_ARRAYS
+    from dasktrees.core.dtypes import TREE_UNDEFINED
+    from dasktrees.learner.tree import TREE_ARRAYS
 
     X, y = random_table(seed)
     model = DecisionTreeRegressor(max_features=0.75, random_state=seed).fit(X, y)
@@ -242,10 +242,10 @@ def test_wire_state_gives_back_the_tree(criterion, fractional_weights):
     """What a forest task ships of a tree, written from the growth records without the fields
     the client derives (raw thresholds, is_categorical, classification impurities), gives back
     exactly the tree ``grow_tree`` builds from the same records, array for array."""
-    from dasktrees._params import check_tree_params
-    from dasktrees.tree import wire
-    from dasktrees.tree.grower import _grow_records
-    from dasktrees.tree.tree import TREE_ARRAYS, Tree, depth_first_children
+    from dasktrees.core.params import check_tree_params
+    from dasktrees.learner import wire
+    from dasktrees.learner.grower import _grow_records
+    from dasktrees.learner.tree import TREE_ARRAYS, Tree, depth_first_children
 
     regression = criterion == "squared_error"
     X, y = random_table(3)
@@ -261,7 +261,7 @@ def test_wire_state_gives_back_the_tree(criterion, fractional_weights):
     arrays = model.bin_mapper_.kernel_arrays()
     n_values = 1 if regression else 3
     records = _grow_records(codes, target, weights, arrays, params, n_values, 7, None, None)
-    from dasktrees.tree.buffers import Buffers
+    from dasktrees.learner.buffers import Buffers
 
     buffers = Buffers()  # as a task's workspace holds them
     state = wire.encode(*records, arrays.thresholds, codes.shape[1], params.criterion, buffers)
@@ -361,7 +361,7 @@ def _numbered_recursively(rng, n_splits):
 def test_depth_first_children_match_a_recursive_numbering(seed):
     """``depth_first_children`` gives back, from the flags alone, the children of random tree
     shapes (a single leaf, chains, bushes) numbered by a plain recursion."""
-    from dasktrees.tree.tree import depth_first_children
+    from dasktrees.learner.tree import depth_first_children
 
     rng = np.random.default_rng(seed)
     n_splits = [0, 1, 2, 7, 40, 300][seed % 6] + int(rng.integers(0, 3))
@@ -376,10 +376,10 @@ def test_depth_first_children_match_a_recursive_numbering(seed):
 def test_wire_state_of_best_first_trees_and_single_leaves(max_leaf_nodes, min_samples_split):
     """A best-first tree (its frontier leaves hold a leaf's split fields, as after pickling) and
     a tree of one leaf come back exactly."""
-    from dasktrees._params import check_tree_params
-    from dasktrees.tree import wire
-    from dasktrees.tree.grower import _grow_records
-    from dasktrees.tree.tree import TREE_ARRAYS, Tree
+    from dasktrees.core.params import check_tree_params
+    from dasktrees.learner import wire
+    from dasktrees.learner.grower import _grow_records
+    from dasktrees.learner.tree import TREE_ARRAYS, Tree
 
     X, y = random_table(4)
     labels = (y > 1.0).astype(float)
@@ -405,9 +405,9 @@ def test_wire_state_of_best_first_trees_and_single_leaves(max_leaf_nodes, min_sa
 def test_pruned_tree_keeps_the_depth_first_numbering():
     """Cost-complexity pruning drops subtrees and keeps the grower's numbering of what is left,
     so a pruned tree's state has no children either, and gives the tree back exactly."""
-    from dasktrees.criteria import CLASSIFICATION_CRITERIA
-    from dasktrees.tree import wire
-    from dasktrees.tree.tree import TREE_ARRAYS
+    from dasktrees.core.criteria import CLASSIFICATION_CRITERIA
+    from dasktrees.learner import wire
+    from dasktrees.learner.tree import TREE_ARRAYS
 
     X, y = random_table(5)
     full = DecisionTreeClassifier(random_state=0).fit(X, y > 1.0)
@@ -424,8 +424,8 @@ def test_leaf_impurities_travel_as_those_that_are_not_zero():
     """``wire.put_leaf_impurity`` keeps the impurities that are not zero, bit for bit (a -0.0,
     which no growth gives, and subnormals too), and ``tree.leaf_impurities`` gives every leaf's
     back; a state of version 4's time (``leaf_impurity``) reads as it is."""
-    from dasktrees.tree import wire
-    from dasktrees.tree.tree import leaf_impurities
+    from dasktrees.learner import wire
+    from dasktrees.learner.tree import leaf_impurities
 
     impurity = np.array([0.0, 2.5, 0.0, 0.0, -0.0, 5e-324, 0.0, 0.0, 0.0, 1e300, 0.0])
     state = {"leaf_value": np.zeros((len(impurity), 1))}
@@ -444,7 +444,7 @@ def test_summed_by_children_agrees_with_numpys_comparison():
     answers as ``np.array_equal(rows[split], rows[left] + rows[right])``: on sums that hold,
     on one entry off by a unit in the last place, on a NaN, in one column of several, and on
     whole counts as integers."""
-    from dasktrees.tree import wire
+    from dasktrees.learner import wire
 
     rng = np.random.default_rng(0)
     n_checked = {True: 0, False: 0}
@@ -489,7 +489,7 @@ def test_summed_by_children_agrees_with_numpys_comparison():
 def test_counts_narrowed_to_the_narrowest_unsigned_type_when_whole(values):
     """``wire.narrow_counts`` against its rule written out with numpy: non-negative integers,
     and whole floats below 2**32, in the narrowest unsigned type; others as they are."""
-    from dasktrees.tree import wire
+    from dasktrees.learner import wire
 
     if values.dtype.kind in "ui" and values.min() >= 0:
         expected = values.astype(wire.narrowest_uint(values.max()))
@@ -505,8 +505,8 @@ def test_counts_narrowed_to_the_narrowest_unsigned_type_when_whole(values):
 
 
 def test_node_kinds_are_the_positions_of_splits_and_leaves():
-    from dasktrees.tree import wire
-    from dasktrees.tree.buffers import Buffers
+    from dasktrees.learner import wire
+    from dasktrees.learner.buffers import Buffers
 
     rng = np.random.default_rng(0)
     for n_nodes in (1, 2, 7, 500):
@@ -523,9 +523,9 @@ def test_a_trees_categorical_splits_share_the_bitset_rows_of_equal_subsets(keys,
     once, in order of first use, and points every split at its subset's row. Rows are found by
     a key in a hash table and compared word by word, so keys that collide (all equal here) only
     cost probes."""
-    from dasktrees._dtypes import NODE_DTYPE
-    from dasktrees.tree import grower
-    from dasktrees.tree.grower import _shared_bitsets
+    from dasktrees.core.dtypes import NODE_DTYPE
+    from dasktrees.learner import grower
+    from dasktrees.learner.grower import _shared_bitsets
 
     if keys == "colliding":
         monkeypatch.setattr(grower, "_ROW_KEY", np.zeros_like(grower._ROW_KEY))
@@ -581,8 +581,8 @@ def test_recorded_improvement_is_the_weighted_impurity_decrease(offset):
     computed from the sums of w * y alone, about the node's mean, so that a large mean
     (``offset``) does not cancel it away."""
     from dasktrees import BinMapper
-    from dasktrees._params import check_tree_params
-    from dasktrees.tree.grower import _grow_records
+    from dasktrees.core.params import check_tree_params
+    from dasktrees.learner.grower import _grow_records
 
     X, y = random_table(3, n=2000)
     y = y + offset
@@ -614,8 +614,8 @@ def test_codes_kept_in_node_order_at_every_node_grow_the_same_tree(kind, monkeyp
     (the partition moves them instead of the row indices): the same tree, record for record, as
     the row indices and gathered codes of small nodes give."""
     from dasktrees import BinMapper
-    from dasktrees._params import check_tree_params
-    from dasktrees.tree import grower
+    from dasktrees.core.params import check_tree_params
+    from dasktrees.learner import grower
 
     X, signal = random_table(4, n=3000)  # four features, one categorical, missing values
     if kind == "regression":

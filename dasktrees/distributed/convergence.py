@@ -29,11 +29,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..predictor import PackedForest, add_oob_moments, exact_sum, from_exact
+from ..forest.predictor import PackedForest, add_oob_moments, exact_sum, from_exact
+from ..learner.sampling import tree_counts
 from .client import Client
 from .data import BinnedPartition, TrainingData
 from .reductions import _forest_task
-from .sampling import tree_counts
 
 # Trees added between two checks: a constant, so that where the forest stops does not depend on
 # the cluster. The first wave leaves each row about 12 out-of-bag trees to estimate s^2 with.

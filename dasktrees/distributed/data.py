@@ -24,8 +24,8 @@ import pandas as pd
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import column_or_1d
 
-from .._validation import NOTHING_TO_FIT, check_2d, check_sample_weight, check_target
-from ..binning import BinMapper, sample_mask
+from ..core.validation import NOTHING_TO_FIT, check_2d, check_sample_weight, check_target
+from ..learner.binning import BinMapper, sample_mask
 from .client import Client, is_in_process, sending_large_data
 
 

@@ -16,9 +16,9 @@ import dask.array as da
 import numpy as np
 from numba import njit
 
-from .._dtypes import TREE_LEAF
-from ..node_table import NodeTable
-from ..predictor import (
+from ..core.dtypes import TREE_LEAF
+from ..forest.node_table import NodeTable
+from ..forest.predictor import (
     PackedForest,
     add_oob_votes,
     exact_sum,
@@ -27,11 +27,11 @@ from ..predictor import (
     misclassified,
     tree_loss,
 )
-from ..quantiles import LeafTargets, inside_interval, predict_quantiles
-from ..tree.tree import goes_left_binned
+from ..forest.quantiles import LeafTargets, inside_interval, predict_quantiles
+from ..learner.sampling import tree_counts
+from ..learner.tree import goes_left_binned
 from .client import Client, is_in_process, sending_large_data
 from .data import BinnedPartition, TrainingData
-from .sampling import tree_counts
 
 
 def oob_block(

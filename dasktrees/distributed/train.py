@@ -28,15 +28,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._params import GrowthParams
-from ..binning import BinArrays
-from ..predictor import PackedForest
-from ..tree import wire
-from ..tree.grower import Workspace, grow_tree_state
-from ..tree.tree import Tree
+from ..core.params import GrowthParams
+from ..forest.predictor import PackedForest
+from ..learner import wire
+from ..learner.binning import BinArrays
+from ..learner.grower import Workspace, grow_tree_state
+from ..learner.sampling import tree_counts, tree_seed, tree_subspace
+from ..learner.tree import Tree
 from .client import Client, as_completed, is_in_process
 from .data import BinnedPartition, TrainingData
-from .sampling import tree_counts, tree_seed, tree_subspace
 
 
 @dataclass(frozen=True)

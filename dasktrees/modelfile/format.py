@@ -11,7 +11,7 @@ import shutil
 
 import numpy as np
 
-from .._dtypes import TREE_ARRAY_DTYPES
+from ..core.dtypes import TREE_ARRAY_DTYPES
 
 FORMAT = "dasktrees-model"
 # Version 5 stores each tree as a forest task ships it (``tree.wire``): split fields for split
@@ -126,7 +126,7 @@ LEAF_TARGET_ARRAYS = {
 }
 
 # The estimators a file may name, with what reading needs to know of each: a tree or a forest,
-# and the task. ``reading.ESTIMATORS`` maps the same names to the classes.
+# and the task. ``estimators.loading.ESTIMATORS`` maps the same names to the classes.
 ESTIMATOR_KINDS = {
     "DecisionTreeClassifier": ("tree", "classification"),
     "DecisionTreeRegressor": ("tree", "regression"),
@@ -137,6 +137,24 @@ ESTIMATOR_KINDS = {
     "RandomForestQuantileRegressor": ("forest", "regression"),
     "ExtraTreesQuantileRegressor": ("forest", "regression"),
 }
+
+# The modules that define the classes of ESTIMATOR_KINDS: a subclass defined elsewhere is not
+# one of them (it may hold what a file cannot).
+ESTIMATOR_MODULES = (
+    "dasktrees.estimators.trees",
+    "dasktrees.estimators.forests",
+    "dasktrees.estimators.quantile_forests",
+)
+
+
+def estimator_kind(estimator):
+    """``(kind, task)`` of a dasktrees estimator of ``ESTIMATOR_KINDS`` ("tree" or "forest",
+    "classification" or "regression"), None for any other object."""
+    cls = type(estimator)
+    if cls.__module__ not in ESTIMATOR_MODULES:
+        return None
+    return ESTIMATOR_KINDS.get(cls.__name__)
+
 
 # The estimators of ESTIMATOR_KINDS that keep their leaves' targets (``LEAF_TARGET_ARRAYS``).
 QUANTILE_FORESTS = ("RandomForestQuantileRegressor", "ExtraTreesQuantileRegressor")

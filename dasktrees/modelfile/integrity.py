@@ -11,9 +11,9 @@ from pathlib import Path
 
 import numpy as np
 
-from .._dtypes import BITSET_WORDS, MAX_BINS, TREE_LEAF
-from ..tree.tree import TREE_ARRAYS, depth_first_children, fill_depths, split_fields
-from ..tree.wire import SUMMABLE, feature_dtype
+from ..core.dtypes import BITSET_WORDS, MAX_BINS, TREE_LEAF
+from ..learner.tree import TREE_ARRAYS, depth_first_children, fill_depths, split_fields
+from ..learner.wire import SUMMABLE, feature_dtype
 from .format import (
     ARRAY_DTYPES,
     ARRAYS,

@@ -1,24 +1,17 @@
-"""Loading: a model directory, checked (``integrity``), as an estimator of the allowlist; and
-``describe``, what a model is from its manifest alone."""
+"""Loading: a model directory, checked (``integrity``), as an estimator of the allowlist the
+caller gives (``estimators.loading`` names dasktrees' classes); and ``describe``, what a model is
+from its manifest alone."""
 
 from pathlib import Path
 
 import numpy as np
 
-from .._dtypes import TREE_LEAF
-from ..binning import BinMapper
-from ..criteria import CLASSIFICATION_CRITERIA, SQUARED_ERROR
-from ..ensemble import (
-    ExtraTreesClassifier,
-    ExtraTreesRegressor,
-    RandomForestClassifier,
-    RandomForestRegressor,
-)
-from ..estimators import DecisionTreeClassifier, DecisionTreeRegressor
-from ..quantile_forests import ExtraTreesQuantileRegressor, RandomForestQuantileRegressor
-from ..quantiles import LeafTargets
-from ..tree.tree import TREE_ARRAYS, Tree, from_version_2
-from ..tree.wire import put_leaf_impurity
+from ..core.criteria import CLASSIFICATION_CRITERIA, SQUARED_ERROR
+from ..core.dtypes import TREE_LEAF
+from ..forest.quantiles import LeafTargets
+from ..learner.binning import BinMapper
+from ..learner.tree import TREE_ARRAYS, Tree, from_version_2
+from ..learner.wire import put_leaf_impurity
 from .format import (
     ARRAYS,
     ESTIMATOR_KINDS,
@@ -43,24 +36,8 @@ from .integrity import (
     read_manifest,
 )
 
-# The classes a model file may name (``format.ESTIMATOR_KINDS``). The name in a file is looked
-# up here, never imported.
-ESTIMATORS = {
-    cls.__name__: cls
-    for cls in (
-        DecisionTreeClassifier,
-        DecisionTreeRegressor,
-        RandomForestClassifier,
-        RandomForestRegressor,
-        ExtraTreesClassifier,
-        ExtraTreesRegressor,
-        RandomForestQuantileRegressor,
-        ExtraTreesQuantileRegressor,
-    )
-}
 
-
-def describe(path):
+def describe(path, estimators):
     """What the model at ``path`` is, from its checked manifest alone (``dasktrees inspect``).
 
     Returns
@@ -70,7 +47,7 @@ def describe(path):
         ``dasktrees_version``, ``parameters``, ``features``, ``classes`` (classifiers),
         ``trees``, ``nodes``, ``size_bytes`` (both files), ``oob_score`` (or None).
     """
-    manifest = _read_manifest(path)
+    manifest = _read_manifest(path, estimators)
     directory = Path(path)
     kind, task = ESTIMATOR_KINDS[manifest["estimator"]]
     params = {name: from_json(value, "params") for name, value in manifest["params"].items()}
@@ -93,10 +70,10 @@ def describe(path):
     }
 
 
-def _read_manifest(path):
+def _read_manifest(path, estimators):
     """``integrity.read_manifest``, and the parameters' names checked against the class."""
     manifest = read_manifest(path)
-    _decode_params(manifest["params"], ESTIMATORS[manifest["estimator"]], Path(path) / MANIFEST)
+    _decode_params(manifest["params"], estimators[manifest["estimator"]], Path(path) / MANIFEST)
     return manifest
 
 
@@ -127,16 +104,19 @@ def _decode_params(params, cls, where):
     return decoded
 
 
-def load(path):
+def load(path, estimators):
     """Load an estimator written by ``save`` (``estimator.save(path)``).
 
     Nothing in the file is executed: the manifest is JSON, the arrays are read with
-    ``allow_pickle=False``, and the estimator's class is looked up in ``ESTIMATORS``.
+    ``allow_pickle=False``, and the estimator's class is looked up in ``estimators``.
 
     Parameters
     ----------
     path : str or os.PathLike
         A model directory.
+    estimators : dict
+        The classes a file may name, by name (``format.ESTIMATOR_KINDS``'s names); the name in
+        a file is looked up here, never imported.
 
     Returns
     -------
@@ -154,7 +134,7 @@ def load(path):
         version or is inconsistent; the message names the file and the problem.
     """
     directory = Path(path)
-    manifest = _read_manifest(directory)
+    manifest = _read_manifest(directory, estimators)
     npz = directory / ARRAYS
     arrays = read_arrays(
         npz, manifest["arrays"], expected_shapes(manifest), expected_dtypes(manifest)
@@ -180,7 +160,10 @@ def load(path):
         leaf_targets = LeafTargets(
             **{field: arrays[name] for name, field in LEAF_TARGET_ARRAYS.items()}
         )
-    return _build_estimator(manifest, mapper, fitted_trees, arrays.get("oob_curve"), leaf_targets)
+    cls = estimators[manifest["estimator"]]
+    return _build_estimator(
+        cls, manifest, mapper, fitted_trees, arrays.get("oob_curve"), leaf_targets
+    )
 
 
 def _criterion(manifest):
@@ -305,8 +288,7 @@ def _build_bin_mapper(bins, edges, values):
     return mapper.set_bins(*per_feature)
 
 
-def _build_estimator(manifest, mapper, trees, oob_curve, leaf_targets):
-    cls = ESTIMATORS[manifest["estimator"]]
+def _build_estimator(cls, manifest, mapper, trees, oob_curve, leaf_targets):
     estimator = cls(**_decode_params(manifest["params"], cls, MANIFEST))
     for name, value in manifest["fitted"].items():
         setattr(estimator, name, float(value) if name in OOB_SCORES else value)

@@ -9,10 +9,10 @@ from pathlib import Path
 import numpy as np
 from sklearn.utils.validation import check_is_fitted
 
-from .._validation import column_label
 from .._version import __version__
-from ..criteria import CLASSIFICATION_CRITERIA, SQUARED_ERROR
-from ..tree.tree import (
+from ..core.criteria import CLASSIFICATION_CRITERIA, SQUARED_ERROR
+from ..core.validation import column_label
+from ..learner.tree import (
     children,
     node_counts,
     node_moments,
@@ -20,7 +20,7 @@ from ..tree.tree import (
     node_weights,
     value_and_weight,
 )
-from ..tree.wire import (
+from ..learner.wire import (
     NONZERO_LEAF_IMPURITY,
     SUMMABLE,
     narrow_counts,
@@ -43,14 +43,11 @@ from .format import (
     SPLIT_BITS,
     TREE_FITTED,
     array_checksum,
+    estimator_kind,
     manifest_checksum,
     to_json,
     write_directory,
 )
-
-# Where the classes of ESTIMATOR_KINDS are defined: a subclass elsewhere is not saved under
-# their names.
-_ESTIMATOR_MODULES = ("dasktrees.estimators", "dasktrees.ensemble", "dasktrees.quantile_forests")
 
 
 def save(estimator, path):
@@ -82,9 +79,10 @@ def save(estimator, path):
 def _describe(estimator):
     """The manifest (a JSON-able dict) and the arrays of a fitted estimator."""
     cls = type(estimator)
-    if cls.__name__ not in ESTIMATOR_KINDS or cls.__module__ not in _ESTIMATOR_MODULES:
+    kind = estimator_kind(estimator)
+    if kind is None:
         raise TypeError(f"only {', '.join(ESTIMATOR_KINDS)} can be saved, got {cls.__name__}")
-    is_forest = ESTIMATOR_KINDS[cls.__name__][0] == "forest"
+    is_forest = kind[0] == "forest"
     check_is_fitted(estimator, "estimators_" if is_forest else "tree_")
     trees = [est.tree_ for est in estimator.estimators_] if is_forest else [estimator.tree_]
     criterion = _criterion(estimator)

@@ -31,8 +31,8 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit
 
-from .._dtypes import BITSET_DTYPE, BITSET_WORDS, NODE_DTYPE, TREE_LEAF, TREE_UNDEFINED
-from ..criteria import SQUARED_ERROR
+from ..core.criteria import SQUARED_ERROR
+from ..core.dtypes import BITSET_DTYPE, BITSET_WORDS, NODE_DTYPE, TREE_LEAF, TREE_UNDEFINED
 from .buffers import scratch_array
 from .tree import (
     LEAF_CONSTANTS,

@@ -32,7 +32,7 @@ import numba
 import numpy as np
 from numba import njit
 
-from ._dtypes import (
+from ..core.dtypes import (
     BITSET_DTYPE,
     BITSET_WORDS,
     MISSING_BIN,
@@ -42,8 +42,8 @@ from ._dtypes import (
     PACKED_NODE_DTYPE,
     X_BINNED_DTYPE,
 )
-from .binning import _bin_code
-from .tree.tree import (
+from ..learner.binning import _bin_code
+from ..learner.tree import (
     LEAF_COUNTS,
     LEAF_VALUES,
     NODE_VALUES,

@@ -15,9 +15,7 @@ splits on missingness.
 import numpy as np
 from numba import njit
 
-from .._dtypes import MISSING_BIN
-from .._random import next_below, next_uniform
-from ..criteria import (
+from ..core.criteria import (
     GAIN_RATIO,
     GINI,
     MISCLASSIFICATION,
@@ -26,7 +24,9 @@ from ..criteria import (
     impurity,
     stats_weight,
 )
-from ._jit import inlined_node_kernel, node_kernel
+from ..core.dtypes import MISSING_BIN
+from ..core.rng import next_below, next_uniform
+from .jit import inlined_node_kernel, node_kernel
 
 _LN2 = np.log(2.0)
 

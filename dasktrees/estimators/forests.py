@@ -23,22 +23,22 @@ from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin, clone
 from sklearn.utils import Bunch, check_random_state
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from . import treeshap
-from ._params import check_forest_params, check_tree_params, resolve_max_features
-from ._validation import check_2d, check_predict_columns
-from .binning import BinMapper
-from .distributed import reductions
-from .distributed.client import client_for, find_client
-from .distributed.convergence import WAVE, ConvergenceMonitor
-from .distributed.data import is_dask_collection, prepare
-from .distributed.reductions import oob_estimates, permutation_importance
-from .distributed.sampling import sampling_rate
-from .distributed.train import ForestSpec, finish_progress, grow_forest, progress_of_wave
-from .estimators import DecisionTreeClassifier, DecisionTreeRegressor, log_proba
-from .modelfile.writing import save as save_model
-from .node_table import NodeTable
-from .predictor import HARD, SOFT, PackedForest
-from .variance import centred_count_gram, jackknife_mean_std
+from ..core.params import check_forest_params, check_tree_params, resolve_max_features
+from ..core.validation import check_2d, check_predict_columns
+from ..distributed import reductions
+from ..distributed.client import client_for, find_client
+from ..distributed.convergence import WAVE, ConvergenceMonitor
+from ..distributed.data import is_dask_collection, prepare
+from ..distributed.reductions import oob_estimates, permutation_importance
+from ..distributed.train import ForestSpec, finish_progress, grow_forest, progress_of_wave
+from ..forest import treeshap
+from ..forest.node_table import NodeTable
+from ..forest.predictor import HARD, SOFT, PackedForest
+from ..forest.variance import centred_count_gram, jackknife_mean_std
+from ..learner.binning import BinMapper
+from ..learner.sampling import sampling_rate
+from ..modelfile.writing import save as save_model
+from .trees import DecisionTreeClassifier, DecisionTreeRegressor, log_proba
 
 # What fit and predict take: numpy or pandas (in this process), or dask (where it lives).
 Data = Union[np.ndarray, pd.DataFrame, pd.Series, da.Array, dd.DataFrame, dd.Series, list]
@@ -400,7 +400,7 @@ class BaseForest(BaseEstimator):
         ``aggregation="median"`` (``ValueError``); ``voting="hard"`` exports one-hot votes, a
         quantile forest its mean prediction. See ``dasktrees.sklearn_export.forest_to_sklearn``."""
         # Imported here: scikit-learn's forests and trees add 0.2 s to importing dasktrees.
-        from .sklearn_export import forest_to_sklearn
+        from ..export.scikit_learn import forest_to_sklearn
 
         return forest_to_sklearn(self)
 

@@ -19,7 +19,7 @@ import numpy as np
 from numba import njit
 from sklearn.utils import Bunch
 
-from .._dtypes import BITSET_DTYPE, BITSET_WORDS, TREE_LEAF
+from ..core.dtypes import BITSET_DTYPE, BITSET_WORDS, TREE_LEAF
 from .tree import LEAF_CONSTANTS, TREE_ARRAYS, Tree
 
 # ---- subtrees ----------------------------------------------------------------------------------

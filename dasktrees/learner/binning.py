@@ -6,9 +6,9 @@ import numpy as np
 import pandas as pd
 from numba import njit
 
-from ._dtypes import MAX_BINS, MISSING_BIN, N_BIN_CODES, X_BINNED_DTYPE, X_DTYPE
-from ._random import row_uniforms
-from ._validation import categorical_mask, check_2d, table_columns
+from ..core.dtypes import MAX_BINS, MISSING_BIN, N_BIN_CODES, X_BINNED_DTYPE, X_DTYPE
+from ..core.rng import row_uniforms
+from ..core.validation import categorical_mask, check_2d, table_columns
 
 # Stream of the counter-based hash that picks the rows whose values set the bin edges.
 _BINNING_STREAM = 0

@@ -113,9 +113,9 @@ def _validate(args):
 def _predict(args):
     import dask.dataframe as dd
 
+    from ..estimators.loading import load
     from . import experiment
     from .config import ClusterConfig
-    from .modelfile.reading import load
 
     problems = []
     for key, path in (("input", args.input), ("--output", args.output)):
@@ -229,7 +229,7 @@ def _quantiles(model, X, quantiles):
 
 
 def _inspect(args):
-    from .modelfile.reading import describe
+    from ..estimators.loading import describe
 
     description = describe(args.model)
     if args.json:
@@ -245,7 +245,7 @@ def _inspect(args):
 
 
 def _warmup(args):
-    from .compilation import warmup
+    from ..estimators.warmup import warmup
 
     if args.processes < 1:
         raise ConfigError([("--processes", f"must be at least 1, got {args.processes}")])

@@ -4,7 +4,8 @@ import numpy as np
 from numba import njit, prange
 from scipy import sparse
 
-from .._dtypes import (
+from ..core.criteria import SQUARED_ERROR, class_impurity
+from ..core.dtypes import (
     BITSET_DTYPE,
     BITSET_WORDS,
     MISSING_BIN,
@@ -13,7 +14,6 @@ from .._dtypes import (
     TREE_LEAF,
     TREE_UNDEFINED,
 )
-from ..criteria import SQUARED_ERROR, class_impurity
 
 # The arrays that define a tree, in the order the kernels take them. Everything a Tree can do
 # (predict, export, save) reads only these.

@@ -16,7 +16,7 @@ Tree t's nodes are ``starts[t]:starts[t + 1]``, its root the first of them.
 
 import numpy as np
 
-from ._dtypes import ROUTING_NODE_DTYPE, TREE_LEAF
+from ..core.dtypes import ROUTING_NODE_DTYPE, TREE_LEAF
 
 
 class NodeTable:

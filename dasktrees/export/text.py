@@ -17,9 +17,8 @@ import numpy as np
 import pandas as pd
 from sklearn.utils.validation import check_is_fitted
 
-from ._dtypes import TREE_LEAF
-from .ensemble import BaseForest
-from .estimators import BaseDecisionTree
+from ..core.dtypes import TREE_LEAF
+from ..modelfile.format import estimator_kind
 
 __all__ = ["Condition", "Rule", "apply_rules", "export_graphviz", "export_rules", "export_text"]
 
@@ -421,7 +420,8 @@ class _Source(NamedTuple):
 
 def _source(estimator, feature_names, tree_index, decimals):
     """Check the arguments (errors name the parameter) and pick the tree to export."""
-    if isinstance(estimator, BaseForest):
+    kind = estimator_kind(estimator)
+    if kind is not None and kind[0] == "forest":
         check_is_fitted(estimator, "estimators_")
         n_trees = len(estimator.estimators_)
         if (
@@ -434,7 +434,7 @@ def _source(estimator, feature_names, tree_index, decimals):
                 f"estimators_, got {tree_index!r}"
             )
         fitted = estimator.estimators_[tree_index]
-    elif isinstance(estimator, BaseDecisionTree):
+    elif kind is not None:
         check_is_fitted(estimator, "tree_")
         if tree_index is not None and (isinstance(tree_index, bool) or tree_index != 0):
             raise ValueError(f"tree_index must be None or 0 for a single tree, got {tree_index!r}")

@@ -38,9 +38,9 @@ import numpy as np
 import pandas as pd
 import yaml
 
+from ..forest.quantiles import check_quantiles, inside_interval
 from .config import default_metrics, estimator_class, infer_task, resolved
 from .io import read_train, split
-from .quantiles import check_quantiles, inside_interval
 from .tracking import import_mlflow, log_run
 
 logger = logging.getLogger("dasktrees.experiment")
@@ -217,7 +217,7 @@ def _versions():
     import numba
     import sklearn
 
-    from ._version import __version__
+    from .._version import __version__
 
     return {
         "dasktrees": __version__,
@@ -512,7 +512,7 @@ def run(config, task=None, output=None, progress=None, echo=print):
 def _run(config, task, work, progress, echo):
     from distributed import performance_report
 
-    from .distributed.train import report_progress
+    from ..distributed.train import report_progress
 
     (work / "config.yaml").write_text(yaml.safe_dump(resolved(config), sort_keys=False))
     with connect(config.cluster) as client:

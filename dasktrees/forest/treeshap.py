@@ -27,10 +27,10 @@ import dask.array as da
 import numpy as np
 from numba import njit
 
-from ._dtypes import TREE_LEAF
+from ..core.dtypes import TREE_LEAF
+from ..learner.tree import goes_left_encoded
 from .node_table import NodeTable
 from .predictor import _by_row_chunks, one_hot_votes
-from .tree.tree import goes_left_encoded
 
 # Rows that walk a tree together (``shap_rows``): 64 ran 3.6x faster than one at a time, and
 # faster than 8, 32 or 128 (docs/benchmarks.md, "SHAP values against

@@ -19,8 +19,8 @@ from typing import Annotated, Any, Literal, Optional
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PlainValidator, ValidationError, model_validator
 
+from ..core.params import check_forest_params, parameter_problem
 from . import io
-from ._params import check_forest_params, parameter_problem
 from .datasets import BUILTIN, builtin_target
 from .io import path_problems
 
@@ -410,16 +410,17 @@ def resolved(config):
 def estimator_class(kind, task):
     """The estimator class for ``model.kind`` and a task (``kind_problem`` says whether the
     kind has one for the task)."""
-    from . import (
-        DecisionTreeClassifier,
-        DecisionTreeRegressor,
+    from ..estimators.forests import (
         ExtraTreesClassifier,
-        ExtraTreesQuantileRegressor,
         ExtraTreesRegressor,
         RandomForestClassifier,
-        RandomForestQuantileRegressor,
         RandomForestRegressor,
     )
+    from ..estimators.quantile_forests import (
+        ExtraTreesQuantileRegressor,
+        RandomForestQuantileRegressor,
+    )
+    from ..estimators.trees import DecisionTreeClassifier, DecisionTreeRegressor
 
     classes = {
         ("random_forest", "classification"): RandomForestClassifier,

@@ -22,9 +22,9 @@ weights come out as the same numbers in the same order.
 
 import numpy as np
 
-from .._dtypes import MISSING_BIN
-from ..criteria import SQUARED_ERROR, impurity
-from ._jit import inlined_node_kernel, node_kernel
+from ..core.criteria import SQUARED_ERROR, impurity
+from ..core.dtypes import MISSING_BIN
+from .jit import inlined_node_kernel, node_kernel
 
 # Below this many touched bins, sorting them beats walking every bin of the feature.
 _SORT_TOUCHED_BELOW = 32

@@ -14,13 +14,13 @@ from sklearn.utils.class_weight import compute_sample_weight
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_consistent_length, check_is_fitted, validate_data
 
-from . import treeshap
-from ._params import check_tree_params
-from ._validation import check_2d, check_predict_columns, check_sample_weight, check_target
-from .binning import BinMapper
-from .modelfile.writing import save as save_model
-from .tree.cost_complexity import pruning_path
-from .tree.grower import grow_tree
+from ..core.params import check_tree_params
+from ..core.validation import check_2d, check_predict_columns, check_sample_weight, check_target
+from ..forest import treeshap
+from ..learner.binning import BinMapper
+from ..learner.cost_complexity import pruning_path
+from ..learner.grower import grow_tree
+from ..modelfile.writing import save as save_model
 
 
 class BaseDecisionTree(BaseEstimator):
@@ -170,7 +170,7 @@ class BaseDecisionTree(BaseEstimator):
         predicts as this tree on float32-representable input. Refuses categorical features
         (``ValueError``). See ``dasktrees.sklearn_export.tree_to_sklearn``."""
         # Imported here: scikit-learn's forests and trees add 0.2 s to importing dasktrees.
-        from .sklearn_export import tree_to_sklearn
+        from ..export.scikit_learn import tree_to_sklearn
 
         return tree_to_sklearn(self)
 

@@ -14,7 +14,7 @@ partition computing out-of-bag votes get the same counts, however the rows are p
 import numpy as np
 from numba import njit
 
-from .._random import hash_key, mix64, to_unit
+from ..core.rng import hash_key, mix64, to_unit
 
 # Streams separate the independent uses of one random_state.
 BOOTSTRAP_STREAM = 1

@@ -28,7 +28,7 @@ from urllib.parse import urlparse
 
 import yaml
 
-from ._version import __version__
+from .._version import __version__
 
 INSTALL = 'pip install "dasktrees[mlflow]"'
 # MLflow 3 refuses its file store (a local directory) unless this variable is true.

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .distributed.sampling import tree_counts
+from ..learner.sampling import tree_counts
 
 # Training rows whose counts are drawn at a time (B x this many float64 in memory).
 _ROWS_PER_CHUNK = 65536

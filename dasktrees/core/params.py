@@ -18,8 +18,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ._dtypes import MAX_BINS
 from .criteria import CLASSIFICATION_CRITERIA, REGRESSION_CRITERIA
+from .dtypes import MAX_BINS
 
 _NO_LIMIT = 2**31 - 1
 

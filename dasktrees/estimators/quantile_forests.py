@@ -17,9 +17,9 @@ import dask.array as da
 import numpy as np
 from sklearn.utils.validation import check_is_fitted
 
-from .distributed.reductions import leaf_targets, oob_quantiles
-from .ensemble import _FOREST_DOC, Data, ExtraTreesRegressor, RandomForestRegressor
-from .quantiles import check_quantiles, is_scalar_quantile, predict_quantiles
+from ..distributed.reductions import leaf_targets, oob_quantiles
+from ..forest.quantiles import check_quantiles, is_scalar_quantile, predict_quantiles
+from .forests import _FOREST_DOC, Data, ExtraTreesRegressor, RandomForestRegressor
 
 _QUANTILE_DOC = """
     criterion : {"squared_error"}

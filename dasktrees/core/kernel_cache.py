@@ -1,0 +1,262 @@
+"""Compile each numba kernel once per machine: a lock per kernel, caches as fresh as the package.
+
+Every kernel is compiled with ``cache=True``: the first process that calls it compiles it, in
+seconds, and writes the machine code to numba's cache; later processes load it in milliseconds.
+Two things make that "once per machine" also when processes start together, as the worker
+processes of a ``LocalCluster`` do:
+
+* **A lock per kernel.** ``lock_kernels`` (run when dasktrees is imported) makes each kernel
+  take a file lock in its cache directory while it compiles. When several processes need the
+  same kernel at once, the first compiles it and the others wait, then load it from the cache.
+  The locks are ``fcntl.flock`` locks, which the system releases when a process dies; where
+  there is no ``fcntl`` (Windows) kernels compile without them, as numba alone would.
+* **A cache as fresh as the whole package.** numba keeps a kernel's cached machine code while
+  the kernel's own source file is unchanged (its modification time and size), but that code
+  also holds the kernels it calls and the constants it reads from other modules: after an edit
+  of ``histogram.py`` the growth loop of ``grower.py`` loaded its old copy of the histogram
+  fill. ``lock_kernels`` therefore also stamps each kernel's cache with every source file of the
+  package (``package_stamp``): any edit recompiles every kernel, once. An installed release
+  is never edited, so this only costs those who work on the code.
+
+Warming a machine or a cluster up (``warmup``, ``WarmupPlugin``) is ``estimators.warmup``'s: it
+fits estimators.
+
+Where the cache is: ``NUMBA_CACHE_DIR`` if set, else ``__pycache__`` beside the package's sources
+if that is writable, else the user's cache directory (``~/.cache/numba``). Machines that share a
+file system (a cluster's nodes) can share one compilation by pointing ``NUMBA_CACHE_DIR`` at the
+same directory on it, provided they have the same CPU model: numba compiles for the CPU it runs
+on (``docs/deployment.md``).
+"""
+
+import contextlib
+import os
+import sys
+import threading
+import time
+
+try:
+    import fcntl
+except ImportError:  # Windows: no cross-process lock, see lock_kernels
+    fcntl = None
+
+# How long a process waits for another one compiling the same kernel before compiling it
+# itself: far longer than any kernel compiles, short of hanging forever on a stuck process.
+LOCK_TIMEOUT_S = 600.0
+
+# In-process side of the file locks: one re-entrant lock per lock file, taken before the file
+# (flock would make a process wait for itself: a kernel's compilation compiles the kernels it
+# calls, and two threads of a process may warm up and compile at once), and which of them this
+# process holds on the file, with how many nested holders.
+_thread_locks = {}
+_thread_locks_guard = threading.Lock()
+_held = {}
+
+
+@contextlib.contextmanager
+def file_lock(path, timeout=LOCK_TIMEOUT_S):
+    """Hold an exclusive lock on the file ``path`` (created if needed) within the block.
+
+    Re-entrant within a thread. Without ``fcntl``, or when the lock file cannot be created or
+    locked (a read-only cache, a file system without locks), or after ``timeout`` seconds, the
+    block runs without the file lock. Yields False in that last case only (another process holds
+    the lock), else True.
+    """
+    with _thread_locks_guard:
+        thread_lock = _thread_locks.setdefault(path, threading.RLock())
+    with thread_lock:
+        if path in _held:
+            _held[path] += 1
+            try:
+                yield True
+            finally:
+                _held[path] -= 1
+            return
+        handle, busy = _acquire(path, timeout)
+        _held[path] = 1
+        try:
+            yield not busy
+        finally:
+            del _held[path]
+            if handle is not None:
+                handle.close()  # releases the lock
+
+
+def _acquire(path, timeout):
+    """``(handle, busy)``: an open file holding ``flock`` on ``path``, or None; ``busy`` when
+    another process held the lock for ``timeout`` seconds (see ``_file_lock``)."""
+    if fcntl is None:
+        return None, False
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        handle = open(path, "a+b")
+    except OSError:
+        return None, False
+    deadline = time.monotonic() + timeout
+    pause = 0.005
+    while True:
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return handle, False
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                handle.close()
+                return None, True
+            time.sleep(pause)
+            pause = min(2 * pause, 0.1)
+        except OSError:
+            handle.close()
+            return None, False
+
+
+def _lock_path(dispatcher):
+    """The lock file of a kernel: beside its cache files, so that processes sharing a cache
+    share the lock. None for a kernel without a cache."""
+    try:
+        cache_path = dispatcher.stats.cache_path
+    except AttributeError:
+        return None
+    if not cache_path:
+        return None
+    func = dispatcher.py_func
+    return os.path.join(cache_path, f"{func.__module__}.{func.__qualname__}.lock")
+
+
+def _locked(dispatcher):
+    """Wrap ``dispatcher.compile`` (what numba calls to load a kernel from the cache or compile
+    it, for a call from Python or from another kernel) in the kernel's file lock."""
+    from numba.core import sigutils
+    from numba.core.compiler_lock import global_compiler_lock
+
+    compile_unlocked = dispatcher.compile
+
+    def compile_locked(sig, path):
+        # numba's own in-process lock first, as its compile takes it: a thread waiting for the
+        # file lock must not hold up a thread of this process that compiles under numba's lock
+        # and then wants the same file lock.
+        with global_compiler_lock:
+            with file_lock(path):
+                # numba looks in the cache first: what another process compiled while this
+                # one waited is loaded, not compiled again.
+                return compile_unlocked(sig)
+
+    def compile(sig):
+        args, _ = sigutils.normalize_signature(sig)
+        if tuple(args) in dispatcher.overloads:  # compiled or loaded in this process already
+            return compile_unlocked(sig)
+        path = _lock_path(dispatcher)
+        if path is None:
+            return compile_unlocked(sig)
+        # A kernel called from Python (not from a kernel being compiled, which holds numba's
+        # lock) inside a Dask task compiles in a thread of its own: see _off_task_thread.
+        if not global_compiler_lock.is_locked() and _in_worker_task():
+            return _off_task_thread(compile_locked, sig, path)
+        return compile_locked(sig, path)
+
+    compile.__wrapped__ = compile_unlocked
+    dispatcher.compile = compile
+
+
+def _in_worker_task():
+    """Whether this thread runs a task of a ``distributed`` worker."""
+    try:
+        from distributed import get_worker
+
+        get_worker()
+    except (ImportError, ValueError):
+        return False
+    return True
+
+
+def _off_task_thread(func, *args):
+    """``func(*args)`` in a new thread, waited for: its result, or its exception raised here.
+
+    A ``distributed`` worker samples the stacks of its task threads every 10 ms for its
+    profiler and walks each frame. numba's compiler runs hundreds of frames deep, so a kernel
+    compiled in a task thread compiled about a third slower (``docs/benchmarks.md``), and the
+    worker's profile grew too deep for distributed to measure its size ("Sizeof calculation for
+    object of type 'dict' failed"). The worker does not sample other threads.
+    """
+    outcome = {}
+
+    def run():
+        try:
+            outcome["value"] = func(*args)
+        except BaseException as error:  # re-raised in the calling thread
+            outcome["error"] = error
+
+    thread = threading.Thread(target=run, name="dasktrees-compile")
+    thread.start()
+    thread.join()
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"]
+
+
+def kernels():
+    """Every numba kernel of the dasktrees modules imported so far, as ``{name: dispatcher}``
+    (the kernels numba inlines into others, ``inline="always"``, are never compiled alone and
+    are left out)."""
+    from numba.core.registry import CPUDispatcher
+
+    found = {}
+    for module_name, module in list(sys.modules.items()):
+        if module is None or not module_name.startswith("dasktrees"):
+            continue
+        for value in list(vars(module).values()):
+            if (
+                isinstance(value, CPUDispatcher)
+                and value.py_func.__module__ == module_name
+                and value.targetoptions.get("inline", "never") == "never"
+            ):
+                found[f"{module_name}.{value.py_func.__qualname__}"] = value
+    return found
+
+
+def lock_kernels():
+    """Make every dasktrees kernel compile under its file lock, with a cache that goes stale with
+    any source file of the package (see the module docstring); kernels already locked are left
+    as they are."""
+    stamp = package_stamp(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    for dispatcher in kernels().values():
+        if not hasattr(dispatcher.compile, "__wrapped__"):
+            stamp_cache(dispatcher, stamp)
+            _locked(dispatcher)
+
+
+def package_stamp(root):
+    """The modification time and size of every ``.py`` file under the folder ``root``, in a
+    fixed order: what numba checks of a kernel's own source file before loading its cache."""
+    stamp = []
+    for folder, subfolders, files in os.walk(root):
+        subfolders.sort()
+        for name in sorted(files):
+            if name.endswith(".py"):
+                path = os.path.join(folder, name)
+                status = os.stat(path)
+                stamp.append((os.path.relpath(path, root), status.st_mtime, status.st_size))
+    return tuple(stamp)
+
+
+def stamp_cache(dispatcher, stamp):
+    """Make ``dispatcher``'s cached machine code valid only while ``stamp`` is unchanged, besides
+    numba's own check of the kernel's source file.
+
+    numba writes the source stamp it holds into the cache's index and drops an index whose
+    stamp differs from it. The stamp lives in a private attribute of numba's cache
+    (``IndexDataCacheFile._source_stamp``, as of numba 0.68); without it (another
+    numba) the kernel keeps numba's own check.
+    """
+    cache_file = getattr(getattr(dispatcher, "_cache", None), "_cache_file", None)
+    if cache_file is not None and hasattr(cache_file, "_source_stamp"):
+        cache_file._source_stamp = (cache_file._source_stamp, stamp)
+
+
+def compile_counts():
+    """``(compiled, loaded)``: how many kernel signatures this process compiled, and how many it
+    loaded from numba's cache (numba's dispatcher statistics)."""
+    compiled = loaded = 0
+    for dispatcher in kernels().values():
+        stats = dispatcher.stats
+        compiled += sum(stats.cache_misses.values())
+        loaded += sum(stats.cache_hits.values())
+    return compiled, loaded

@@ -1,0 +1,66 @@
+"""``load`` and ``describe``: model files read back as dasktrees estimators.
+
+The model file's format and its checks are ``modelfile``'s; this module names the classes a
+file may hold (the allowlist), which only the estimators' layer knows.
+"""
+
+from ..modelfile import reading
+from .forests import (
+    ExtraTreesClassifier,
+    ExtraTreesRegressor,
+    RandomForestClassifier,
+    RandomForestRegressor,
+)
+from .quantile_forests import ExtraTreesQuantileRegressor, RandomForestQuantileRegressor
+from .trees import DecisionTreeClassifier, DecisionTreeRegressor
+
+# The classes a model file may name (``modelfile.format.ESTIMATOR_KINDS``). The name in a file is
+# looked up here, never imported.
+ESTIMATORS = {
+    cls.__name__: cls
+    for cls in (
+        DecisionTreeClassifier,
+        DecisionTreeRegressor,
+        RandomForestClassifier,
+        RandomForestRegressor,
+        ExtraTreesClassifier,
+        ExtraTreesRegressor,
+        RandomForestQuantileRegressor,
+        ExtraTreesQuantileRegressor,
+    )
+}
+
+
+def load(path):
+    """Load an estimator written by ``save`` (``estimator.save(path)``).
+
+    Nothing in the file is executed: the manifest is JSON, the arrays are read with
+    ``allow_pickle=False``, and the estimator's class is looked up in ``ESTIMATORS``.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        A model directory.
+
+    Returns
+    -------
+    estimator
+        Fitted, with ``client=None``; its predictions are bit-identical to the saved
+        estimator's. Out-of-bag estimates per training row (``oob_decision_function_``,
+        ``oob_prediction_``, ``oob_quantiles_``) are not stored.
+
+    Raises
+    ------
+    FileNotFoundError
+        Nothing exists at ``path``.
+    ValueError
+        The model is truncated, corrupt, modified, holds an object array, has an unknown format
+        version or is inconsistent; the message names the file and the problem.
+    """
+    return reading.load(path, ESTIMATORS)
+
+
+def describe(path):
+    """What the model at ``path`` is, from its checked manifest alone (``dasktrees inspect``);
+    see ``modelfile.reading.describe``."""
+    return reading.describe(path, ESTIMATORS)

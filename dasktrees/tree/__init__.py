@@ -1,5 +1,0 @@
-"""The single-tree learner: histograms, split search, growth, flat trees."""
-
-from .tree import Tree
-
-__all__ = ["Tree"]
