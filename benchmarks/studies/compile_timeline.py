@@ -8,8 +8,9 @@ inside are part of it) and every wait of more than 50 ms for another process's c
 the same kernel (``compilation``'s file locks), in seconds from the start of the fit, with the
 thread CPU time of each compilation:
 
-    python benchmarks/compile_timeline.py
-    DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED=False python benchmarks/compile_timeline.py
+    python benchmarks/studies/compile_timeline.py
+    DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED=False \\
+        python benchmarks/studies/compile_timeline.py
 
 The longest chain of compilations and waits is the cold fit's critical path.
 """

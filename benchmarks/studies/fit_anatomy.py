@@ -12,17 +12,21 @@ thread (``IO loop``: the scheduler and the client's comms, in this process).
 ``--repeat`` times (median and best), what ``fit`` does last. Run before and after a change with
 ``PYTHONPATH`` set to each version.
 
-    python benchmarks/fit_anatomy.py timeline --table diamonds --fits 4
-    python benchmarks/fit_anatomy.py pack --table flights --repeat 15
+    python benchmarks/studies/fit_anatomy.py timeline --table diamonds --fits 4
+    python benchmarks/studies/fit_anatomy.py pack --table flights --repeat 15
 """
 
 import argparse
 import statistics
+import sys
 import threading
 import time
+from pathlib import Path
 from types import SimpleNamespace
 
-from bench_forest import TABLES, local_cluster
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/, for bench_forest
+
+from bench_forest import TABLES, local_cluster  # noqa: E402
 
 
 def _forest(table, client=None):

@@ -10,16 +10,19 @@ of its own. One JSON line a fit (test accuracy and AUC):
 * ``synthetic-L``: ``bench_cardinality.make_table`` with L levels, 200,000 rows: a categorical
   whose levels carry an effect of their own, beside six numeric columns.
 
-    python benchmarks/category_support.py flights336 --k 5 27 --seeds 0 1
-    python benchmarks/category_support.py synthetic-256 --k 5 16 --seeds 0 1
+    python benchmarks/studies/category_support.py flights336 --k 5 27 --seeds 0 1
+    python benchmarks/studies/category_support.py synthetic-256 --k 5 16 --seeds 0 1
 """
 
 import argparse
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/, for bench_cardinality
 
 N_TREES = 100
 
