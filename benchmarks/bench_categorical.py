@@ -6,12 +6,13 @@ to 73,421 rows, categorical columns of 2 to about 3,600 levels), each scored by 
 cross-validation (shuffled; stratified for classification) with 100 trees. Every variant runs in a
 process of its own, one after the other, and prints one JSON line per table; the parent prints
 the table of errors (RMSE for regression, misclassification rate for classification) and writes
-everything to ``benchmarks/results/categorical.json``:
+everything to ``benchmarks/results/categorical.json`` (``categorical_seed<N>.json`` with
+``--seed N``, N not 0):
 
     python benchmarks/bench_categorical.py
     python benchmarks/bench_categorical.py --tables mpg oj --variants native codes
     python benchmarks/bench_categorical.py --variants native --params min_samples_category=3
-    python benchmarks/bench_categorical.py --seed 1 --json results/categorical_seed1.json
+    python benchmarks/bench_categorical.py --seed 1 --variants native codes sklearn
 
 Variants (``VARIANTS``): ``native`` (dasktrees, categoricals as pandas categories), ``codes``
 (dasktrees, each categorical replaced by its integer category code, in the categories' sorted
@@ -452,7 +453,9 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tables", nargs="*", default=[spec["name"] for spec in PANEL])
     parser.add_argument("--variants", nargs="*", default=VARIANTS, choices=VARIANTS)
-    parser.add_argument("--json", default=str(RESULTS / "categorical.json"))
+    parser.add_argument(
+        "--json", help="default: results/categorical.json, categorical_seed<N>.json with --seed N"
+    )
     parser.add_argument(
         "--params",
         nargs="*",
@@ -489,8 +492,10 @@ def main():
                 rows.append(json.loads(line))
                 print(line, flush=True)
     print(table(rows, args.tables, args.variants))
-    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.json).write_text(
+    default = f"categorical_seed{args.seed}.json" if args.seed else "categorical.json"
+    path = Path(args.json or RESULTS / default)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(
         json.dumps(
             {
                 "n_trees": N_TREES,

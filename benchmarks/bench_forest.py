@@ -7,7 +7,8 @@ and XGBoost with the same number of trees, plus Dask overhead and an out-of-core
     python benchmarks/bench_forest.py overhead --n-trees 500
     python benchmarks/bench_forest.py out-of-core --n-samples 20000000
 
-Each prints its figures as JSON and writes them to benchmarks/results/forest_<name>.json.
+Each prints its figures as JSON and writes them to benchmarks/results/forest_<name>.json
+(forest_<name>_no_client.json or forest_<name>_threads.json with ``--dasktrees-on``).
 Competitors grow trees like dasktrees' (full depth, one row per leaf allowed, sqrt(p) features per
 node, about 63 % of the rows per tree), each with two threads; LightGBM is capped at 4,096 leaves
 and XGBoost at depth 16 (see ``competitor``). Each library of a table is fitted in a process of
@@ -152,7 +153,7 @@ def competitor(name, n_trees, n_features, classification=True, categorical=None)
         import xgboost
 
         forest = xgboost.XGBRFClassifier if classification else xgboost.XGBRFRegressor
-        # Depth 16, as issue 15's table: at full depth (lossguide, no leaf limit) XGBoost took
+        # Depth 16: at full depth (lossguide, no leaf limit) XGBoost took
         # 164 s against 42 s on the 1M x 50 table for the same accuracy.
         return forest(
             n_estimators=n_trees,
@@ -419,7 +420,12 @@ def main():
         help="a LocalCluster of two one-thread workers, of one two-thread worker, or no client",
     )
     parser.add_argument("--library", choices=LIBRARIES, help=argparse.SUPPRESS)
-    parser.add_argument("--output", default=None, help="default: results/forest_<benchmark>.json")
+    parser.add_argument(
+        "--output",
+        default=None,
+        help="default: results/forest_<benchmark>.json, forest_<benchmark>_<layout>.json with "
+        "--dasktrees-on no-client or threads",
+    )
     args = parser.parse_args()
     defaults = {
         "classification": (1_000_000, 30),
@@ -437,7 +443,10 @@ def main():
     result = runner(args)
     result.update(machine=f"{platform.machine()}, {os.cpu_count()} cores", args=vars(args))
     RESULTS.mkdir(exist_ok=True)
-    output = args.output or RESULTS / f"forest_{args.benchmark.replace('-', '_')}.json"
+    name = args.benchmark.replace("-", "_")
+    if args.dasktrees_on != "processes" and args.benchmark in TABLES:
+        name += "_" + args.dasktrees_on.replace("-", "_")
+    output = args.output or RESULTS / f"forest_{name}.json"
     Path(output).write_text(json.dumps(result, indent=2))
 
 

@@ -11,9 +11,9 @@ machine wall time also counts the other jobs. The cases:
   ``make_regression``;
 * ``flights`` and ``diamonds``: the trees of ``bench_forest.py``'s forests on those tables
   (``max_features="sqrt"``, full depth, the forests' categorical settings, Poisson(1) bootstrap
-  counts as weights, drawn afresh for every growth), not in the default list. (Until
-  2026-11-26 these trees had the single trees' categorical settings: each node ordered its
-  categories and none were pooled.)
+  counts as weights, drawn afresh for every growth), not in the default list. (These trees
+  once had the single trees' categorical settings, each node ordering its categories and none
+  pooled: figures of that version do not compare with today's.)
 
     python benchmarks/bench_growth.py --repeat 5
     python benchmarks/bench_growth.py --repeat 15 --cases flights,diamonds

@@ -17,7 +17,9 @@ excluded), from numba's ``numba:compile`` events, and the kernels compiled for m
 signature.
 
     python benchmarks/bench_startup.py --repeat 3 --kernels
-    python benchmarks/bench_startup.py --workload warmup --json benchmarks/results/startup.json
+    python benchmarks/bench_startup.py --workload warmup
+
+The figures go to ``--json``, by default ``benchmarks/results/startup_<workload>.json``.
 """
 
 import argparse
@@ -30,6 +32,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def _cpu():
@@ -157,7 +162,7 @@ def main():
     parser.add_argument("--workload", choices=["forest", "tree", "warmup"], default="forest")
     parser.add_argument("--repeat", type=int, default=1, help="cold and warm runs each")
     parser.add_argument("--kernels", action="store_true", help="per-kernel compile times")
-    parser.add_argument("--json", help="write the figures to this file")
+    parser.add_argument("--json", help="default: results/startup_<workload>.json")
     parser.add_argument("--child", choices=["forest", "tree", "warmup"], help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -195,9 +200,9 @@ def main():
     )
     if kernels is not None:
         result["kernels"] = _kernel_table(kernels)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(result, f, indent=2)
+    path = Path(args.json or RESULTS / f"startup_{args.workload}.json")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=2))
 
 
 if __name__ == "__main__":

@@ -2,8 +2,9 @@
 
 One full-depth tree (min_samples_leaf=1, max_features="sqrt") on float32 data; times binning,
 numba compilation (cold, and loading the cache), growth and prediction apart, and
-scikit-learn's fit and predict with the same parameters. Prints the figures as JSON (and writes
-them with --json).
+scikit-learn's fit and predict with the same parameters. Prints the figures as JSON and writes
+them to ``--json`` (default ``benchmarks/results/tree_<rows>_x_<features>.json``, rows as ``1m``
+for a million):
 
     python benchmarks/bench_tree.py --n-samples 1000000 --n-features 50
 """
@@ -16,6 +17,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 os.environ.setdefault("NUMBA_NUM_THREADS", "1")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -28,6 +30,14 @@ from sklearn.tree import DecisionTreeClassifier as SkTree  # noqa: E402
 
 import dasktrees  # noqa: E402
 from dasktrees.estimators.trees import DecisionTreeClassifier  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def default_json(n_samples, n_features):
+    """``results/tree_1m_x_50.json`` for a million rows and 50 features."""
+    rows = f"{n_samples // 1_000_000}m" if n_samples % 1_000_000 == 0 else str(n_samples)
+    return RESULTS / f"tree_{rows}_x_{n_features}.json"
 
 
 def timed(fn, *args, **kwargs):
@@ -93,7 +103,7 @@ def main():
     parser.add_argument("--n-features", type=int, default=50)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--skip-sklearn", action="store_true")
-    parser.add_argument("--json", help="write the figures to this file")
+    parser.add_argument("--json", help="default: results/tree_<rows>_x_<features>.json")
     args = parser.parse_args()
     numba.set_num_threads(1)
 
@@ -134,9 +144,9 @@ def main():
         result["fit_speedup"] = sk_fit / ours["fit_s"]
         result["predict_speedup"] = sk_predict / ours["predict_s"]
     print(json.dumps(result, indent=2))
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(result, f, indent=2)
+    path = Path(args.json or default_json(args.n_samples, args.n_features))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=2))
 
 
 if __name__ == "__main__":
