@@ -33,7 +33,8 @@ from ..distributed.reductions import oob_estimates, permutation_importance
 from ..distributed.train import ForestSpec, finish_progress, grow_forest, progress_of_wave
 from ..forest import treeshap
 from ..forest.node_table import NodeTable
-from ..forest.predictor import HARD, SOFT, PackedForest
+from ..forest.packing import PackedForest
+from ..forest.routing import HARD, SOFT
 from ..forest.variance import centred_count_gram, jackknife_mean_std
 from ..learner.binning import BinMapper
 from ..learner.sampling import sampling_rate
@@ -243,7 +244,7 @@ class BaseForest(BaseEstimator):
 
     @property
     def forest_(self):
-        """The trees packed for prediction (``predictor.PackedForest``), packed when the forest was
+        """The trees packed for prediction (``packing.PackedForest``), packed when the forest was
         fitted or loaded. If ``estimators_`` was changed since, the trees are packed again for
         the call (and not kept: predicting does not change the estimator)."""
         check_is_fitted(self, "estimators_")

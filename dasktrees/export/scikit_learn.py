@@ -32,7 +32,7 @@ from sklearn.tree._tree import NODE_DTYPE
 from sklearn.tree._tree import Tree as SkTree
 from sklearn.utils.validation import check_is_fitted
 
-from ..forest.predictor import one_hot_votes
+from ..forest.voting import one_hot_votes
 
 __all__ = ["float32_floor", "forest_to_sklearn", "tree_to_sklearn"]
 
