@@ -32,9 +32,8 @@ from ..learner.tree import goes_left_encoded
 from .node_table import NodeTable
 from .voting import by_row_chunks, one_hot_votes
 
-# Rows that walk a tree together (``shap_rows``): 64 ran 3.6x faster than one at a time, and
-# faster than 8, 32 or 128 (docs/benchmarks.md, "SHAP values against
-# shap's TreeExplainer").
+# Rows that walk a tree together (``shap_rows``): 64 ran faster than one at a time, and than 8,
+# 32 or 128 (docs/benchmarks.md, "SHAP values against shap's TreeExplainer").
 ROWS_AT_ONCE = 64
 
 
