@@ -321,9 +321,9 @@ def test_the_client_compiles_the_signatures_its_trees_need_from_a_stump(tmp_path
         # The client keeps the trees as shipped: packing is all it runs of them in a fit
         # (their split nodes; the leaf values of trees whose values the forest does not share).
         CLIENT_KERNELS = [
-            "dasktrees.forest.predictor._pack_depth_first",
-            "dasktrees.forest.predictor._write_leaves",
-            "dasktrees.forest.predictor._vote_rows",
+            "dasktrees.forest.packing._pack_depth_first",
+            "dasktrees.forest.packing._write_leaves",
+            "dasktrees.forest.voting.vote_rows",
         ]
 
         def signatures():

@@ -1,4 +1,4 @@
-"""Forest prediction: the packed forest (predictor.PackedForest) is made at fit and load time,
+"""Forest prediction: the packed forest (packing.PackedForest) is made at fit and load time,
 predicting leaves the estimator unchanged, and its votes are bit for bit each tree's own
 prediction summed in tree order."""
 
@@ -13,7 +13,7 @@ import pytest
 from sklearn.datasets import make_classification
 
 import dasktrees as dt
-from dasktrees.forest.predictor import PackedForest
+from dasktrees.forest.packing import PackedForest
 
 from .conftest import carseats, hitters
 

@@ -426,11 +426,11 @@ def test_partition_is_stable_and_complete(
     )
 )
 def test_exact_sum_is_the_exact_sum(values):
-    """``predictor.exact_sum`` counts 2**-1074 units exactly (subnormals included), so its total
+    """``exact.exact_sum`` counts 2**-1074 units exactly (subnormals included), so its total
     is the rational sum of the values in any order."""
     from fractions import Fraction
 
-    from dasktrees.forest.predictor import exact_sum
+    from dasktrees.forest.exact import exact_sum
 
     expected = sum(Fraction(v) for v in values)
     assert Fraction(exact_sum(values), 2**1074) == expected

@@ -14,9 +14,9 @@ import yaml
 from sklearn.exceptions import NotFittedError
 
 import dasktrees as dt
-from dasktrees.distributed.reductions import _EXACT_DIGITS, _from_digits, add_oob_impurity
+from dasktrees.distributed.reductions import add_oob_impurity
+from dasktrees.forest.exact import EXACT_DIGITS, from_digits, from_exact
 from dasktrees.forest.node_table import NodeTable
-from dasktrees.forest.predictor import from_exact
 from dasktrees.learner.sampling import sampling_rate, tree_counts
 
 from .conftest import local_client
@@ -111,13 +111,13 @@ def test_over_the_in_bag_rows_the_sum_is_the_mean_decrease_in_impurity(classific
     counts = np.empty(len(y))
     for t, est in enumerate(model.estimators_):
         tree_counts(model._seed, t, 0, 1.0, counts)
-        acc = np.zeros((codes.shape[1] + 1, _EXACT_DIGITS), dtype=np.int64)
+        acc = np.zeros((codes.shape[1] + 1, EXACT_DIGITS), dtype=np.int64)
         in_bag = np.zeros(len(y))  # every row "out of bag", weighted by its count
         add_oob_impurity(
             codes, y, counts, in_bag, table.nodes, table.bitsets, table.starts[t],
             table.values, classification, acc,
         )  # fmt: skip
-        sums = np.array([from_exact(s) for s in _from_digits(acc)])
+        sums = np.array([from_exact(s) for s in from_digits(acc)])
         assert sums[-1] == est.tree_.weighted_n_node_samples[0]
         mdi = est.tree_.compute_feature_importances(normalize=False)
         np.testing.assert_allclose(sums[:-1] / sums[-1], mdi, rtol=1e-9, atol=1e-12)

@@ -11,7 +11,8 @@ import pytest
 
 import dasktrees
 from dasktrees.forest import treeshap
-from dasktrees.forest.predictor import HARD, SOFT, PackedForest
+from dasktrees.forest.packing import PackedForest
+from dasktrees.forest.routing import HARD, SOFT
 from dasktrees.learner.tree import TREE_ARRAYS, Tree, class_fractions
 
 from .test_tree import random_table

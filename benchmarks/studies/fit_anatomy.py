@@ -84,7 +84,7 @@ def timeline(args):
 
 
 def pack(args):
-    from dasktrees.forest.predictor import PackedForest
+    from dasktrees.forest.packing import PackedForest
 
     forest, X, y = _forest(args.table)
     forest.fit(X, y)

@@ -223,21 +223,27 @@ def _as_count(value, n_samples: int, minimum: int) -> int:
     return int(value) if _is_int(value) else max(minimum, math.ceil(value * n_samples))
 
 
-_TREE_PARAMETERS = (
-    "criterion",
-    "splitter",
-    "max_depth",
-    "max_leaf_nodes",
-    "min_weight_fraction_leaf",
-    "min_impurity_decrease",
-    "ccp_alpha",
-    "max_bins",
-    "min_samples_leaf",
-    "min_samples_split",
-    "max_features",
-    "min_samples_category",
-    "categorical_order",
-)
+# Every tree parameter, in the order ``check_tree_params`` checks them (``categorical_features``,
+# checked against the data by ``BinMapper``, is not), each with whether scikit-learn's trees have
+# it with the same meaning (what ``to_sklearn`` passes on; it maps ``criterion`` and sets
+# ``splitter`` itself). The single trees take them all; a forest takes them all but ``splitter``,
+# which is its kind, and passes them on to its trees.
+TREE_PARAMETERS: dict[str, bool] = {
+    "criterion": False,
+    "splitter": False,
+    "max_depth": True,
+    "max_leaf_nodes": True,
+    "min_weight_fraction_leaf": True,
+    "min_impurity_decrease": True,
+    "ccp_alpha": True,
+    "max_bins": False,
+    "min_samples_leaf": True,
+    "min_samples_split": True,
+    "max_features": True,
+    "min_samples_category": False,
+    "categorical_order": False,
+    "categorical_features": False,
+}
 
 
 def check_tree_params(est, n_samples: int, n_features: int, is_classifier: bool) -> GrowthParams:
@@ -256,7 +262,7 @@ def check_tree_params(est, n_samples: int, n_features: int, is_classifier: bool)
     -------
     GrowthParams
     """
-    _check(est, _TREE_PARAMETERS, is_classifier)
+    _check(est, [name for name in TREE_PARAMETERS if name != "categorical_features"], is_classifier)
     if hasattr(est, "class_weight"):
         _check(est, ["class_weight"])
     criteria = CLASSIFICATION_CRITERIA if is_classifier else REGRESSION_CRITERIA

@@ -21,7 +21,7 @@ disagree and more are grown. The scale is the target's, not the forest's own err
 data is near zero and would ask for ever more trees to shrink a negligible excess.
 
 Every block keeps its running sums on its worker between waves (``moments_block``); the client
-adds exact per-block totals (``predictor.exact_sum``), so the decision, and with it the number of
+adds exact per-block totals (``exact.exact_sum``), so the decision, and with it the number of
 trees, is the same on any cluster.
 """
 
@@ -29,11 +29,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..forest.predictor import PackedForest, add_oob_moments, exact_sum, from_exact
+from ..forest.exact import exact_sum, from_exact
+from ..forest.packing import PackedForest
+from ..forest.voting import add_oob_moments
 from ..learner.sampling import tree_counts
 from .client import Client
 from .data import BinnedPartition, TrainingData
-from .reductions import _forest_task
+from .reductions import forest_task
 
 # Trees added between two checks: a constant, so that where the forest stops does not depend on
 # the cluster. The first wave leaves each row about 12 out-of-bag trees to estimate s^2 with.
@@ -136,7 +138,7 @@ class ConvergenceMonitor:
     def add(self, forest: PackedForest) -> bool:
         """Add the next trees (``forest`` holds only them); whether the forest has converged."""
         client = self.client
-        forest_future = _forest_task(client, forest)
+        forest_future = forest_task(client, forest)
         self.states = [
             client.submit(
                 moments_block,

@@ -4,12 +4,11 @@ out-of-bag quantiles.
 
 Every block recomputes each tree's counts for its own rows (``sampling.tree_counts``), votes with
 the trees that did not sample a row, and returns small sums. Loss sums are exact
-(``predictor.exact_sum``), so the totals the client adds up do not depend on how the rows were cut.
+(``exact.exact_sum``), so the totals the client adds up do not depend on how the rows were cut.
 """
 
 from __future__ import annotations
 
-import math
 import operator
 
 import dask.array as da
@@ -17,17 +16,20 @@ import numpy as np
 from numba import njit
 
 from ..core.dtypes import TREE_LEAF
-from ..forest.node_table import NodeTable
-from ..forest.predictor import (
-    PackedForest,
-    add_oob_votes,
+from ..forest.exact import (
+    ADDS_BEFORE_CARRY,
+    EXACT_DIGITS,
+    add_exact,
+    carry,
     exact_sum,
+    from_digits,
     from_exact,
-    leaves_of_codes,
-    misclassified,
-    tree_loss,
 )
+from ..forest.node_table import NodeTable
+from ..forest.packing import PackedForest
 from ..forest.quantiles import LeafTargets, inside_interval, predict_quantiles
+from ..forest.routing import leaves_of_codes
+from ..forest.voting import add_oob_votes, misclassified, tree_loss
 from ..learner.sampling import tree_counts
 from ..learner.tree import goes_left_binned
 from .client import Client, is_in_process, sending_large_data
@@ -86,12 +88,23 @@ def _identity(value):
     return value
 
 
-def _forest_task(client, forest):
+def forest_task(client, forest):
     """The packed forest as a task result the block tasks depend on: sent once, and recomputed
     from its spec if its worker dies (scattered data would die with it).
 
     Distributed warns about any graph over 10 MB; this one is large on purpose (the forest is
     sent once, not with each block task), so the warning is not passed on to users.
+
+    Parameters
+    ----------
+    client : Client
+    forest : PackedForest, NodeTable, or a tuple of what the block tasks take
+        The forest the block tasks vote or walk with.
+
+    Returns
+    -------
+    Future
+        The forest, as a task result to pass to the block tasks.
     """
     with sending_large_data():
         return client.submit(_identity, forest, pure=False)
@@ -123,7 +136,7 @@ def oob_estimates(
     curve : ndarray (n_trees,)
         Error after 1, 2, ... trees: misclassification rate or mean squared error.
     """
-    forest_future = _forest_task(client, forest)
+    forest_future = forest_task(client, forest)
     results = [
         client.submit(oob_block, forest_future, part, seed, lam, voting, classification, pure=False)
         for part in data.parts
@@ -235,7 +248,7 @@ def permutation_importance(
     ndarray (n_features, n_trees, n_repeats)
         Each tree's mean loss increase on its out-of-bag rows when the feature is permuted.
     """
-    forest_future = _forest_task(client, forest)
+    forest_future = forest_task(client, forest)
     parts = client.gather(
         [
             client.submit(
@@ -257,58 +270,6 @@ def permutation_importance(
     n_oob = np.maximum(sum(p[2] for p in parts), 1.0)
     increase = (permuted - base[:, None, None]) / n_oob[:, None, None]
     return increase.transpose(1, 0, 2)
-
-
-# Exact sums in numba. A float64 is an integer multiple of 2**-1074 below 2**1024: a sum of them
-# is an integer number of 2**-1074 (``predictor.exact_sum``'s, kept there as a Python integer),
-# kept here in base 2**32, one int64 slot per digit: 66 digits, and two for carries. Slot d
-# counts units of 2**(32 d - 1074). A float adds less than 2**33 to each of three slots, so
-# ``_carry`` brings the slots back below 2**32 after 2**28 additions (checked once a row: a
-# path adds far fewer), long before one could overflow.
-_EXACT_DIGITS = 68
-_ADDS_BEFORE_CARRY = 1 << 28
-
-
-@njit(cache=True, inline="always")
-def _add_exact(acc, x):
-    """Add float ``x`` to the exact sum held by the int64 digits ``acc`` (``_EXACT_DIGITS``)."""
-    if x == 0.0:
-        return
-    mantissa, exponent = math.frexp(x)  # x = mantissa * 2**exponent, 0.5 <= |mantissa| < 1
-    integer = np.int64(mantissa * 9007199254740992.0)  # * 2**53: exact
-    shift = np.int64(exponent) - 53 + 1074
-    if shift < 0:  # subnormal: the integer's low bits are zeros
-        integer >>= -shift
-        shift = 0
-    sign = np.int64(1)
-    if integer < 0:
-        sign = np.int64(-1)
-        integer = -integer
-    d = shift >> 5
-    r = shift & 31
-    low = (integer & 0xFFFFFFFF) << r  # below 2**63
-    high = (integer >> 32) << r  # below 2**52
-    acc[d] += sign * (low & 0xFFFFFFFF)
-    acc[d + 1] += sign * ((low >> 32) + (high & 0xFFFFFFFF))
-    acc[d + 2] += sign * (high >> 32)
-
-
-@njit(cache=True, nogil=True)
-def _carry(acc):
-    """Bring every digit but the last of each exact sum (rows of ``acc``) into [0, 2**32)."""
-    for k in range(acc.shape[0]):
-        for d in range(acc.shape[1] - 1):
-            carry = acc[k, d] >> 32
-            acc[k, d] -= carry << 32
-            acc[k, d + 1] += carry
-
-
-def _from_digits(acc):
-    """The exact sums of the rows of ``acc`` as Python integers, in ``exact_sum``'s units."""
-    totals = [0] * acc.shape[0]
-    for k, d in zip(*np.nonzero(acc)):
-        totals[k] += int(acc[k, d]) << (32 * int(d))
-    return totals
 
 
 @njit(cache=True, nogil=True)
@@ -342,8 +303,8 @@ def add_oob_impurity(codes, y, w, counts, nodes, bitsets, root, values, classifi
     values : ndarray of float64, shape (n_nodes, n_values)
         Every node's in-bag value: class fractions, or the mean target.
     classification : bool
-    acc : ndarray of int64, shape (n_features + 1, _EXACT_DIGITS)
-        Exact sums (``_add_exact``) of each feature's decreases and of the rows' weights;
+    acc : ndarray of int64, shape (n_features + 1, exact.EXACT_DIGITS)
+        Exact sums (``exact.add_exact``) of each feature's decreases and of the rows' weights;
         updated.
     """
     n_values = values.shape[1]
@@ -352,10 +313,10 @@ def add_oob_impurity(codes, y, w, counts, nodes, bitsets, root, values, classifi
     for i in range(codes.shape[0]):
         if counts[i] != 0.0 or w[i] <= 0.0:
             continue
-        if adds >= _ADDS_BEFORE_CARRY:
-            _carry(acc)
+        if adds >= ADDS_BEFORE_CARRY:
+            carry(acc)
             adds = 0
-        _add_exact(acc[weight_row], w[i])
+        add_exact(acc[weight_row], w[i])
         adds += 1
         label = np.int64(y[i]) if classification else -1
         k = root
@@ -368,7 +329,7 @@ def add_oob_impurity(codes, y, w, counts, nodes, bitsets, root, values, classifi
             for c in range(n_values):
                 target = (1.0 if c == label else 0.0) if classification else y[i]
                 decrease += (values[child, c] - values[k, c]) * (target - values[root, c])
-            _add_exact(acc[f], w[i] * decrease)
+            add_exact(acc[f], w[i] * decrease)
             adds += 1
             k = child
             node = nodes[k]
@@ -382,12 +343,12 @@ def oob_impurity_block(
     Returns
     -------
     ndarray of object (Python int), shape (n_trees, n_features + 1)
-        Per tree, the exact sums (``predictor.exact_sum``'s units) of each feature's decreases
+        Per tree, the exact sums (``exact.exact_sum``'s units) of each feature's decreases
         over the tree's out-of-bag rows in the block, and of those rows' weights.
     """
     n_rows = len(block.y)
     counts = np.empty(n_rows)
-    acc = np.zeros((table.n_features + 1, _EXACT_DIGITS), dtype=np.int64)
+    acc = np.zeros((table.n_features + 1, EXACT_DIGITS), dtype=np.int64)
     sums = np.empty((table.n_trees, table.n_features + 1), dtype=object)
     for t in range(table.n_trees):
         tree_counts(seed, t, block.first_row, lam, counts)
@@ -404,7 +365,7 @@ def oob_impurity_block(
             classification,
             acc,
         )
-        sums[t] = _from_digits(acc)
+        sums[t] = from_digits(acc)
     return sums
 
 
@@ -425,7 +386,7 @@ def oob_impurity_importance(
         Each tree's summed decreases over its out-of-bag rows divided by their summed weight;
         0 for a tree without out-of-bag rows.
     """
-    table_future = _forest_task(client, table)
+    table_future = forest_task(client, table)
     parts = client.gather(
         [
             client.submit(
@@ -492,7 +453,7 @@ def leaf_targets(
     (``sampling.tree_counts`` again, nothing stored at fit); the client gathers the entries in
     row order, so the leaves hold the same sums however the rows were cut.
     """
-    forest_future = _forest_task(client, forest)
+    forest_future = forest_task(client, forest)
     parts = client.gather(
         [
             client.submit(leaf_entries_block, forest_future, part, seed, lam, pure=False)
@@ -552,7 +513,7 @@ def oob_quantiles(
     coverage : float
         Share of the rows with out-of-bag quantiles whose target lies in that interval.
     """
-    model = _forest_task(client, (forest, targets))
+    model = forest_task(client, (forest, targets))
     results = [
         client.submit(oob_quantiles_block, model, part, seed, lam, quantiles, pure=False)
         for part in data.parts

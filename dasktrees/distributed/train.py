@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..core.params import GrowthParams
-from ..forest.predictor import PackedForest
+from ..forest.packing import PackedForest
 from ..learner import wire
 from ..learner.binning import BinArrays
 from ..learner.grower import Workspace, grow_tree_state

@@ -23,7 +23,12 @@ from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin, clone
 from sklearn.utils import Bunch, check_random_state
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from ..core.params import check_forest_params, check_tree_params, resolve_max_features
+from ..core.params import (
+    TREE_PARAMETERS,
+    check_forest_params,
+    check_tree_params,
+    resolve_max_features,
+)
 from ..core.validation import check_2d, check_predict_columns
 from ..distributed import reductions
 from ..distributed.client import client_for, find_client
@@ -33,7 +38,8 @@ from ..distributed.reductions import oob_estimates, permutation_importance
 from ..distributed.train import ForestSpec, finish_progress, grow_forest, progress_of_wave
 from ..forest import treeshap
 from ..forest.node_table import NodeTable
-from ..forest.predictor import HARD, SOFT, PackedForest
+from ..forest.packing import PackedForest
+from ..forest.routing import HARD, SOFT
 from ..forest.variance import centred_count_gram, jackknife_mean_std
 from ..learner.binning import BinMapper
 from ..learner.sampling import sampling_rate
@@ -42,22 +48,6 @@ from .trees import DecisionTreeClassifier, DecisionTreeRegressor, log_proba
 
 # What fit and predict take: numpy or pandas (in this process), or dask (where it lives).
 Data = Union[np.ndarray, pd.DataFrame, pd.Series, da.Array, dd.DataFrame, dd.Series, list]
-
-_TREE_PARAMS = (
-    "criterion",
-    "max_depth",
-    "min_samples_split",
-    "min_samples_leaf",
-    "min_weight_fraction_leaf",
-    "max_features",
-    "max_leaf_nodes",
-    "min_impurity_decrease",
-    "ccp_alpha",
-    "max_bins",
-    "categorical_features",
-    "min_samples_category",
-    "categorical_order",
-)
 
 
 class BaseForest(BaseEstimator):
@@ -222,9 +212,8 @@ class BaseForest(BaseEstimator):
     def _tree_template(self):
         """An unfitted tree estimator with the forest's tree parameters: what
         ``check_tree_params`` validates, and the shell of each of ``estimators_``."""
-        return self._tree_class(
-            splitter=self._splitter, **{name: getattr(self, name) for name in _TREE_PARAMS}
-        )
+        params = {name: getattr(self, name) for name in TREE_PARAMETERS if name != "splitter"}
+        return self._tree_class(splitter=self._splitter, **params)
 
     def _wrap(self, tree):
         """A fitted single-tree estimator around a grown tree (for ``estimators_``)."""
@@ -243,7 +232,7 @@ class BaseForest(BaseEstimator):
 
     @property
     def forest_(self):
-        """The trees packed for prediction (``predictor.PackedForest``), packed when the forest was
+        """The trees packed for prediction (``packing.PackedForest``), packed when the forest was
         fitted or loaded. If ``estimators_`` was changed since, the trees are packed again for
         the call (and not kept: predicting does not change the estimator)."""
         check_is_fitted(self, "estimators_")
@@ -399,7 +388,7 @@ class BaseForest(BaseEstimator):
         treelite or ``sklearn.inspection``. Refuses categorical features and
         ``aggregation="median"`` (``ValueError``); ``voting="hard"`` exports one-hot votes, a
         quantile forest its mean prediction. See ``dasktrees.sklearn_export.forest_to_sklearn``."""
-        # Imported here: scikit-learn's forests and trees add 0.2 s to importing dasktrees.
+        # Imported here: scikit-learn's forests and trees would slow importing dasktrees.
         from ..export.scikit_learn import forest_to_sklearn
 
         return forest_to_sklearn(self)
@@ -633,7 +622,7 @@ def _frame_rows(part, model):
 
 # ---- the estimators ----------------------------------------------------------------------------
 
-_FOREST_DOC = """
+FOREST_DOC = """
     Each tree is grown on Poisson(1) bootstrap counts of the rows (``bootstrap=True``), or
     Poisson(max_samples / n) counts, keyed by (random_state, tree, global row id), as one Dask task
     per batch of trees. Inputs may be numpy, pandas, dask.array or dask.dataframe; predicting on a
@@ -816,67 +805,25 @@ class _ForestRegressorMixin(RegressorMixin):
             self.oob_score_ = self.oob_score(y_true, decision[:, 0])
 
 
-def _forest_init(
-    self,
-    n_estimators,
-    criterion,
-    max_depth,
-    min_samples_split,
-    min_samples_leaf,
-    min_weight_fraction_leaf,
-    max_features,
-    max_features_tree,
-    max_leaf_nodes,
-    min_impurity_decrease,
-    ccp_alpha,
-    bootstrap,
-    max_samples,
-    oob_score,
-    random_state,
-    warm_start,
-    max_n_estimators,
-    tol,
-    max_bins,
-    categorical_features,
-    min_samples_category,
-    categorical_order,
-    client,
-    trees_per_task,
-    n_blocks,
-    mode,
-):
-    self.n_estimators = n_estimators
-    self.criterion = criterion
-    self.max_depth = max_depth
-    self.min_samples_split = min_samples_split
-    self.min_samples_leaf = min_samples_leaf
-    self.min_weight_fraction_leaf = min_weight_fraction_leaf
-    self.max_features = max_features
-    self.max_features_tree = max_features_tree
-    self.max_leaf_nodes = max_leaf_nodes
-    self.min_impurity_decrease = min_impurity_decrease
-    self.ccp_alpha = ccp_alpha
-    self.bootstrap = bootstrap
-    self.max_samples = max_samples
-    self.oob_score = oob_score
-    self.random_state = random_state
-    self.warm_start = warm_start
-    self.max_n_estimators = max_n_estimators
-    self.tol = tol
-    self.max_bins = max_bins
-    self.categorical_features = categorical_features
-    self.min_samples_category = min_samples_category
-    self.categorical_order = categorical_order
-    self.client = client
-    self.trees_per_task = trees_per_task
-    self.n_blocks = n_blocks
-    self.mode = mode
+def keep_init_arguments(estimator, arguments):
+    """Keep each argument of an ``__init__`` as the attribute of its name, as scikit-learn's
+    ``get_params`` reads the parameters back (and an ``__init__`` does nothing else).
+
+    Parameters
+    ----------
+    estimator : BaseForest
+    arguments : dict
+        ``locals()`` as the ``__init__`` starts: its arguments, ``self`` included.
+    """
+    for name, value in arguments.items():
+        if name != "self":
+            setattr(estimator, name, value)
 
 
 class RandomForestClassifier(_ForestClassifierMixin, BaseForest):
     __doc__ = (
         "A random forest classifier (Breiman 2001) on Dask.\n"
-        + _FOREST_DOC
+        + FOREST_DOC
         + """
     criterion : {"gini", "entropy", "log_loss", "gain_ratio", "misclassification"}
     class_weight : dict, "balanced", "balanced_subsample" or None
@@ -919,43 +866,13 @@ class RandomForestClassifier(_ForestClassifierMixin, BaseForest):
         n_blocks=None,
         mode="auto",
     ):
-        _forest_init(
-            self,
-            n_estimators,
-            criterion,
-            max_depth,
-            min_samples_split,
-            min_samples_leaf,
-            min_weight_fraction_leaf,
-            max_features,
-            max_features_tree,
-            max_leaf_nodes,
-            min_impurity_decrease,
-            ccp_alpha,
-            bootstrap,
-            max_samples,
-            oob_score,
-            random_state,
-            warm_start,
-            max_n_estimators,
-            tol,
-            max_bins,
-            categorical_features,
-            min_samples_category,
-            categorical_order,
-            client,
-            trees_per_task,
-            n_blocks,
-            mode,
-        )
-        self.class_weight = class_weight
-        self.voting = voting
+        keep_init_arguments(self, locals())
 
 
 class ExtraTreesClassifier(RandomForestClassifier):
     __doc__ = (
         "Extremely randomized trees (Geurts et al. 2006) on Dask: one random threshold "
-        "per candidate feature, no bootstrap by default.\n" + _FOREST_DOC
+        "per candidate feature, no bootstrap by default.\n" + FOREST_DOC
     )
     _splitter = "random"
 
@@ -991,42 +908,13 @@ class ExtraTreesClassifier(RandomForestClassifier):
         n_blocks=None,
         mode="auto",
     ):
-        super().__init__(
-            n_estimators,
-            criterion=criterion,
-            max_depth=max_depth,
-            min_samples_split=min_samples_split,
-            min_samples_leaf=min_samples_leaf,
-            min_weight_fraction_leaf=min_weight_fraction_leaf,
-            max_features=max_features,
-            max_features_tree=max_features_tree,
-            max_leaf_nodes=max_leaf_nodes,
-            min_impurity_decrease=min_impurity_decrease,
-            ccp_alpha=ccp_alpha,
-            bootstrap=bootstrap,
-            max_samples=max_samples,
-            oob_score=oob_score,
-            random_state=random_state,
-            warm_start=warm_start,
-            max_n_estimators=max_n_estimators,
-            tol=tol,
-            class_weight=class_weight,
-            voting=voting,
-            max_bins=max_bins,
-            categorical_features=categorical_features,
-            min_samples_category=min_samples_category,
-            categorical_order=categorical_order,
-            client=client,
-            trees_per_task=trees_per_task,
-            n_blocks=n_blocks,
-            mode=mode,
-        )
+        keep_init_arguments(self, locals())
 
 
 class RandomForestRegressor(_ForestRegressorMixin, BaseForest):
     __doc__ = (
         "A random forest regressor (Breiman 2001) on Dask.\n"
-        + _FOREST_DOC
+        + FOREST_DOC
         + """
     criterion : {"squared_error"}
     max_features : default=1.0 (all features at every node, as scikit-learn)
@@ -1068,40 +956,11 @@ class RandomForestRegressor(_ForestRegressorMixin, BaseForest):
         n_blocks=None,
         mode="auto",
     ):
-        _forest_init(
-            self,
-            n_estimators,
-            criterion,
-            max_depth,
-            min_samples_split,
-            min_samples_leaf,
-            min_weight_fraction_leaf,
-            max_features,
-            max_features_tree,
-            max_leaf_nodes,
-            min_impurity_decrease,
-            ccp_alpha,
-            bootstrap,
-            max_samples,
-            oob_score,
-            random_state,
-            warm_start,
-            max_n_estimators,
-            tol,
-            max_bins,
-            categorical_features,
-            min_samples_category,
-            categorical_order,
-            client,
-            trees_per_task,
-            n_blocks,
-            mode,
-        )
-        self.aggregation = aggregation
+        keep_init_arguments(self, locals())
 
 
 class ExtraTreesRegressor(RandomForestRegressor):
-    __doc__ = "Extremely randomized trees (Geurts et al. 2006) regressor on Dask.\n" + _FOREST_DOC
+    __doc__ = "Extremely randomized trees (Geurts et al. 2006) regressor on Dask.\n" + FOREST_DOC
     _splitter = "random"
 
     def __init__(
@@ -1135,32 +994,4 @@ class ExtraTreesRegressor(RandomForestRegressor):
         n_blocks=None,
         mode="auto",
     ):
-        super().__init__(
-            n_estimators,
-            criterion=criterion,
-            max_depth=max_depth,
-            min_samples_split=min_samples_split,
-            min_samples_leaf=min_samples_leaf,
-            min_weight_fraction_leaf=min_weight_fraction_leaf,
-            max_features=max_features,
-            max_features_tree=max_features_tree,
-            max_leaf_nodes=max_leaf_nodes,
-            min_impurity_decrease=min_impurity_decrease,
-            ccp_alpha=ccp_alpha,
-            bootstrap=bootstrap,
-            max_samples=max_samples,
-            oob_score=oob_score,
-            random_state=random_state,
-            warm_start=warm_start,
-            max_n_estimators=max_n_estimators,
-            tol=tol,
-            aggregation=aggregation,
-            max_bins=max_bins,
-            categorical_features=categorical_features,
-            min_samples_category=min_samples_category,
-            categorical_order=categorical_order,
-            client=client,
-            trees_per_task=trees_per_task,
-            n_blocks=n_blocks,
-            mode=mode,
-        )
+        keep_init_arguments(self, locals())

@@ -19,7 +19,13 @@ from sklearn.utils.validation import check_is_fitted
 
 from ..distributed.reductions import leaf_targets, oob_quantiles
 from ..forest.quantiles import check_quantiles, is_scalar_quantile, predict_quantiles
-from .forests import _FOREST_DOC, Data, ExtraTreesRegressor, RandomForestRegressor
+from .forests import (
+    FOREST_DOC,
+    Data,
+    ExtraTreesRegressor,
+    RandomForestRegressor,
+    keep_init_arguments,
+)
 
 _QUANTILE_DOC = """
     criterion : {"squared_error"}
@@ -107,7 +113,7 @@ class RandomForestQuantileRegressor(_QuantileMixin, RandomForestRegressor):
     __doc__ = (
         "A quantile regression forest (Meinshausen 2006) on Dask: a random forest regressor "
         "whose leaves keep their in-bag targets, weighted by their bootstrap counts.\n"
-        + _FOREST_DOC
+        + FOREST_DOC
         + _QUANTILE_DOC
     )
 
@@ -143,43 +149,14 @@ class RandomForestQuantileRegressor(_QuantileMixin, RandomForestRegressor):
         n_blocks=None,
         mode="auto",
     ):
-        super().__init__(
-            n_estimators,
-            criterion=criterion,
-            max_depth=max_depth,
-            min_samples_split=min_samples_split,
-            min_samples_leaf=min_samples_leaf,
-            min_weight_fraction_leaf=min_weight_fraction_leaf,
-            max_features=max_features,
-            max_features_tree=max_features_tree,
-            max_leaf_nodes=max_leaf_nodes,
-            min_impurity_decrease=min_impurity_decrease,
-            ccp_alpha=ccp_alpha,
-            bootstrap=bootstrap,
-            max_samples=max_samples,
-            oob_score=oob_score,
-            random_state=random_state,
-            warm_start=warm_start,
-            max_n_estimators=max_n_estimators,
-            tol=tol,
-            aggregation=aggregation,
-            max_bins=max_bins,
-            categorical_features=categorical_features,
-            min_samples_category=min_samples_category,
-            categorical_order=categorical_order,
-            client=client,
-            trees_per_task=trees_per_task,
-            n_blocks=n_blocks,
-            mode=mode,
-        )
-        self.default_quantiles = default_quantiles
+        keep_init_arguments(self, locals())
 
 
 class ExtraTreesQuantileRegressor(_QuantileMixin, ExtraTreesRegressor):
     __doc__ = (
         "Extremely randomized trees (Geurts et al. 2006) as a quantile regression forest: "
         "without bootstrap (the default) every leaf keeps all its training targets.\n"
-        + _FOREST_DOC
+        + FOREST_DOC
         + _QUANTILE_DOC
     )
 
@@ -215,33 +192,4 @@ class ExtraTreesQuantileRegressor(_QuantileMixin, ExtraTreesRegressor):
         n_blocks=None,
         mode="auto",
     ):
-        super().__init__(
-            n_estimators,
-            criterion=criterion,
-            max_depth=max_depth,
-            min_samples_split=min_samples_split,
-            min_samples_leaf=min_samples_leaf,
-            min_weight_fraction_leaf=min_weight_fraction_leaf,
-            max_features=max_features,
-            max_features_tree=max_features_tree,
-            max_leaf_nodes=max_leaf_nodes,
-            min_impurity_decrease=min_impurity_decrease,
-            ccp_alpha=ccp_alpha,
-            bootstrap=bootstrap,
-            max_samples=max_samples,
-            oob_score=oob_score,
-            random_state=random_state,
-            warm_start=warm_start,
-            max_n_estimators=max_n_estimators,
-            tol=tol,
-            aggregation=aggregation,
-            max_bins=max_bins,
-            categorical_features=categorical_features,
-            min_samples_category=min_samples_category,
-            categorical_order=categorical_order,
-            client=client,
-            trees_per_task=trees_per_task,
-            n_blocks=n_blocks,
-            mode=mode,
-        )
-        self.default_quantiles = default_quantiles
+        keep_init_arguments(self, locals())

@@ -32,7 +32,8 @@ from sklearn.tree._tree import NODE_DTYPE
 from sklearn.tree._tree import Tree as SkTree
 from sklearn.utils.validation import check_is_fitted
 
-from ..forest.predictor import one_hot_votes
+from ..core.params import TREE_PARAMETERS
+from ..forest.voting import one_hot_votes
 
 __all__ = ["float32_floor", "forest_to_sklearn", "tree_to_sklearn"]
 
@@ -48,18 +49,6 @@ _SKLEARN_CRITERION = {
     "misclassification": "gini",
     "squared_error": "squared_error",
 }
-
-# Tree parameters with the same meaning in scikit-learn, besides criterion and random_state.
-_TREE_PARAMS = (
-    "max_depth",
-    "min_samples_split",
-    "min_samples_leaf",
-    "min_weight_fraction_leaf",
-    "max_features",
-    "max_leaf_nodes",
-    "min_impurity_decrease",
-    "ccp_alpha",
-)
 
 
 def float32_floor(values: np.ndarray) -> np.ndarray:
@@ -215,8 +204,9 @@ def _check_numeric(estimator):
 
 
 def _tree_params(estimator):
-    """The scikit-learn parameters of ours that carry over, criterion mapped."""
-    params = {name: getattr(estimator, name) for name in _TREE_PARAMS}
+    """The scikit-learn parameters of ours that carry over (``params.TREE_PARAMETERS``), criterion
+    mapped."""
+    params = {name: getattr(estimator, name) for name, same in TREE_PARAMETERS.items() if same}
     params["criterion"] = _SKLEARN_CRITERION[estimator.criterion]
     params["random_state"] = estimator.random_state
     return params

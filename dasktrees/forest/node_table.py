@@ -1,6 +1,6 @@
 """NodeTable: every node of a forest's trees, split nodes and leaves, in flat arrays.
 
-``predictor.PackedForest`` keeps what voting needs: split nodes and leaf values. Explanations
+``packing.PackedForest`` keeps what voting needs: split nodes and leaf values. Explanations
 need more of each node: SHAP weighs both children of every split by their training weight
 (cover), and the out-of-bag impurity importance reads the value of every node a row passes.
 So this table keeps the trees' own node order, one ``ROUTING_NODE_DTYPE`` record per node (the

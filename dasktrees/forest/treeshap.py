@@ -30,11 +30,10 @@ from numba import njit
 from ..core.dtypes import TREE_LEAF
 from ..learner.tree import goes_left_encoded
 from .node_table import NodeTable
-from .predictor import _by_row_chunks, one_hot_votes
+from .voting import by_row_chunks, one_hot_votes
 
-# Rows that walk a tree together (``shap_rows``): 64 ran 3.6x faster than one at a time, and
-# faster than 8, 32 or 128 (docs/benchmarks.md, "SHAP values against
-# shap's TreeExplainer").
+# Rows that walk a tree together (``shap_rows``): 64 ran faster than one at a time, and than 8,
+# 32 or 128 (docs/benchmarks.md, "SHAP values against shap's TreeExplainer").
 ROWS_AT_ONCE = 64
 
 
@@ -74,7 +73,7 @@ def shap_values(table, encoded, parallel=True):
     points, weights = quadrature(max(1, -(-table.max_depth // 2)))
     out = np.zeros((encoded.shape[0], table.n_features, table.values.shape[1]))
     args = (table.nodes, table.bitsets, table.values, table.cover, table.starts, points, weights)
-    _by_row_chunks(shap_rows, encoded, parallel, *args, out)
+    by_row_chunks(shap_rows, encoded, parallel, *args, out)
     out /= table.n_trees
     return out
 
@@ -181,7 +180,7 @@ def shap_rows(X, first, last, nodes, bitsets, values, cover, starts, points, wei
     X : ndarray of float32 or float64, shape (n_samples, n_features)
         Encoded rows (``BinMapper.encode``): numeric values, category codes, NaN.
     first, last : int
-        The rows of this call (``predictor._by_row_chunks`` runs chunks in threads).
+        The rows of this call (``voting.by_row_chunks`` runs chunks in threads).
     nodes, bitsets, values, cover, starts :
         The forest's ``node_table.NodeTable`` arrays.
     points, weights : ndarray of float64

@@ -59,9 +59,21 @@ def numeric_bin_edges(values, max_bins):
 
 
 @njit(cache=True, inline="always")
-def _bin_code(x, padded_edges):
+def bin_code(x, padded_edges):
     """Number of edges below x: a binary search over the 256 padded edges, unrolled and without
-    data-dependent branches (random data defeats branch prediction)."""
+    data-dependent branches (random data defeats branch prediction).
+
+    Parameters
+    ----------
+    x : float
+    padded_edges : ndarray of float64, shape (N_BIN_CODES,)
+        A feature's edges followed by +inf (a row of ``BinMapper.threshold_table``).
+
+    Returns
+    -------
+    int
+        x's bin code: the number of edges below it, MISSING_BIN for NaN.
+    """
     if np.isnan(x):
         return MISSING_BIN
     low = 0
@@ -91,7 +103,7 @@ def bin_numeric(values, padded_edges, out):
         NaN.
     """
     for i in range(values.shape[0]):
-        out[i] = _bin_code(values[i], padded_edges)
+        out[i] = bin_code(values[i], padded_edges)
 
 
 def category_bins(categories, counts, max_bins):

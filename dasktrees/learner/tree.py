@@ -198,7 +198,7 @@ class Tree:
 
     def write_routing(self, out, node_offset, bitset_offset):
         """Write the routing records into ``out[node_offset:node_offset + node_count]``, with
-        children and bitset rows shifted by the offsets (how ``predictor.PackedForest`` packs
+        children and bitset rows shifted by the offsets (how ``packing.PackedForest`` packs
         its trees)."""
         _write_routing(
             out,
@@ -263,7 +263,7 @@ class Tree:
 
     def leaf_nodes(self):
         """The leaves' node ids, in increasing order: ndarray of int64, shape (n_leaves,). A
-        packed forest holds a tree's leaf values in this order (``predictor.PackedForest``)."""
+        packed forest holds a tree's leaf values in this order (``packing.PackedForest``)."""
         state = self.shipped_state
         if state is None:
             return np.flatnonzero(self.children_left == TREE_LEAF)
