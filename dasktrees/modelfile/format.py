@@ -15,18 +15,15 @@ from ..core.dtypes import TREE_ARRAY_DTYPES
 
 FORMAT = "dasktrees-model"
 # Version 5 stores each tree as a forest task ships it (``tree.wire``): split fields for split
-# nodes only, nothing derived, whole numbers in the narrowest type. Version 4 (the same, but a
-# regressor's leaves' impurities all stored, zeros too), version 3 (also a regressor's means and
-# impurities at every node), version 2 (also ``VERSION_2_SPLIT_FIELDS`` at every split, right
-# children always, counts in fixed types) and version 1 (every array of ``tree.TREE_ARRAYS``,
-# every node) are still read.
+# nodes only, nothing derived, whole numbers in the narrowest type. It is the only version read:
+# nothing was released before it, and a file of an older version is refused with a message that
+# says to refit and save the model again (``integrity.read_manifest``, docs/models.md).
 FORMAT_VERSION = 5
-READ_VERSIONS = (1, 2, 3, 4, 5)
 MANIFEST = "manifest.json"
 ARRAYS = "arrays.npz"
 
 
-# The tree arrays of a version 5 file, the fields of a shipped state (``tree.wire.encode``),
+# The tree arrays of a file, the fields of a shipped state (``tree.wire.encode``),
 # concatenated over the trees: ``is_split`` (np.packbits of every node's flag, the trees' nodes
 # one after the other), the split fields at split nodes (``children_right`` only when a split's
 # right child is not the node after its left one), their flags as bits (``SPLIT_BITS``, the
@@ -40,7 +37,7 @@ ARRAYS = "arrays.npz"
 # its fractions (a pruned tree), hold ``value`` and weights, and a regressor's ``impurity``
 # too: a regressor's leaves' only (``leaf_value``, and the impurities as the leaves that have
 # one not zero, ``nonzero_leaf_impurity_bits``, a bit a leaf, and those impurities,
-# ``nonzero_leaf_impurity``; version 4 stored every leaf's, ``leaf_impurity``) when every tree's
+# ``nonzero_leaf_impurity``) when every tree's
 # split nodes have their children's pooled (``tree.pool_to_root``; every grown tree), else every
 # node's. Row counts and those weights are the leaves' only (``leaf_n_node_samples``,
 # ``leaf_weighted_n_node_samples``) when every tree's split nodes have their children's summed
@@ -61,22 +58,21 @@ SHIPPED_ARRAYS = (
     "n_node_samples",
     "leaf_weighted_n_node_samples",
     "weighted_n_node_samples",
-    "leaf_impurity",
     "nonzero_leaf_impurity_bits",
     "nonzero_leaf_impurity",
     "impurity",
 )
 
-# What a version 2 file stores at every split node instead of ``SPLIT_BITS`` and
-# ``categorical_bitset_idx`` (``tree.from_version_2`` turns them into those).
-VERSION_2_SPLIT_FIELDS = ("missing_go_to_left", "bitset_idx")
-
 # Every array a file may hold, with its dtype: the tree's own (``_dtypes.TREE_ARRAY_DTYPES``),
-# little-endian whatever the machine, C order. In version 2 and 3 files, ``feature`` has the
-# narrowest unsigned type holding the features, and the arrays of ``NARROW_DTYPES`` the type
-# their manifest entry declares among those (``integrity.expected_dtypes``).
+# little-endian whatever the machine, C order; but ``feature`` has the narrowest unsigned type
+# holding the features, and the arrays of ``NARROW_DTYPES`` the type their manifest entry
+# declares among those (``integrity.expected_dtypes``).
 ARRAY_DTYPES = {
-    **{name: np.dtype(dtype).newbyteorder("<") for name, dtype in TREE_ARRAY_DTYPES.items()},
+    **{
+        name: np.dtype(dtype).newbyteorder("<")
+        for name, dtype in TREE_ARRAY_DTYPES.items()
+        if name in SHIPPED_ARRAYS
+    },
     "is_split": np.dtype("u1"),
     "missing_go_to_left_bits": np.dtype("u1"),
     "is_categorical_bits": np.dtype("u1"),
@@ -86,7 +82,6 @@ ARRAY_DTYPES = {
     "leaf_n_node_samples": np.dtype("<i4"),
     "leaf_weighted_n_node_samples": np.dtype("<f8"),
     "leaf_value": np.dtype("<f8"),
-    "leaf_impurity": np.dtype("<f8"),
     "nonzero_leaf_impurity_bits": np.dtype("u1"),
     "nonzero_leaf_impurity": np.dtype("<f8"),
     "bin_edges": np.dtype("<f8"),  # edges of the numeric features, concatenated
@@ -99,23 +94,19 @@ ARRAY_DTYPES = {
     "leaf_targets": np.dtype("<f8"),
 }
 
-# The types an array of whole numbers may be stored in (its manifest entry says which), by
-# format version: counts of rows and bootstrap draws, bitset rows, and from version 5 children,
-# in the narrowest.
+# The types an array of whole numbers may be stored in (its manifest entry says which): counts
+# of rows and bootstrap draws, bitset rows and children, in the narrowest.
 _UNSIGNED = ("|u1", "<u2", "<u4")
 NARROW_DTYPES = {
-    2: {"n_node_samples": ("<i4", "<i8"), "leaf_n_node_samples": ("<i4", "<i8")},
-    3: {
-        "n_node_samples": ("<i4", "<i8"),
-        "leaf_n_node_samples": (*_UNSIGNED, "<u8"),
-        "leaf_class_counts": (*_UNSIGNED, "<f8"),
-        "weighted_class_counts": (*_UNSIGNED, "<f8"),
-        "leaf_weighted_n_node_samples": (*_UNSIGNED, "<f8"),
-        "categorical_bitset_idx": _UNSIGNED,
-    },
+    "n_node_samples": ("<i4", "<i8"),
+    "leaf_n_node_samples": (*_UNSIGNED, "<u8"),
+    "leaf_class_counts": (*_UNSIGNED, "<f8"),
+    "weighted_class_counts": (*_UNSIGNED, "<f8"),
+    "leaf_weighted_n_node_samples": (*_UNSIGNED, "<f8"),
+    "categorical_bitset_idx": _UNSIGNED,
+    "children_left": _UNSIGNED,
+    "children_right": _UNSIGNED,
 }
-NARROW_DTYPES[4] = NARROW_DTYPES[3]
-NARROW_DTYPES[5] = {**NARROW_DTYPES[3], "children_left": _UNSIGNED, "children_right": _UNSIGNED}
 
 # The arrays of a quantile forest's ``leaf_targets_``, by field of ``quantiles.LeafTargets``.
 LEAF_TARGET_ARRAYS = {

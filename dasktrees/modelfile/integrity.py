@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from ..core.dtypes import BITSET_WORDS, MAX_BINS, TREE_LEAF
-from ..learner.tree import TREE_ARRAYS, depth_first_children, fill_depths, split_fields
+from ..learner.tree import depth_first_children, fill_depths, split_fields
 from ..learner.wire import SUMMABLE, feature_dtype
 from .format import (
     ARRAY_DTYPES,
@@ -21,17 +21,16 @@ from .format import (
     ESTIMATOR_KINDS,
     FOREST_FITTED,
     FORMAT,
+    FORMAT_VERSION,
     LEAF_TARGET_ARRAYS,
     MANIFEST,
     NARROW_DTYPES,
     OOB_SCORES,
     QUANTILE_FORESTS,
-    READ_VERSIONS,
     SHIPPED_ARRAYS,
     SPLIT_BITS,
     SPLIT_FIELDS,
     TREE_FITTED,
-    VERSION_2_SPLIT_FIELDS,
     array_checksum,
     from_json,
     is_scalar,
@@ -144,6 +143,8 @@ _TREES_FIELDS = {
     "n_trees": _COUNT,
     "n_values": _COUNT,
     "node_counts": _COUNTS,
+    "split_counts": _COUNTS,
+    "categorical_split_counts": _COUNTS,
     "bitset_counts": _COUNTS,
 }
 
@@ -193,7 +194,8 @@ def read_manifest(path):
         Nothing exists at ``path``.
     ValueError
         ``path`` is not a model directory, or its manifest is truncated, corrupt, modified, of
-        an unknown format version or inconsistent; the message names the file and the problem.
+        another format version than ``format.FORMAT_VERSION`` or inconsistent; the message
+        names the file and the problem.
     """
     directory = Path(path)
     if not directory.exists():
@@ -213,17 +215,32 @@ def read_manifest(path):
         raise ValueError(f"{file} is not a dasktrees model: its 'format' is not {FORMAT!r}")
     if "format_version" not in manifest:
         raise ValueError(f"{file}: missing field 'format_version'")
-    version = manifest["format_version"]
-    if not _is_int(version) or version not in READ_VERSIONS:
-        raise ValueError(
-            f"{file}: model format version {version!r} is not supported; "
-            f"this dasktrees reads versions {', '.join(map(str, READ_VERSIONS))}"
-        )
+    _check_version(manifest["format_version"], file)
     _check_fields(manifest, _MANIFEST_FIELDS, str(file))
     if manifest["manifest_sha256"] != manifest_checksum(manifest):
         raise ValueError(f"{file}: checksum mismatch: the manifest was modified or is corrupt")
     _check_contents(manifest, str(file))
     return manifest
+
+
+def _check_version(version, file):
+    """Refuse a manifest of another format version than this dasktrees writes, before any other
+    check: another version's fields and arrays are not this one's."""
+    if not _is_int(version):
+        raise ValueError(f"{file}: field 'format_version' must be an int, got {_short(version)}")
+    if version == FORMAT_VERSION:
+        return
+    # Nothing was released before format 5: an older file is refused, not upgraded, and the
+    # model it holds is grown again from its data (docs/models.md, "Format versions").
+    remedy = (
+        "refit the model and save it again"
+        if version < FORMAT_VERSION
+        else "it was written by a newer dasktrees, which is needed to read it"
+    )
+    raise ValueError(
+        f"{file} was written in model format {version}; this dasktrees reads format "
+        f"{FORMAT_VERSION} only: {remedy}"
+    )
 
 
 def _reject_constant(name):
@@ -262,8 +279,7 @@ def _check_contents(manifest, where):
         raise ValueError(f"{where}: a regressor has no classes")
     else:
         n_values = 1
-    version = manifest["format_version"]
-    _check_trees_entry(manifest["trees"], is_forest, n_values, version, f"{where}: trees")
+    _check_trees_entry(manifest["trees"], is_forest, n_values, f"{where}: trees")
     for name, entry in manifest["arrays"].items():
         _check_fields(entry, _ARRAY_FIELDS, f"{where}: arrays: {name!r}")
 
@@ -291,17 +307,12 @@ def _check_bins(bins, n_features, where):
             raise ValueError(f"{where}: feature {j}: needs one bin below {MAX_BINS} per category")
 
 
-def _check_trees_entry(trees, is_forest, n_values, version, where):
-    fields = dict(_TREES_FIELDS)
-    if version >= 2:
-        fields["split_counts"] = _COUNTS
-    if version >= 3:
-        fields["categorical_split_counts"] = _COUNTS
-    _check_fields(trees, fields, where)
+def _check_trees_entry(trees, is_forest, n_values, where):
+    _check_fields(trees, _TREES_FIELDS, where)
     n_trees = trees["n_trees"]
     if n_trees < 1 or (n_trees > 1 and not is_forest):
         raise ValueError(f"{where}: n_trees is {n_trees}, expected {'>= 1' if is_forest else 1}")
-    counted = [name for name in fields if name.endswith("_counts")]
+    counted = [name for name in _TREES_FIELDS if name.endswith("_counts")]
     if any(len(trees[name]) != n_trees for name in counted):
         raise ValueError(f"{where}: {' and '.join(counted)} need one entry per tree")
     if min(trees["node_counts"]) < 1:
@@ -330,17 +341,15 @@ def decode_classes(classes, where):
 
 def expected_dtypes(manifest):
     """The dtype (``str``) every array of the file must have, by name: ``format.ARRAY_DTYPES``,
-    but from version 2 on the shipped state's feature indices (the narrowest unsigned type for
-    the features), and the whole numbers of ``format.NARROW_DTYPES`` in the type declared, if
-    it is one of theirs."""
+    but the shipped state's feature indices (the narrowest unsigned type for the features), and
+    the whole numbers of ``format.NARROW_DTYPES`` in the type declared, if it is one of
+    theirs."""
     dtypes = {name: dtype.str for name, dtype in ARRAY_DTYPES.items()}
-    version = manifest["format_version"]
-    if version >= 2:
-        n_features = manifest["fitted"]["n_features_in_"]
-        dtypes["feature"] = np.dtype(feature_dtype(n_features)).newbyteorder("<").str
-        for name, allowed in NARROW_DTYPES[version].items():
-            declared = manifest["arrays"].get(name, {}).get("dtype")
-            dtypes[name] = declared if declared in allowed else allowed[0]
+    n_features = manifest["fitted"]["n_features_in_"]
+    dtypes["feature"] = np.dtype(feature_dtype(n_features)).newbyteorder("<").str
+    for name, allowed in NARROW_DTYPES.items():
+        declared = manifest["arrays"].get(name, {}).get("dtype")
+        dtypes[name] = declared if declared in allowed else allowed[0]
     return dtypes
 
 
@@ -349,67 +358,54 @@ def expected_shapes(manifest):
     trees = manifest["trees"]
     numeric = [f for f in manifest["bins"]["features"] if f["kind"] == "numeric"]
     n_nodes = sum(trees["node_counts"])
-    version = manifest["format_version"]
-    if version >= 2:
-        n_splits = sum(trees["split_counts"])
-        shapes = {name: (n_nodes,) for name in SHIPPED_ARRAYS}
-        shapes.update({name: (n_splits,) for name in SPLIT_FIELDS})
-        shapes["is_split"] = ((n_nodes + 7) // 8,)
-        for name in SPLIT_BITS:
+    n_splits = sum(trees["split_counts"])
+    shapes = {name: (n_nodes,) for name in SHIPPED_ARRAYS}
+    shapes.update({name: (n_splits,) for name in SPLIT_FIELDS})
+    shapes["is_split"] = ((n_nodes + 7) // 8,)
+    shapes.update({name: ((n_splits + 7) // 8,) for name in SPLIT_BITS})
+    shapes["categorical_bitset_idx"] = (sum(trees["categorical_split_counts"]),)
+    if "children_right" not in manifest["arrays"]:  # the node after the left child
+        del shapes["children_right"]
+    if "children_left" not in manifest["arrays"]:  # numbered depth-first
+        del shapes["children_left"]
+    # What each node holds (format.SHIPPED_ARRAYS): a classifier's weighted class counts (its
+    # leaves', or every node's), or its fractions and weights; a regressor's means, weights and
+    # impurities (below). The manifest's list of arrays says which.
+    counts = {"leaf_class_counts": n_nodes - n_splits, "weighted_class_counts": n_nodes}
+    layout = next((name for name in counts if name in manifest["arrays"]), None)
+    regression = ESTIMATOR_KINDS[manifest["estimator"]][1] == "regression"
+    if regression and layout is not None:
+        raise ValueError(f"{MANIFEST}: a regressor's nodes hold no weighted class counts")
+    for name in counts:
+        del shapes[name]
+    if layout is not None:
+        del shapes["value"], shapes["weighted_n_node_samples"]
+        del shapes["leaf_weighted_n_node_samples"]
+        shapes[layout] = (counts[layout], trees["n_values"])
+    # Row counts and (with values) weights: the leaves', or every node's.
+    for name, leaf_name in SUMMABLE.items():
+        if name not in shapes or leaf_name in counts:
+            continue
+        if leaf_name in manifest["arrays"]:
             del shapes[name]
-        del shapes["categorical_bitset_idx"]
-        if version == 2:
-            shapes.update({name: (n_splits,) for name in VERSION_2_SPLIT_FIELDS})
+            shapes[leaf_name] = (n_nodes - n_splits,)
         else:
-            shapes.update({name: ((n_splits + 7) // 8,) for name in SPLIT_BITS})
-            shapes["categorical_bitset_idx"] = (sum(trees["categorical_split_counts"]),)
-            if "children_right" not in manifest["arrays"]:  # the node after the left child
-                del shapes["children_right"]
-            if version >= 5 and "children_left" not in manifest["arrays"]:  # depth-first ids
-                del shapes["children_left"]
-        # What each node holds (format.SHIPPED_ARRAYS): a classifier's weighted class counts
-        # (its leaves', or every node's), or its fractions and weights; a regressor's means,
-        # weights and impurities (below). The manifest's list of arrays says which.
-        counts = {"leaf_class_counts": n_nodes - n_splits, "weighted_class_counts": n_nodes}
-        layout = next((name for name in counts if name in manifest["arrays"]), None)
-        regression = ESTIMATOR_KINDS[manifest["estimator"]][1] == "regression"
-        if regression and layout is not None:
-            raise ValueError(f"{MANIFEST}: a regressor's nodes hold no weighted class counts")
-        for name in counts:
-            del shapes[name]
-        if layout is not None:
-            del shapes["value"], shapes["weighted_n_node_samples"]
-            del shapes["leaf_weighted_n_node_samples"]
-            shapes[layout] = (counts[layout], trees["n_values"])
-        # Row counts and (with values) weights: the leaves', or every node's.
-        for name, leaf_name in SUMMABLE.items():
-            if name not in shapes or leaf_name in counts:
-                continue
-            if leaf_name in manifest["arrays"]:
-                del shapes[name]
-                shapes[leaf_name] = (n_nodes - n_splits,)
-            else:
-                del shapes[leaf_name]
-        # A regressor's means and impurities: the leaves' (version 4 on; version 5 stores the
-        # impurities that are not zero, as many as their bits mark: ``check_shipped_trees``),
-        # or every node's.
-        n_leaves = n_nodes - n_splits
-        leaf_moments = {
-            "leaf_value": (n_leaves, trees["n_values"]),
-            "leaf_impurity": (n_leaves,),
-            "nonzero_leaf_impurity_bits": ((n_leaves + 7) // 8,),
-            "nonzero_leaf_impurity": _declared_length(manifest, "nonzero_leaf_impurity"),
-        }
-        for name in leaf_moments:
-            del shapes[name]
-        if regression and version >= 4 and "leaf_value" in manifest["arrays"]:
-            del shapes["value"], shapes["impurity"]
-            kept = ("leaf_impurity",) if version == 4 else tuple(leaf_moments)[2:]
-            shapes.update({name: leaf_moments[name] for name in ("leaf_value", *kept)})
-        if not regression:
-            del shapes["impurity"]  # derived from the class fractions
-    else:
-        shapes = {name: (n_nodes,) for name in TREE_ARRAYS}
+            del shapes[leaf_name]
+    # A regressor's means and impurities: the leaves' (the impurities that are not zero, as many
+    # as their bits mark: ``check_shipped_trees``), or every node's.
+    n_leaves = n_nodes - n_splits
+    leaf_moments = {
+        "leaf_value": (n_leaves, trees["n_values"]),
+        "nonzero_leaf_impurity_bits": ((n_leaves + 7) // 8,),
+        "nonzero_leaf_impurity": _declared_length(manifest, "nonzero_leaf_impurity"),
+    }
+    for name in leaf_moments:
+        del shapes[name]
+    if regression and "leaf_value" in manifest["arrays"]:
+        del shapes["value"], shapes["impurity"]
+        shapes.update(leaf_moments)
+    if not regression:
+        del shapes["impurity"]  # derived from the class fractions
     shapes["categorical_bitsets"] = (sum(trees["bitset_counts"]), BITSET_WORDS)
     if "value" in shapes:
         shapes["value"] = (n_nodes, trees["n_values"])
@@ -542,44 +538,16 @@ def check_numbers(a, bins, npz):
                 raise ValueError(f"{npz}: array {name!r}: feature {j}: not increasing")
 
 
-def check_trees(a, node_counts, bitset_counts, feature_is_categorical, npz):
-    """Check that the concatenated tree arrays ``a`` of a version 1 file hold trees the kernels
-    can walk.
+def check_shipped_trees(a, trees, feature_is_categorical, npz):
+    """Check that the trees of a file (``format.SHIPPED_ARRAYS`` in ``a``, counted by the
+    manifest's ``trees``) are trees the kernels can walk, and that a regressor's leaf impurities
+    are as many as their bits mark; give the nodes' depths (which a file does not store).
 
     The numba kernels do not check bounds, so a file that passes its checksums but was written
     by something else must not make them read or write out of their arrays: every split has two
-    children later in its own tree, every node but a root exactly one parent, depths count
-    edges from the root, and a split's feature, kind and bitset row exist.
-    """
-    nodes = _Nodes(node_counts, npz)
-    is_leaf = a["children_left"] == TREE_LEAF
-    nodes.require(
-        ~is_leaf | (a["children_right"] == TREE_LEAF), nodes.index, "a leaf with a right child"
-    )
-    split = np.flatnonzero(~is_leaf)
-    left, right = nodes.check_splits(
-        split,
-        a["children_left"][split],
-        a["children_right"][split],
-        a["feature"][split],
-        a["is_categorical"][split] != 0,
-        a["bitset_idx"][split],
-        bitset_counts,
-        feature_is_categorical,
-    )
-    depth = np.zeros(len(nodes.index), dtype=np.int64)
-    depth[left] = depth[right] = a["node_depth"][split].astype(np.int64) + 1
-    nodes.require(
-        a["node_depth"] == depth, nodes.index, "node_depth is not the distance from the root"
-    )
-
-
-def check_shipped_trees(a, trees, feature_is_categorical, npz):
-    """Check that the trees of a version 3 to 5 file (``format.SHIPPED_ARRAYS`` in ``a``,
-    counted by the manifest's ``trees``; a version 2 file's after ``tree.from_version_2``) are
-    trees the kernels can walk, as ``check_trees`` does for version 1, and that a regressor's
-    leaf impurities are as many as their bits mark; give the nodes' depths (which these versions
-    do not store).
+    children later in its own tree, every node but a root exactly one parent, and a split's
+    feature, kind and bitset row exist; the flags mark as many split nodes and categorical
+    splits in each tree as the manifest counts.
 
     Returns
     -------
@@ -599,7 +567,7 @@ def check_shipped_trees(a, trees, feature_is_categorical, npz):
         "categorical split nodes",
         npz,
     )
-    if "children_left" not in a:  # numbered depth-first (version 5): from each tree's flags
+    if "children_left" not in a:  # numbered depth-first: from each tree's flags
         a = {**a, "children_left": _depth_first_children(a["is_split"], nodes, trees, npz)}
     fields = split_fields(a)
     left, right = nodes.check_splits(
@@ -661,8 +629,8 @@ def _check_marks(tree, counts, name, what, npz):
 
 
 class _Nodes:
-    """The nodes of concatenated trees (``counts`` nodes each), and the checks on them that
-    both format versions make; a failed check names the file, the tree and the node."""
+    """The nodes of concatenated trees (``counts`` nodes each), and the checks on them; a
+    failed check names the file, the tree and the node."""
 
     def __init__(self, counts, npz):
         self.counts = np.asarray(counts, dtype=np.int64)

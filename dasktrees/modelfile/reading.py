@@ -7,11 +7,9 @@ from pathlib import Path
 import numpy as np
 
 from ..core.criteria import CLASSIFICATION_CRITERIA, SQUARED_ERROR
-from ..core.dtypes import TREE_LEAF
 from ..forest.quantiles import LeafTargets
 from ..learner.binning import BinMapper
-from ..learner.tree import TREE_ARRAYS, Tree, from_version_2
-from ..learner.wire import put_leaf_impurity
+from ..learner.tree import Tree
 from .format import (
     ARRAYS,
     ESTIMATOR_KINDS,
@@ -28,7 +26,6 @@ from .integrity import (
     check_leaf_targets,
     check_numbers,
     check_shipped_trees,
-    check_trees,
     decode_classes,
     expected_dtypes,
     expected_shapes,
@@ -77,15 +74,9 @@ def _read_manifest(path, estimators):
     return manifest
 
 
-# Parameters added after format version 1, with the values that grew the trees of a file written
-# before them (where that is not the class default): the file's parameters then say how its trees
-# were grown, and a refit grows the same trees. The class default is right for any other:
-# max_n_estimators and tol (1000, 0.005) matter only to n_estimators="auto", which no file written
-# before them can hold.
-_BEFORE_THEY_EXISTED = {"min_samples_category": 1, "categorical_order": "node"}
-
-
 def _decode_params(params, cls, where):
+    """The file's parameters as ``cls`` takes them; one the file does not hold is left out, and
+    takes the class default."""
     defaults = cls().get_params(deep=False)
     defaults.pop("client", None)
     unknown = sorted(set(params) - set(defaults))
@@ -98,9 +89,6 @@ def _decode_params(params, cls, where):
         # JSON has no tuples: a parameter whose default is one (default_quantiles) is one again.
         if isinstance(defaults[name], tuple) and isinstance(value, list):
             decoded[name] = tuple(value)
-    for name, value in _BEFORE_THEY_EXISTED.items():
-        if name in defaults and name not in decoded:
-            decoded[name] = value
     return decoded
 
 
@@ -130,8 +118,9 @@ def load(path, estimators):
     FileNotFoundError
         Nothing exists at ``path``.
     ValueError
-        The model is truncated, corrupt, modified, holds an object array, has an unknown format
-        version or is inconsistent; the message names the file and the problem.
+        The model is truncated, corrupt, modified, holds an object array, is of another format
+        version than this dasktrees writes (``format.FORMAT_VERSION``) or is inconsistent; the
+        message names the file and the problem.
     """
     directory = Path(path)
     manifest = _read_manifest(directory, estimators)
@@ -142,18 +131,9 @@ def load(path, estimators):
     check_numbers(arrays, manifest["bins"], npz)
     mapper = _build_bin_mapper(manifest["bins"], arrays["bin_edges"], arrays["bin_values"])
     trees = manifest["trees"]
-    if manifest["format_version"] >= 2:
-        if manifest["format_version"] == 2:
-            arrays, trees = _version_2_as_3(arrays, trees)
-        structure = check_shipped_trees(arrays, trees, mapper.is_categorical_, npz)
-        criterion = _criterion(manifest)
-        fitted_trees = _shipped_trees(arrays, trees, structure, mapper, criterion)
-        n_leaves = sum(trees["node_counts"]) - sum(trees["split_counts"])
-    else:
-        node_counts, bitset_counts = trees["node_counts"], trees["bitset_counts"]
-        check_trees(arrays, node_counts, bitset_counts, mapper.is_categorical_, npz)
-        fitted_trees = _split_trees(arrays, trees, mapper.n_features_in_)
-        n_leaves = int(np.count_nonzero(arrays["children_left"] == TREE_LEAF))
+    structure = check_shipped_trees(arrays, trees, mapper.is_categorical_, npz)
+    fitted_trees = _shipped_trees(arrays, trees, structure, mapper, _criterion(manifest))
+    n_leaves = sum(trees["node_counts"]) - sum(trees["split_counts"])
     leaf_targets = None
     if manifest["estimator"] in QUANTILE_FORESTS:
         check_leaf_targets(arrays, n_leaves, npz)
@@ -181,10 +161,8 @@ def _criterion(manifest):
 
 
 def _shipped_trees(arrays, trees, structure, mapper, criterion):
-    """The trees of a version 3 to 5 file (or a version 2 one's, ``_version_2_as_3``), each kept
-    in its shipped state (``Tree.shipped``): views of the concatenated arrays, but for each
-    tree's bits and depth. A version 4 regressor's leaf impurities are kept as version 5 stores
-    them (``wire.put_leaf_impurity``)."""
+    """The trees of a file, each kept in its shipped state (``Tree.shipped``): views of the
+    concatenated arrays, but for each tree's bits and depth."""
     is_split, depth = structure
     counts = {
         "nodes": trees["node_counts"],
@@ -210,7 +188,6 @@ def _shipped_trees(arrays, trees, structure, mapper, criterion):
         leaf_n_node_samples="leaves",
         leaf_weighted_n_node_samples="leaves",
         leaf_value="leaves",
-        leaf_impurity="leaves",
         nonzero_leaf_impurity="nonzero leaf impurities",
     )
     thresholds = mapper.threshold_table()  # one bin table for all the trees
@@ -233,34 +210,8 @@ def _shipped_trees(arrays, trees, structure, mapper, criterion):
         state["max_depth"] = int(depth[cut["nodes"]].max())
         state["n_nodes"] = trees["node_counts"][t]
         state["wire"] = True
-        if "leaf_impurity" in state:
-            put_leaf_impurity(state, state.pop("leaf_impurity"))
         out.append(Tree.shipped(state, thresholds))
     return out
-
-
-def _version_2_as_3(arrays, trees):
-    """A version 2 file's arrays and manifest ``trees`` entry in version 3's form: its split
-    flags and bitset rows at every split become bits and the categorical splits' rows
-    (``tree.from_version_2``), counted per tree."""
-    categorical = arrays["bitset_idx"] >= 0
-    tree_of_split = np.repeat(np.arange(trees["n_trees"]), trees["split_counts"])
-    per_tree = np.bincount(tree_of_split[categorical], minlength=trees["n_trees"])
-    return from_version_2(arrays), {**trees, "categorical_split_counts": per_tree.tolist()}
-
-
-def _split_trees(arrays, trees, n_features):
-    """Cut the concatenated arrays of a version 1 file into ``Tree``s (views, not copies)."""
-    node_cuts = np.cumsum(trees["node_counts"], dtype=np.int64)[:-1]
-    bitset_cuts = np.cumsum(trees["bitset_counts"], dtype=np.int64)[:-1]
-    parts = {
-        name: np.split(arrays[name], bitset_cuts if name == "categorical_bitsets" else node_cuts)
-        for name in TREE_ARRAYS
-    }
-    return [
-        Tree(n_features, **{name: parts[name][t] for name in TREE_ARRAYS})
-        for t in range(trees["n_trees"])
-    ]
 
 
 def _build_bin_mapper(bins, edges, values):

@@ -20,14 +20,7 @@ from ..learner.tree import (
     node_weights,
     value_and_weight,
 )
-from ..learner.wire import (
-    NONZERO_LEAF_IMPURITY,
-    SUMMABLE,
-    narrow_counts,
-    narrowest_uint,
-    put_leaf_impurity,
-    state_of,
-)
+from ..learner.wire import NONZERO_LEAF_IMPURITY, SUMMABLE, narrow_counts, narrowest_uint, state_of
 from .format import (
     ARRAY_DTYPES,
     BIN_PARAMS,
@@ -97,7 +90,7 @@ def _describe(estimator):
             arrays[name] = getattr(estimator.leaf_targets_, field)
     # "safe" casting: a tree field whose dtype changed must fail here, not be truncated
     dtypes = {**ARRAY_DTYPES, "feature": states[0]["feature"].dtype}
-    for name in NARROW_DTYPES[FORMAT_VERSION]:
+    for name in NARROW_DTYPES:
         if name in arrays:
             dtypes[name] = arrays[name].dtype
     arrays = {
@@ -143,7 +136,7 @@ def _criterion(estimator):
 
 
 def _tree_arrays(states):
-    """The trees' shipped states (``wire.state_of``) as the arrays of a version 5 file
+    """The trees' shipped states (``wire.state_of``) as the arrays of a file
     (``format.SHIPPED_ARRAYS``), concatenated over the trees: their values in the one layout
     they all have or can be given (leaves' counts, every node's counts, fractions; leaves' or
     every node's means and impurities), children for all if one tree's are not numbered
@@ -155,8 +148,6 @@ def _tree_arrays(states):
         states = [_LAYOUTS[layout](s) for s in states]
     if not all("leaf_value" in s for s in states):  # a regressor's
         states = [_with_node_moments(s) for s in states]
-    elif any("leaf_impurity" in s for s in states):  # unpickled from version 4's time
-        states = [_with_nonzero_leaf_impurity(s) for s in states]
     for name, leaf_name in SUMMABLE.items():
         if any(name in s for s in states) and any(leaf_name in s for s in states):
             states = [_with_every_node(s, name) for s in states]
@@ -211,17 +202,8 @@ def _with_node_moments(state):
         return state
     state = dict(state)
     state["value"], state["impurity"] = node_moments(state)
-    for name in ("leaf_value", "leaf_impurity", *NONZERO_LEAF_IMPURITY):
+    for name in ("leaf_value", *NONZERO_LEAF_IMPURITY):
         state.pop(name, None)
-    return state
-
-
-def _with_nonzero_leaf_impurity(state):
-    """A shipped regressor's state with its leaves' impurities as version 5 stores them."""
-    if "leaf_impurity" not in state:
-        return state
-    state = dict(state)
-    put_leaf_impurity(state, state.pop("leaf_impurity"))
     return state
 
 
