@@ -18,6 +18,13 @@ processes of a ``LocalCluster`` do:
   package (``package_stamp``): any edit recompiles every kernel, once. An installed release
   is never edited, so this only costs those who work on the code.
 
+Both reach into numba's private internals (a dispatcher's ``compile``, its cache file's
+``_source_stamp``), as numba 0.68 has them; ``pyproject.toml`` bounds numba to the versions
+tested. Where a numba differs (an attribute missing or of another shape, an error while
+patching), ``lock_kernels`` warns once (a ``RuntimeWarning`` saying what it did not find) and
+leaves those kernels to numba's own caching: compiled without the lock (processes that start
+together may each compile a kernel), or checked against their own source file only.
+
 Warming a machine or a cluster up (``warmup``, ``WarmupPlugin``) is ``estimators.warmup``'s: it
 fits estimators.
 
@@ -29,10 +36,13 @@ on (``docs/deployment.md``).
 """
 
 import contextlib
+import inspect
 import os
 import sys
 import threading
 import time
+import warnings
+from collections.abc import Mapping
 
 try:
     import fcntl
@@ -50,6 +60,16 @@ LOCK_TIMEOUT_S = 600.0
 _thread_locks = {}
 _thread_locks_guard = threading.Lock()
 _held = {}
+
+# The kernels ``lock_kernels`` has patched (or tried to), by name, and what it found of numba's
+# internals not as it expects, already reported: a process warns once.
+_patched = set()
+_reported = set()
+
+
+class NumbaInternalsChanged(Exception):
+    """numba's private internals are not what a patch of this module relies on; the message
+    names what was not found."""
 
 
 @contextlib.contextmanager
@@ -123,11 +143,22 @@ def _lock_path(dispatcher):
 
 def _locked(dispatcher):
     """Wrap ``dispatcher.compile`` (what numba calls to load a kernel from the cache or compile
-    it, for a call from Python or from another kernel) in the kernel's file lock."""
-    from numba.core import sigutils
-    from numba.core.compiler_lock import global_compiler_lock
+    it, for a call from Python or from another kernel) in the kernel's file lock.
 
-    compile_unlocked = dispatcher.compile
+    Raises
+    ------
+    NumbaInternalsChanged
+        What the wrapper relies on is not there, or not of the shape numba 0.68 gives it (the
+        message says what); the dispatcher is then left as it was.
+    """
+    normalize_signature, global_compiler_lock = _compiler_internals()
+    compile_unlocked = getattr(dispatcher, "compile", None)
+    if not _takes_one_argument(compile_unlocked):
+        raise NumbaInternalsChanged("no Dispatcher.compile(sig) of one argument")
+    if not isinstance(getattr(dispatcher, "overloads", None), Mapping):
+        raise NumbaInternalsChanged("no Dispatcher.overloads mapping")
+    if not hasattr(getattr(dispatcher, "stats", None), "cache_path"):
+        raise NumbaInternalsChanged("no Dispatcher.stats.cache_path")
 
     def compile_locked(sig, path):
         # numba's own in-process lock first, as its compile takes it: a thread waiting for the
@@ -140,7 +171,7 @@ def _locked(dispatcher):
                 return compile_unlocked(sig)
 
     def compile(sig):
-        args, _ = sigutils.normalize_signature(sig)
+        args, _ = normalize_signature(sig)
         if tuple(args) in dispatcher.overloads:  # compiled or loaded in this process already
             return compile_unlocked(sig)
         path = _lock_path(dispatcher)
@@ -154,6 +185,36 @@ def _locked(dispatcher):
 
     compile.__wrapped__ = compile_unlocked
     dispatcher.compile = compile
+
+
+def _compiler_internals():
+    """numba's ``sigutils.normalize_signature`` and ``compiler_lock.global_compiler_lock`` (a
+    context manager with ``is_locked()``), which ``_locked``'s wrapper calls; raises
+    ``NumbaInternalsChanged`` naming what is missing."""
+    try:
+        from numba.core import compiler_lock, sigutils
+    except ImportError as error:
+        raise NumbaInternalsChanged(f"no module {error.name or 'numba.core'}") from None
+    normalize_signature = getattr(sigutils, "normalize_signature", None)
+    if not callable(normalize_signature):
+        raise NumbaInternalsChanged("no numba.core.sigutils.normalize_signature")
+    lock = getattr(compiler_lock, "global_compiler_lock", None)
+    for name in ("__enter__", "__exit__", "is_locked"):
+        if not callable(getattr(lock, name, None)):
+            raise NumbaInternalsChanged(f"no numba.core.compiler_lock.global_compiler_lock.{name}")
+    return normalize_signature, lock
+
+
+def _takes_one_argument(method):
+    """Whether ``method`` is a callable of one positional argument."""
+    if not callable(method):
+        return False
+    try:
+        parameters = list(inspect.signature(method).parameters.values())
+    except (TypeError, ValueError):  # no signature to read: not numba's Python method
+        return False
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    return len(parameters) == 1 and parameters[0].kind in positional
 
 
 def _in_worker_task():
@@ -214,13 +275,61 @@ def kernels():
 
 def lock_kernels():
     """Make every dasktrees kernel compile under its file lock, with a cache that goes stale with
-    any source file of the package (see the module docstring); kernels already locked are left
-    as they are."""
-    stamp = package_stamp(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    for dispatcher in kernels().values():
-        if not hasattr(dispatcher.compile, "__wrapped__"):
-            stamp_cache(dispatcher, stamp)
-            _locked(dispatcher)
+    any source file of the package (see the module docstring); kernels already patched are left
+    as they are.
+
+    Never raises: where numba's internals are not what a patch relies on, the kernel keeps
+    numba's own behaviour for it, and one ``RuntimeWarning`` a process says what was not found
+    (``NumbaInternalsChanged``).
+    """
+    found = {}
+    try:
+        stamp = package_stamp(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        dispatchers = kernels()
+    except Exception as error:  # numba's registry moved: nothing is patched
+        found["lock"] = found["stamp"] = f"kernels not listed ({type(error).__name__}: {error})"
+        dispatchers = {}
+    for name, dispatcher in dispatchers.items():
+        if name in _patched:
+            continue
+        _patched.add(name)
+        for patch, apply, args in (
+            ("stamp", stamp_cache, (dispatcher, stamp)),
+            ("lock", _locked, (dispatcher,)),
+        ):
+            try:
+                apply(*args)
+            except NumbaInternalsChanged as error:
+                found.setdefault(patch, str(error))
+            except Exception as error:  # an error while patching: numba differs all the same
+                found.setdefault(patch, f"{type(error).__name__} while patching: {error}")
+    _warn_once(found)
+
+
+# What a kernel does without each patch (``lock_kernels``).
+_FALLBACKS = {
+    "lock": "no per-kernel lock (processes that start together may each compile a kernel)",
+    "stamp": "no package stamp (a kernel's cache is checked against its own source file only)",
+}
+
+
+def _warn_once(found):
+    """One ``RuntimeWarning`` for what ``found`` (what was not found, by patch) holds that this
+    process has not reported yet."""
+    new = {patch: what for patch, what in found.items() if (patch, what) not in _reported}
+    if not new:
+        return
+    _reported.update(new.items())
+    import numba
+
+    warnings.warn(
+        f"dasktrees: numba {numba.__version__}'s internals are not what dasktrees' kernel cache "
+        f"expects ({'; '.join(new.values())}). Kernels fall back to numba's own caching: "
+        f"{'; '.join(_FALLBACKS[patch] for patch in sorted(new))}. pyproject.toml lists the "
+        "numba versions tested.",
+        RuntimeWarning,
+        stacklevel=3,
+    )
 
 
 def package_stamp(root):
@@ -243,12 +352,25 @@ def stamp_cache(dispatcher, stamp):
 
     numba writes the source stamp it holds into the cache's index and drops an index whose
     stamp differs from it. The stamp lives in a private attribute of numba's cache
-    (``IndexDataCacheFile._source_stamp``, as of numba 0.68); without it (another
-    numba) the kernel keeps numba's own check.
+    (``IndexDataCacheFile._source_stamp``, as of numba 0.68). A kernel without a cache
+    (``cache=False``) has nothing to stamp.
+
+    Raises
+    ------
+    NumbaInternalsChanged
+        The dispatcher's cache keeps no such stamp (another numba); the kernel then keeps
+        numba's own check.
     """
-    cache_file = getattr(getattr(dispatcher, "_cache", None), "_cache_file", None)
-    if cache_file is not None and hasattr(cache_file, "_source_stamp"):
-        cache_file._source_stamp = (cache_file._source_stamp, stamp)
+    cache = getattr(dispatcher, "_cache", None)
+    if cache is not None and getattr(cache, "cache_path", "") is None:  # numba's NullCache
+        return
+    cache_file = getattr(cache, "_cache_file", None)
+    # numba reads the stamp in _load_index and writes it in _save_index: both must be there.
+    if "_source_stamp" not in getattr(cache_file, "__dict__", {}) or not all(
+        callable(getattr(cache_file, name, None)) for name in ("_load_index", "_save_index")
+    ):
+        raise NumbaInternalsChanged("no Dispatcher._cache._cache_file._source_stamp")
+    cache_file._source_stamp = (cache_file._source_stamp, stamp)
 
 
 def compile_counts():
