@@ -8,10 +8,18 @@ import numbers
 import os
 import secrets
 import shutil
+from pathlib import Path
+from typing import IO, Any
 
 import numpy as np
 
 from ..core.dtypes import TREE_ARRAY_DTYPES
+
+# A manifest, or an object of one, as JSON holds it (``json.loads``); a shipped tree's state
+# (``tree.wire``) has the same form.
+Manifest = dict[str, Any]
+# A file's arrays, by name.
+Arrays = dict[str, np.ndarray]
 
 FORMAT = "dasktrees-model"
 # Version 5 stores each tree as a forest task ships it (``tree.wire``): split fields for split
@@ -138,7 +146,7 @@ ESTIMATOR_MODULES = (
 )
 
 
-def estimator_kind(estimator):
+def estimator_kind(estimator: object) -> tuple[str, str] | None:
     """``(kind, task)`` of a dasktrees estimator of ``ESTIMATOR_KINDS`` ("tree" or "forest",
     "classification" or "regression"), None for any other object."""
     cls = type(estimator)
@@ -160,7 +168,7 @@ OOB_SCORES = ("oob_score_", "oob_coverage_")
 BIN_PARAMS = ("max_bins", "categorical_features", "subsample", "random_state")
 
 
-def to_json(value, where, scalar=False):
+def to_json(value: object, where: str, scalar: bool = False) -> Any:
     """``value`` as JSON: numpy scalars and arrays become Python ones, tuples become lists,
     and a dict becomes ``{"dict": [[key, value], ...]}`` so that its keys keep their type (a
     ``class_weight`` keyed by int classes). Anything else is a TypeError naming ``where``."""
@@ -187,18 +195,18 @@ def to_json(value, where, scalar=False):
     )
 
 
-def array_checksum(array):
-    return hashlib.sha256(np.ascontiguousarray(array)).hexdigest()
+def array_checksum(array: np.ndarray) -> str:
+    return hashlib.sha256(np.ascontiguousarray(array).data).hexdigest()
 
 
-def manifest_checksum(manifest):
+def manifest_checksum(manifest: Manifest) -> str:
     """sha256 of the manifest's canonical JSON, without its own checksum field."""
     body = {key: value for key, value in manifest.items() if key != "manifest_sha256"}
     text = json.dumps(body, sort_keys=True, separators=(",", ":"), allow_nan=False)
     return hashlib.sha256(text.encode("ascii")).hexdigest()
 
 
-def write_directory(path, manifest, arrays):
+def write_directory(path: Path, manifest: Manifest, arrays: Arrays) -> None:
     """Write ``path/arrays.npz`` and ``path/manifest.json`` in a sibling directory, then rename
     it to ``path``; an existing model there is moved aside first and removed last."""
     if (path.exists() or path.is_symlink()) and not _is_model_directory(path):
@@ -209,7 +217,8 @@ def write_directory(path, manifest, arrays):
     os.mkdir(tmp)
     try:
         with open(tmp / ARRAYS, "wb") as f:
-            np.savez(f, **arrays)
+            # numpy's stubs take any keyword of savez for its allow_pickle flag
+            np.savez(f, **arrays)  # type: ignore[arg-type]
             _sync(f)
         with open(tmp / MANIFEST, "w", encoding="ascii") as f:
             json.dump(manifest, f, indent=1, allow_nan=False)
@@ -235,7 +244,7 @@ def write_directory(path, manifest, arrays):
         shutil.rmtree(old)
 
 
-def _sync_directory(directory):
+def _sync_directory(directory: Path) -> None:
     """fsync a directory, so that a rename in it survives a crash (where the OS allows it)."""
     try:
         fd = os.open(directory, os.O_RDONLY)
@@ -250,13 +259,13 @@ def _sync_directory(directory):
         os.close(fd)
 
 
-def _sync(f):
+def _sync(f: IO[Any]) -> None:
     """Flush ``f`` to the disk, so that the rename never publishes a file still in memory."""
     f.flush()
     os.fsync(f.fileno())
 
 
-def _is_model_directory(path):
+def _is_model_directory(path: Path) -> bool:
     try:
         manifest = json.loads((path / MANIFEST).read_text(encoding="utf-8"))
     except (OSError, ValueError, RecursionError):
@@ -264,11 +273,11 @@ def _is_model_directory(path):
     return isinstance(manifest, dict) and manifest.get("format") == FORMAT
 
 
-def is_scalar(value):
+def is_scalar(value: object) -> bool:
     return isinstance(value, (str, int, float))  # bool is an int
 
 
-def from_json(value, where):
+def from_json(value: Any, where: str) -> Any:
     """Inverse of ``to_json``: ``{"dict": [[key, value], ...]}`` is a dict again."""
     if isinstance(value, list):
         return [from_json(item, where) for item in value]

@@ -4,10 +4,13 @@ its data is read), dtype, shape and checksum against the manifest; and the trees
 against what the prediction kernels assume. Knows no estimator class."""
 
 import json
+import os
 import struct
 import tokenize
 import zipfile
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any, NoReturn
 
 import numpy as np
 
@@ -31,6 +34,8 @@ from .format import (
     SPLIT_BITS,
     SPLIT_FIELDS,
     TREE_FITTED,
+    Arrays,
+    Manifest,
     array_checksum,
     from_json,
     is_scalar,
@@ -58,12 +63,13 @@ _HEADER_READERS = {
 }
 
 
-def _is_int(value):
+def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
 # A field's description (for the error) and test.
-_ANY = ("a value", lambda v: True)
+Field = tuple[str, Callable[[Any], bool]]
+_ANY: Field = ("a value", lambda v: True)
 
 
 _COUNT = ("an int >= 0", lambda v: _is_int(v) and v >= 0)
@@ -152,7 +158,7 @@ _TREES_FIELDS = {
 _ARRAY_FIELDS = {"dtype": _STR, "shape": _COUNTS, "sha256": _STR}
 
 
-def _check_fields(obj, fields, where):
+def _check_fields(obj: object, fields: dict[str, Field], where: str) -> None:
     """``obj`` is a JSON object with exactly ``fields``, each passing its test."""
     if not isinstance(obj, dict):
         raise ValueError(f"{where} must be an object, got {_short(obj)}")
@@ -168,12 +174,12 @@ def _check_fields(obj, fields, where):
         raise ValueError(f"{where}: unknown fields {unknown}")
 
 
-def _short(value):
+def _short(value: object) -> str:
     text = repr(value)
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-def read_manifest(path):
+def read_manifest(path: str | os.PathLike) -> Manifest:
     """Read and check the manifest of the model directory ``path``, without its arrays (the
     parameters' names are ``reading``'s to check).
 
@@ -223,10 +229,10 @@ def read_manifest(path):
     return manifest
 
 
-def _check_version(version, file):
+def _check_version(version: object, file: Path) -> None:
     """Refuse a manifest of another format version than this dasktrees writes, before any other
     check: another version's fields and arrays are not this one's."""
-    if not _is_int(version):
+    if isinstance(version, bool) or not isinstance(version, int):
         raise ValueError(f"{file}: field 'format_version' must be an int, got {_short(version)}")
     if version == FORMAT_VERSION:
         return
@@ -243,11 +249,11 @@ def _check_version(version, file):
     )
 
 
-def _reject_constant(name):
+def _reject_constant(name: str) -> NoReturn:
     raise ValueError(f"{name} is not a JSON number")
 
 
-def _check_contents(manifest, where):
+def _check_contents(manifest: Manifest, where: str) -> None:
     """Everything ``reading.load`` relies on in a manifest whose fields have the right JSON
     types (but the parameters' names, which only the estimator's class knows)."""
     kind = ESTIMATOR_KINDS.get(manifest["estimator"])
@@ -284,7 +290,7 @@ def _check_contents(manifest, where):
         _check_fields(entry, _ARRAY_FIELDS, f"{where}: arrays: {name!r}")
 
 
-def _check_bins(bins, n_features, where):
+def _check_bins(bins: Manifest, n_features: int, where: str) -> None:
     _check_fields(bins, _BINS_FIELDS, where)
     _check_fields(bins["params"], dict.fromkeys(BIN_PARAMS, _ANY), f"{where}: params")
     for name, value in bins["params"].items():
@@ -307,7 +313,7 @@ def _check_bins(bins, n_features, where):
             raise ValueError(f"{where}: feature {j}: needs one bin below {MAX_BINS} per category")
 
 
-def _check_trees_entry(trees, is_forest, n_values, where):
+def _check_trees_entry(trees: Manifest, is_forest: bool, n_values: int, where: str) -> None:
     _check_fields(trees, _TREES_FIELDS, where)
     n_trees = trees["n_trees"]
     if n_trees < 1 or (n_trees > 1 and not is_forest):
@@ -324,7 +330,7 @@ def _check_trees_entry(trees, is_forest, n_values, where):
         )
 
 
-def decode_classes(classes, where):
+def decode_classes(classes: Manifest, where: str) -> np.ndarray:
     try:
         dtype = np.dtype(classes["dtype"])
     except (TypeError, ValueError):
@@ -339,7 +345,7 @@ def decode_classes(classes, where):
         raise ValueError(f"{where}: the values do not fit dtype {dtype}: {exc}") from None
 
 
-def expected_dtypes(manifest):
+def expected_dtypes(manifest: Manifest) -> dict[str, str]:
     """The dtype (``str``) every array of the file must have, by name: ``format.ARRAY_DTYPES``,
     but the shipped state's feature indices (the narrowest unsigned type for the features), and
     the whole numbers of ``format.NARROW_DTYPES`` in the type declared, if it is one of
@@ -353,13 +359,13 @@ def expected_dtypes(manifest):
     return dtypes
 
 
-def expected_shapes(manifest):
+def expected_shapes(manifest: Manifest) -> dict[str, tuple[int, ...]]:
     """Shape of every array the manifest's counts call for, by name."""
     trees = manifest["trees"]
     numeric = [f for f in manifest["bins"]["features"] if f["kind"] == "numeric"]
     n_nodes = sum(trees["node_counts"])
     n_splits = sum(trees["split_counts"])
-    shapes = {name: (n_nodes,) for name in SHIPPED_ARRAYS}
+    shapes: dict[str, tuple[int, ...]] = {name: (n_nodes,) for name in SHIPPED_ARRAYS}
     shapes.update({name: (n_splits,) for name in SPLIT_FIELDS})
     shapes["is_split"] = ((n_nodes + 7) // 8,)
     shapes.update({name: ((n_splits + 7) // 8,) for name in SPLIT_BITS})
@@ -422,14 +428,16 @@ def expected_shapes(manifest):
     return shapes
 
 
-def _declared_length(manifest, name):
+def _declared_length(manifest: Manifest, name: str) -> tuple[int, ...]:
     """The shape the manifest declares for array ``name`` if it is 1-d (a length the manifest
     does not count, checked once the arrays are read), else one no array has."""
     entry = manifest["arrays"].get(name, {"shape": []})
     return tuple(entry["shape"]) if len(entry["shape"]) == 1 else (-1,)
 
 
-def read_arrays(npz, declared, shapes, dtypes):
+def read_arrays(
+    npz: Path, declared: Manifest, shapes: dict[str, tuple[int, ...]], dtypes: dict[str, str]
+) -> Arrays:
     """The arrays of ``npz``, each checked against its manifest entry and expected shape and
     dtype (``expected_shapes``, ``expected_dtypes``)."""
     if set(declared) != set(shapes):
@@ -442,7 +450,7 @@ def read_arrays(npz, declared, shapes, dtypes):
         raise ValueError(f"{npz.parent} is incomplete: {ARRAYS} is missing") from None
     except _CORRUPT as exc:
         raise ValueError(f"{npz} is truncated or corrupt: {exc}") from exc
-    arrays = {}
+    arrays: Arrays = {}
     with archive:
         for info in archive.infolist():
             name = info.filename.removesuffix(".npy")
@@ -457,7 +465,15 @@ def read_arrays(npz, declared, shapes, dtypes):
     return arrays
 
 
-def _read_array(archive, info, name, entry, shape, dtype_str, npz):
+def _read_array(
+    archive: zipfile.ZipFile,
+    info: zipfile.ZipInfo,
+    name: str,
+    entry: Manifest | None,
+    shape: tuple[int, ...] | None,
+    dtype_str: str | None,
+    npz: Path,
+) -> np.ndarray:
     """One member of the archive: its header first (an object array stops here, before any of
     its data is read), then its data, checked against its manifest ``entry``."""
     try:
@@ -515,7 +531,7 @@ _NON_NEGATIVE = (
 )
 
 
-def check_numbers(a, bins, npz):
+def check_numbers(a: Arrays, bins: Manifest, npz: Path) -> None:
     """Check the numbers the trees and bins of a file predict with, as fitting makes them: every
     floating-point array finite (but ``oob_curve``, a report that prediction never reads, and a
     quantile forest's leaf targets, which ``check_leaf_targets`` checks), weights and
@@ -538,7 +554,9 @@ def check_numbers(a, bins, npz):
                 raise ValueError(f"{npz}: array {name!r}: feature {j}: not increasing")
 
 
-def check_shipped_trees(a, trees, feature_is_categorical, npz):
+def check_shipped_trees(
+    a: Arrays, trees: Manifest, feature_is_categorical: np.ndarray, npz: Path
+) -> tuple[np.ndarray, np.ndarray]:
     """Check that the trees of a file (``format.SHIPPED_ARRAYS`` in ``a``, counted by the
     manifest's ``trees``) are trees the kernels can walk, and that a regressor's leaf impurities
     are as many as their bits mark; give the nodes' depths (which a file does not store).
@@ -596,7 +614,9 @@ def check_shipped_trees(a, trees, feature_is_categorical, npz):
     return is_split, depth
 
 
-def _depth_first_children(packed, nodes, trees, npz):
+def _depth_first_children(
+    packed: np.ndarray, nodes: "_Nodes", trees: Manifest, npz: Path
+) -> np.ndarray:
     """The left children of the split nodes of every tree (local ids, concatenated) of a file
     that numbers them depth-first, as the grower does (``tree.depth_first_children``), from
     the flags in ``packed`` (``is_split``); refused if a tree's flags do not number its nodes
@@ -616,7 +636,7 @@ def _depth_first_children(packed, nodes, trees, npz):
     return np.concatenate(out) if out else np.empty(0, dtype=np.int32)
 
 
-def _check_marks(tree, counts, name, what, npz):
+def _check_marks(tree: np.ndarray, counts: Sequence[int], name: str, what: str, npz: Path) -> None:
     """Check that the nodes a bit array marks (``tree``: the tree of each) are as many in each
     tree as the manifest's ``counts``."""
     marked = np.bincount(tree, minlength=len(counts))
@@ -632,14 +652,14 @@ class _Nodes:
     """The nodes of concatenated trees (``counts`` nodes each), and the checks on them; a
     failed check names the file, the tree and the node."""
 
-    def __init__(self, counts, npz):
+    def __init__(self, counts: Sequence[int], npz: Path) -> None:
         self.counts = np.asarray(counts, dtype=np.int64)
         self.tree = np.repeat(np.arange(len(self.counts)), self.counts)  # tree of each node
         self.start = (np.cumsum(self.counts) - self.counts)[self.tree]  # its tree's root
         self.index = np.arange(len(self.tree))
         self.npz = npz
 
-    def require(self, ok, at, problem):
+    def require(self, ok: np.ndarray, at: np.ndarray, problem: str) -> None:
         if not ok.all():
             bad = at[np.argmin(ok)]
             raise ValueError(
@@ -647,8 +667,16 @@ class _Nodes:
             )
 
     def check_splits(
-        self, split, left, right, feature, categorical, bitset_row, bitset_counts, is_categorical
-    ):
+        self,
+        split: np.ndarray,
+        left: np.ndarray,
+        right: np.ndarray,
+        feature: np.ndarray,
+        categorical: np.ndarray,
+        bitset_row: np.ndarray,
+        bitset_counts: Sequence[int],
+        is_categorical: np.ndarray,
+    ) -> tuple[np.ndarray, np.ndarray]:
         """Check the split nodes ``split`` (global indices) with their local children, feature,
         kind and bitset row: each child later in the split's tree, every node but a root one
         parent, the feature, its kind and the bitset row existing. Returns the children's global
@@ -682,7 +710,7 @@ class _Nodes:
         return left, right
 
 
-def check_leaf_targets(a, n_leaves, npz):
+def check_leaf_targets(a: Arrays, n_leaves: int, npz: Path) -> None:
     """Check that a quantile forest's leaf targets (``format.LEAF_TARGET_ARRAYS`` in ``a``) are
     what ``quantiles.quantile_rows`` walks without checking bounds: one range of entries per leaf
     of the forest, in order, covering every entry; within a leaf, target indices into the table
@@ -691,7 +719,7 @@ def check_leaf_targets(a, n_leaves, npz):
     offsets, ids = a["leaf_offsets"], a["leaf_target_ids"]
     weights, targets = a["leaf_cum_weights"], a["leaf_targets"]
 
-    def require(ok, name, problem):
+    def require(ok: object, name: str, problem: str) -> None:
         if not ok:
             raise ValueError(f"{npz}: array {name!r}: {problem}")
 

@@ -2,7 +2,10 @@
 caller gives (``estimators.loading`` names dasktrees' classes); and ``describe``, what a model is
 from its manifest alone."""
 
+import os
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -20,6 +23,8 @@ from .format import (
     SHIPPED_ARRAYS,
     SPLIT_BITS,
     SPLIT_FIELDS,
+    Arrays,
+    Manifest,
     from_json,
 )
 from .integrity import (
@@ -34,7 +39,7 @@ from .integrity import (
 )
 
 
-def describe(path, estimators):
+def describe(path: str | os.PathLike, estimators: Mapping[str, type]) -> dict[str, Any]:
     """What the model at ``path`` is, from its checked manifest alone (``dasktrees inspect``).
 
     Returns
@@ -67,14 +72,14 @@ def describe(path, estimators):
     }
 
 
-def _read_manifest(path, estimators):
+def _read_manifest(path: str | os.PathLike, estimators: Mapping[str, type]) -> Manifest:
     """``integrity.read_manifest``, and the parameters' names checked against the class."""
     manifest = read_manifest(path)
     _decode_params(manifest["params"], estimators[manifest["estimator"]], Path(path) / MANIFEST)
     return manifest
 
 
-def _decode_params(params, cls, where):
+def _decode_params(params: Manifest, cls: type, where: str | Path) -> dict[str, Any]:
     """The file's parameters as ``cls`` takes them; one the file does not hold is left out, and
     takes the class default."""
     defaults = cls().get_params(deep=False)
@@ -92,7 +97,7 @@ def _decode_params(params, cls, where):
     return decoded
 
 
-def load(path, estimators):
+def load(path: str | os.PathLike, estimators: Mapping[str, type]) -> Any:
     """Load an estimator written by ``save`` (``estimator.save(path)``).
 
     Nothing in the file is executed: the manifest is JSON, the arrays are read with
@@ -146,7 +151,7 @@ def load(path, estimators):
     )
 
 
-def _criterion(manifest):
+def _criterion(manifest: Manifest) -> int:
     """The criterion code (``criteria``) of the file's trees; a classifier's derives their
     impurities."""
     if ESTIMATOR_KINDS[manifest["estimator"]][1] == "regression":
@@ -160,7 +165,13 @@ def _criterion(manifest):
     return CLASSIFICATION_CRITERIA[name]
 
 
-def _shipped_trees(arrays, trees, structure, mapper, criterion):
+def _shipped_trees(
+    arrays: Arrays,
+    trees: Manifest,
+    structure: tuple[np.ndarray, np.ndarray],
+    mapper: BinMapper,
+    criterion: int,
+) -> list[Tree]:
     """The trees of a file, each kept in its shipped state (``Tree.shipped``): views of the
     concatenated arrays, but for each tree's bits and depth."""
     is_split, depth = structure
@@ -214,11 +225,13 @@ def _shipped_trees(arrays, trees, structure, mapper, criterion):
     return out
 
 
-def _build_bin_mapper(bins, edges, values):
+def _build_bin_mapper(bins: Manifest, edges: np.ndarray, values: np.ndarray) -> BinMapper:
     features = bins["features"]
     numeric = [f for f in features if f["kind"] == "numeric"]
-    edges = iter(np.split(edges, np.cumsum([f["n_edges"] for f in numeric], dtype=np.int64)[:-1]))
-    values = iter(
+    edge_parts = iter(
+        np.split(edges, np.cumsum([f["n_edges"] for f in numeric], dtype=np.int64)[:-1])
+    )
+    value_parts = iter(
         np.split(values, np.cumsum([f["n_values"] for f in numeric], dtype=np.int64)[:-1])
     )
     mapper = BinMapper(**{name: from_json(v, name) for name, v in bins["params"].items()})
@@ -226,10 +239,12 @@ def _build_bin_mapper(bins, edges, values):
     names = bins["feature_names"]
     mapper.feature_names_in_ = None if names is None else np.asarray(names, dtype=object)
     mapper.is_categorical_ = np.array([f["kind"] == "categorical" for f in features], dtype=bool)
-    per_feature = [], [], [], []  # edges, values, categories, bins
+    # edges, values, categories, bins
+    per_feature: tuple[list[Any], list[Any], list[Any], list[Any]] = [], [], [], []
     for f in features:
+        columns: tuple[Any, Any, Any, Any]
         if f["kind"] == "numeric":
-            columns = (next(edges), next(values), None, None)
+            columns = (next(edge_parts), next(value_parts), None, None)
         else:
             # fromiter keeps each category's own type (np.array would turn [1, "a"] into strings)
             categories = np.fromiter(f["categories"], dtype=object, count=len(f["categories"]))
@@ -239,7 +254,14 @@ def _build_bin_mapper(bins, edges, values):
     return mapper.set_bins(*per_feature)
 
 
-def _build_estimator(cls, manifest, mapper, trees, oob_curve, leaf_targets):
+def _build_estimator(
+    cls: type,
+    manifest: Manifest,
+    mapper: BinMapper,
+    trees: list[Tree],
+    oob_curve: np.ndarray | None,
+    leaf_targets: LeafTargets | None,
+) -> Any:
     estimator = cls(**_decode_params(manifest["params"], cls, MANIFEST))
     for name, value in manifest["fitted"].items():
         setattr(estimator, name, float(value) if name in OOB_SCORES else value)
