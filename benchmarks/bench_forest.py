@@ -341,8 +341,8 @@ def overhead(args):
 
 def _spec_of(model, data):
     from dasktrees.core.params import check_tree_params
-    from dasktrees.learner.sampling import sampling_rate
     from dasktrees.distributed.train import ForestSpec
+    from dasktrees.learner.sampling import sampling_rate
 
     return ForestSpec(
         params=check_tree_params(

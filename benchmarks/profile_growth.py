@@ -27,10 +27,10 @@ import numpy as np  # noqa: E402
 from numba import njit  # noqa: E402
 
 from dasktrees import BinMapper, DecisionTreeClassifier, DecisionTreeRegressor  # noqa: E402
+from dasktrees.core.criteria import GINI, SQUARED_ERROR  # noqa: E402
 from dasktrees.core.dtypes import N_BIN_CODES, TREE_LEAF  # noqa: E402
 from dasktrees.core.params import check_tree_params  # noqa: E402
 from dasktrees.core.rng import new_state  # noqa: E402
-from dasktrees.core.criteria import GINI, SQUARED_ERROR  # noqa: E402
 from dasktrees.learner import grower as grower_module  # noqa: E402
 from dasktrees.learner.grower import (  # noqa: E402
     _TOTAL,

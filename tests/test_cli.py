@@ -6,6 +6,7 @@ starts a real ``dask scheduler`` and two ``dask worker`` processes.
 """
 
 import json
+import shutil
 import socket
 import subprocess
 import sys
@@ -858,6 +859,28 @@ def test_predict_quantiles_of_a_model_without_them_is_refused(capsys, tmp_path, 
     assert code == 2, err
     assert "--quantiles: " in err and "holds a DecisionTreeClassifier, not a quantile forest" in err
     assert not (tmp_path / "o.csv").exists()
+
+
+def test_predict_with_a_model_of_an_older_format_writes_nothing(capsys, tmp_path, saved_model):
+    # Only the current model format is read (docs/models.md, "Format versions").
+    path, _, X = saved_model
+    old = tmp_path / "old-model"
+    shutil.copytree(path, old)
+    manifest = json.loads((old / "manifest.json").read_text())
+    manifest["format_version"] = model_format.FORMAT_VERSION - 1
+    manifest["manifest_sha256"] = model_format.manifest_checksum(manifest)
+    (old / "manifest.json").write_text(json.dumps(manifest))
+    X.to_csv(tmp_path / "in.csv", index=False)
+    before = sorted(tmp_path.rglob("*"))
+    code, out, err = run_cli(
+        capsys, "predict", old, tmp_path / "in.csv", "--output", tmp_path / "o.csv"
+    )
+    assert code == 1, err
+    assert (
+        f"{old / 'manifest.json'} was written in model format 4; this dasktrees reads format 5 "
+        "only: refit the model and save it again"
+    ) in failure_line(err)
+    assert sorted(tmp_path.rglob("*")) == before
 
 
 def test_inspect(capsys, saved_model):

@@ -11,7 +11,9 @@ import os
 import subprocess
 import sys
 import textwrap
+import warnings
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -138,9 +140,105 @@ def test_package_stamp_sees_an_edit_of_any_source_file(tmp_path):
 
 def test_every_kernel_cache_is_stamped_with_the_package():
     stamp = kernel_cache.package_stamp(os.path.dirname(os.path.dirname(kernel_cache.__file__)))
-    assert any(path == os.path.join("core", "dtypes.py") for path, _, _ in stamp)  # constants the kernels read
+    # constants the kernels read
+    assert any(path == os.path.join("core", "dtypes.py") for path, _, _ in stamp)
     for name, dispatcher in kernel_cache.kernels().items():
         assert dispatcher._cache._cache_file._source_stamp[1] == stamp, name
+
+
+# numba as another version may have it: dispatcher statistics that do not name the cache's folder
+# (numba reads them nowhere itself), and a cache file whose source stamp cannot be set again once
+# numba has set it. numba itself works as before.
+OTHER_NUMBA = """
+    import json, os, warnings
+    from types import SimpleNamespace
+
+    import numpy as np
+    from numba.core import caching, dispatcher
+
+    def stats(self):
+        return SimpleNamespace(cache_hits=self._cache_hits, cache_misses=self._cache_misses)
+
+    dispatcher.Dispatcher.stats = property(stats)
+
+    class FrozenStamp(caching.IndexDataCacheFile):
+        def __setattr__(self, name, value):
+            if name == "_source_stamp" and name in self.__dict__:
+                raise AttributeError("_source_stamp is read-only")
+            super().__setattr__(name, value)
+
+    caching.IndexDataCacheFile = FrozenStamp
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        import dasktrees
+        from dasktrees.core import kernel_cache
+
+        kernel_cache.lock_kernels()  # again: nothing new to say
+        X = np.random.default_rng(0).normal(size=(300, 3))
+        codes = dasktrees.BinMapper(max_bins=16).fit(X).transform(X)
+    dispatchers = kernel_cache.kernels().values()
+    package = kernel_cache.package_stamp(os.path.dirname(dasktrees.__file__))
+    stamps = [d._cache._cache_file._source_stamp for d in dispatchers]
+    print(json.dumps({
+        "warnings": [
+            [w.category.__name__, str(w.message)] for w in caught if "numba" in str(w.message)
+        ],
+        "locked": sum(hasattr(d.compile, "__wrapped__") for d in dispatchers),
+        "stamped": sum(isinstance(s, tuple) and s[-1] == package for s in stamps),
+        "compiled": kernel_cache.compile_counts()[0],
+        "bins": int(codes.max()) + 1,
+    }))
+"""
+
+
+def test_another_numbas_internals_warn_once_and_kernels_compile_as_numba_alone(tmp_path):
+    result = run_python(OTHER_NUMBA, tmp_path)
+    [[category, message]] = result["warnings"]
+    assert category == "RuntimeWarning"
+    assert "no Dispatcher.stats.cache_path" in message
+    assert "AttributeError while patching: _source_stamp is read-only" in message
+    assert "no per-kernel lock" in message and "no package stamp" in message
+    assert result["locked"] == result["stamped"] == 0  # numba's own behaviour, every kernel
+    assert result["compiled"] > 0 and result["bins"] == 16  # the kernels compile and run
+
+
+def _fake_kernel(**parts):
+    """An object with what ``lock_kernels`` patches of a numba dispatcher (a kernel's
+    ``compile``, ``overloads``, ``stats``, ``py_func``), but for the ``parts`` set to None."""
+
+    def compile(sig):
+        return sig
+
+    kernel = {
+        "compile": compile,
+        "overloads": {},
+        "stats": SimpleNamespace(cache_path=None),
+        "py_func": compile,
+        **parts,
+    }
+    return SimpleNamespace(**{name: part for name, part in kernel.items() if part is not None})
+
+
+def test_unexpected_dispatchers_are_left_as_they_are_with_one_warning(monkeypatch):
+    # The stamp needs numba's cache file (none here); the lock needs compile(sig) and overloads.
+    fakes = {"a": _fake_kernel(), "b": _fake_kernel(compile=None), "c": _fake_kernel(overloads=[])}
+    monkeypatch.setattr(kernel_cache, "kernels", lambda: fakes)
+    monkeypatch.setattr(kernel_cache, "_patched", set())
+    monkeypatch.setattr(kernel_cache, "_reported", set())
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        kernel_cache.lock_kernels()
+        kernel_cache.lock_kernels()
+    [warning] = caught
+    assert warning.category is RuntimeWarning
+    message = str(warning.message)
+    assert "no Dispatcher._cache._cache_file._source_stamp" in message
+    assert "no Dispatcher.compile(sig) of one argument" in message
+    assert "fall back to numba's own caching" in message
+    assert hasattr(fakes["a"].compile, "__wrapped__")  # what numba has is still patched
+    assert not hasattr(fakes["b"], "compile")
+    assert not hasattr(fakes["c"].compile, "__wrapped__")
+    assert fakes["a"].compile("float64(float64)") == "float64(float64)"  # no cache: no lock
 
 
 def test_warmup_fills_an_empty_cache_and_the_next_process_compiles_nothing(tmp_path):

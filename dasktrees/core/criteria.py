@@ -198,7 +198,8 @@ def information_gain(y, x, criterion="entropy", sample_weight=None):
     parent, y_codes, n_classes = _class_stats(y, sample_weight)
     _, x_codes = np.unique(x, return_inverse=True)
     children = np.zeros((x_codes.max() + 1, n_classes + 1))
-    np.add.at(children, (x_codes, 0), 1.0)
+    # numpy's stubs type no index that mixes an array and an int
+    np.add.at(children, (x_codes, 0), 1.0)  # type: ignore[arg-type]
     np.add.at(children, (x_codes, y_codes + 1), sample_weight)
     w = parent[1:].sum()
     child_term = sum(child[1:].sum() / w * impurity(child, code) for child in children)

@@ -4,6 +4,11 @@ The model file's format and its checks are ``modelfile``'s; this module names th
 file may hold (the allowlist), which only the estimators' layer knows.
 """
 
+import os
+from typing import Any
+
+from sklearn.base import BaseEstimator
+
 from ..modelfile import reading
 from .forests import (
     ExtraTreesClassifier,
@@ -16,7 +21,7 @@ from .trees import DecisionTreeClassifier, DecisionTreeRegressor
 
 # The classes a model file may name (``modelfile.format.ESTIMATOR_KINDS``). The name in a file is
 # looked up here, never imported.
-ESTIMATORS = {
+ESTIMATORS: dict[str, type[BaseEstimator]] = {
     cls.__name__: cls
     for cls in (
         DecisionTreeClassifier,
@@ -31,7 +36,7 @@ ESTIMATORS = {
 }
 
 
-def load(path):
+def load(path: str | os.PathLike) -> BaseEstimator:
     """Load an estimator written by ``save`` (``estimator.save(path)``).
 
     Nothing in the file is executed: the manifest is JSON, the arrays are read with
@@ -54,13 +59,14 @@ def load(path):
     FileNotFoundError
         Nothing exists at ``path``.
     ValueError
-        The model is truncated, corrupt, modified, holds an object array, has an unknown format
-        version or is inconsistent; the message names the file and the problem.
+        The model is truncated, corrupt, modified, holds an object array, is of another format
+        version than this dasktrees writes (docs/models.md, "Format versions") or is
+        inconsistent; the message names the file and the problem.
     """
     return reading.load(path, ESTIMATORS)
 
 
-def describe(path):
+def describe(path: str | os.PathLike) -> dict[str, Any]:
     """What the model at ``path`` is, from its checked manifest alone (``dasktrees inspect``);
     see ``modelfile.reading.describe``."""
     return reading.describe(path, ESTIMATORS)

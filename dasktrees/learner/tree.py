@@ -106,7 +106,7 @@ class Tree:
         """
         tree = cls.__new__(cls)
         tree.n_features = int(state["n_features"])
-        tree._shipped = (from_version_2(state), thresholds)
+        tree._shipped = (state, thresholds)
         return tree
 
     def __getattr__(self, name):
@@ -394,7 +394,6 @@ _NOT_IN_ARRAYS = (
     "leaf_n_node_samples",
     "leaf_weighted_n_node_samples",
     "leaf_value",
-    "leaf_impurity",
     "nonzero_leaf_impurity_bits",
     "nonzero_leaf_impurity",
     "children_right",
@@ -438,21 +437,6 @@ def children(state):
     return left, left + 1 if right is None else right.astype(np.int32, copy=False)
 
 
-def from_version_2(state):
-    """A shipped state as model format 2 (and the forest pickles of its time) held it, in
-    today's form: ``missing_go_to_left`` (uint8) and ``bitset_idx`` (int32, -1 for a numeric
-    split) at every split become their bits and the categorical splits' rows."""
-    if "bitset_idx" not in state:
-        return state
-    state = dict(state)
-    bitset_idx = state.pop("bitset_idx")
-    categorical = bitset_idx >= 0
-    state["missing_go_to_left_bits"] = np.packbits(state.pop("missing_go_to_left") != 0)
-    state["is_categorical_bits"] = np.packbits(categorical)
-    state["categorical_bitset_idx"] = bitset_idx[categorical].astype(np.uint32)
-    return state
-
-
 # What the per-node values of a shipped state are (``Tree.split_nodes``).
 NODE_VALUES = 0  # ``value``: class fractions or means, every node
 NODE_COUNTS = 1  # a classifier's weighted class counts, every node
@@ -493,10 +477,7 @@ def node_moments(state, weight=None):
 
 def leaf_impurities(state):
     """A shipped regressor's leaves' impurities (a state with ``leaf_value``), in node order:
-    zero but where ``nonzero_leaf_impurity_bits`` says otherwise (``wire.put_leaf_impurity``),
-    or as a version 4 file and the forest pickles of its time held them (``leaf_impurity``)."""
-    if "leaf_impurity" in state:
-        return state["leaf_impurity"]
+    zero but where ``nonzero_leaf_impurity_bits`` says otherwise (``wire.put_leaf_impurity``)."""
     n_leaves = len(state["leaf_value"])
     nonzero = np.unpackbits(state["nonzero_leaf_impurity_bits"], count=n_leaves).view(bool)
     impurity = np.zeros(n_leaves)

@@ -297,10 +297,10 @@ def state_of(tree, criterion):
 
 def _put_moments(state, kinds, compact, value, impurity, weights):
     """Put a regression tree's means and impurities (every node's ``value``, ``impurity``, and
-    ``weights``) in a shipped state: its leaves' only (``leaf_value``, ``leaf_impurity``) when
-    every split node's are its children's pooled (``tree.pool_to_root``), as a grown tree's
-    are, bit for bit (``put_leaf_impurity``); else every node's (a tree of a file written
-    before they were pooled)."""
+    ``weights``) in a shipped state: its leaves' only (``leaf_value``, and the impurities as
+    ``put_leaf_impurity`` puts them) when every split node's are its children's pooled
+    (``tree.pool_to_root``), as a grown tree's are, bit for bit; else every node's
+    (a tree whose split nodes hold other numbers: built or edited outside the grower)."""
     pooled_value, pooled_impurity = value.copy(), impurity.copy()
     left, right = compact["children_left"], compact["children_right"]
     pool_to_root(state["is_split"], left, right, weights, pooled_value, pooled_impurity)

@@ -8,25 +8,30 @@ import numbers
 import os
 import secrets
 import shutil
+from pathlib import Path
+from typing import IO, Any
 
 import numpy as np
 
 from ..core.dtypes import TREE_ARRAY_DTYPES
 
+# A manifest, or an object of one, as JSON holds it (``json.loads``); a shipped tree's state
+# (``tree.wire``) has the same form.
+Manifest = dict[str, Any]
+# A file's arrays, by name.
+Arrays = dict[str, np.ndarray]
+
 FORMAT = "dasktrees-model"
 # Version 5 stores each tree as a forest task ships it (``tree.wire``): split fields for split
-# nodes only, nothing derived, whole numbers in the narrowest type. Version 4 (the same, but a
-# regressor's leaves' impurities all stored, zeros too), version 3 (also a regressor's means and
-# impurities at every node), version 2 (also ``VERSION_2_SPLIT_FIELDS`` at every split, right
-# children always, counts in fixed types) and version 1 (every array of ``tree.TREE_ARRAYS``,
-# every node) are still read.
+# nodes only, nothing derived, whole numbers in the narrowest type. It is the only version read:
+# nothing was released before it, and a file of an older version is refused with a message that
+# says to refit and save the model again (``integrity.read_manifest``, docs/models.md).
 FORMAT_VERSION = 5
-READ_VERSIONS = (1, 2, 3, 4, 5)
 MANIFEST = "manifest.json"
 ARRAYS = "arrays.npz"
 
 
-# The tree arrays of a version 5 file, the fields of a shipped state (``tree.wire.encode``),
+# The tree arrays of a file, the fields of a shipped state (``tree.wire.encode``),
 # concatenated over the trees: ``is_split`` (np.packbits of every node's flag, the trees' nodes
 # one after the other), the split fields at split nodes (``children_right`` only when a split's
 # right child is not the node after its left one), their flags as bits (``SPLIT_BITS``, the
@@ -40,7 +45,7 @@ ARRAYS = "arrays.npz"
 # its fractions (a pruned tree), hold ``value`` and weights, and a regressor's ``impurity``
 # too: a regressor's leaves' only (``leaf_value``, and the impurities as the leaves that have
 # one not zero, ``nonzero_leaf_impurity_bits``, a bit a leaf, and those impurities,
-# ``nonzero_leaf_impurity``; version 4 stored every leaf's, ``leaf_impurity``) when every tree's
+# ``nonzero_leaf_impurity``) when every tree's
 # split nodes have their children's pooled (``tree.pool_to_root``; every grown tree), else every
 # node's. Row counts and those weights are the leaves' only (``leaf_n_node_samples``,
 # ``leaf_weighted_n_node_samples``) when every tree's split nodes have their children's summed
@@ -61,22 +66,21 @@ SHIPPED_ARRAYS = (
     "n_node_samples",
     "leaf_weighted_n_node_samples",
     "weighted_n_node_samples",
-    "leaf_impurity",
     "nonzero_leaf_impurity_bits",
     "nonzero_leaf_impurity",
     "impurity",
 )
 
-# What a version 2 file stores at every split node instead of ``SPLIT_BITS`` and
-# ``categorical_bitset_idx`` (``tree.from_version_2`` turns them into those).
-VERSION_2_SPLIT_FIELDS = ("missing_go_to_left", "bitset_idx")
-
 # Every array a file may hold, with its dtype: the tree's own (``_dtypes.TREE_ARRAY_DTYPES``),
-# little-endian whatever the machine, C order. In version 2 and 3 files, ``feature`` has the
-# narrowest unsigned type holding the features, and the arrays of ``NARROW_DTYPES`` the type
-# their manifest entry declares among those (``integrity.expected_dtypes``).
+# little-endian whatever the machine, C order; but ``feature`` has the narrowest unsigned type
+# holding the features, and the arrays of ``NARROW_DTYPES`` the type their manifest entry
+# declares among those (``integrity.expected_dtypes``).
 ARRAY_DTYPES = {
-    **{name: np.dtype(dtype).newbyteorder("<") for name, dtype in TREE_ARRAY_DTYPES.items()},
+    **{
+        name: np.dtype(dtype).newbyteorder("<")
+        for name, dtype in TREE_ARRAY_DTYPES.items()
+        if name in SHIPPED_ARRAYS
+    },
     "is_split": np.dtype("u1"),
     "missing_go_to_left_bits": np.dtype("u1"),
     "is_categorical_bits": np.dtype("u1"),
@@ -86,7 +90,6 @@ ARRAY_DTYPES = {
     "leaf_n_node_samples": np.dtype("<i4"),
     "leaf_weighted_n_node_samples": np.dtype("<f8"),
     "leaf_value": np.dtype("<f8"),
-    "leaf_impurity": np.dtype("<f8"),
     "nonzero_leaf_impurity_bits": np.dtype("u1"),
     "nonzero_leaf_impurity": np.dtype("<f8"),
     "bin_edges": np.dtype("<f8"),  # edges of the numeric features, concatenated
@@ -99,23 +102,19 @@ ARRAY_DTYPES = {
     "leaf_targets": np.dtype("<f8"),
 }
 
-# The types an array of whole numbers may be stored in (its manifest entry says which), by
-# format version: counts of rows and bootstrap draws, bitset rows, and from version 5 children,
-# in the narrowest.
+# The types an array of whole numbers may be stored in (its manifest entry says which): counts
+# of rows and bootstrap draws, bitset rows and children, in the narrowest.
 _UNSIGNED = ("|u1", "<u2", "<u4")
 NARROW_DTYPES = {
-    2: {"n_node_samples": ("<i4", "<i8"), "leaf_n_node_samples": ("<i4", "<i8")},
-    3: {
-        "n_node_samples": ("<i4", "<i8"),
-        "leaf_n_node_samples": (*_UNSIGNED, "<u8"),
-        "leaf_class_counts": (*_UNSIGNED, "<f8"),
-        "weighted_class_counts": (*_UNSIGNED, "<f8"),
-        "leaf_weighted_n_node_samples": (*_UNSIGNED, "<f8"),
-        "categorical_bitset_idx": _UNSIGNED,
-    },
+    "n_node_samples": ("<i4", "<i8"),
+    "leaf_n_node_samples": (*_UNSIGNED, "<u8"),
+    "leaf_class_counts": (*_UNSIGNED, "<f8"),
+    "weighted_class_counts": (*_UNSIGNED, "<f8"),
+    "leaf_weighted_n_node_samples": (*_UNSIGNED, "<f8"),
+    "categorical_bitset_idx": _UNSIGNED,
+    "children_left": _UNSIGNED,
+    "children_right": _UNSIGNED,
 }
-NARROW_DTYPES[4] = NARROW_DTYPES[3]
-NARROW_DTYPES[5] = {**NARROW_DTYPES[3], "children_left": _UNSIGNED, "children_right": _UNSIGNED}
 
 # The arrays of a quantile forest's ``leaf_targets_``, by field of ``quantiles.LeafTargets``.
 LEAF_TARGET_ARRAYS = {
@@ -147,7 +146,7 @@ ESTIMATOR_MODULES = (
 )
 
 
-def estimator_kind(estimator):
+def estimator_kind(estimator: object) -> tuple[str, str] | None:
     """``(kind, task)`` of a dasktrees estimator of ``ESTIMATOR_KINDS`` ("tree" or "forest",
     "classification" or "regression"), None for any other object."""
     cls = type(estimator)
@@ -169,7 +168,7 @@ OOB_SCORES = ("oob_score_", "oob_coverage_")
 BIN_PARAMS = ("max_bins", "categorical_features", "subsample", "random_state")
 
 
-def to_json(value, where, scalar=False):
+def to_json(value: object, where: str, scalar: bool = False) -> Any:
     """``value`` as JSON: numpy scalars and arrays become Python ones, tuples become lists,
     and a dict becomes ``{"dict": [[key, value], ...]}`` so that its keys keep their type (a
     ``class_weight`` keyed by int classes). Anything else is a TypeError naming ``where``."""
@@ -196,18 +195,18 @@ def to_json(value, where, scalar=False):
     )
 
 
-def array_checksum(array):
-    return hashlib.sha256(np.ascontiguousarray(array)).hexdigest()
+def array_checksum(array: np.ndarray) -> str:
+    return hashlib.sha256(np.ascontiguousarray(array).data).hexdigest()
 
 
-def manifest_checksum(manifest):
+def manifest_checksum(manifest: Manifest) -> str:
     """sha256 of the manifest's canonical JSON, without its own checksum field."""
     body = {key: value for key, value in manifest.items() if key != "manifest_sha256"}
     text = json.dumps(body, sort_keys=True, separators=(",", ":"), allow_nan=False)
     return hashlib.sha256(text.encode("ascii")).hexdigest()
 
 
-def write_directory(path, manifest, arrays):
+def write_directory(path: Path, manifest: Manifest, arrays: Arrays) -> None:
     """Write ``path/arrays.npz`` and ``path/manifest.json`` in a sibling directory, then rename
     it to ``path``; an existing model there is moved aside first and removed last."""
     if (path.exists() or path.is_symlink()) and not _is_model_directory(path):
@@ -218,7 +217,8 @@ def write_directory(path, manifest, arrays):
     os.mkdir(tmp)
     try:
         with open(tmp / ARRAYS, "wb") as f:
-            np.savez(f, **arrays)
+            # numpy's stubs take any keyword of savez for its allow_pickle flag
+            np.savez(f, **arrays)  # type: ignore[arg-type]
             _sync(f)
         with open(tmp / MANIFEST, "w", encoding="ascii") as f:
             json.dump(manifest, f, indent=1, allow_nan=False)
@@ -244,7 +244,7 @@ def write_directory(path, manifest, arrays):
         shutil.rmtree(old)
 
 
-def _sync_directory(directory):
+def _sync_directory(directory: Path) -> None:
     """fsync a directory, so that a rename in it survives a crash (where the OS allows it)."""
     try:
         fd = os.open(directory, os.O_RDONLY)
@@ -259,13 +259,13 @@ def _sync_directory(directory):
         os.close(fd)
 
 
-def _sync(f):
+def _sync(f: IO[Any]) -> None:
     """Flush ``f`` to the disk, so that the rename never publishes a file still in memory."""
     f.flush()
     os.fsync(f.fileno())
 
 
-def _is_model_directory(path):
+def _is_model_directory(path: Path) -> bool:
     try:
         manifest = json.loads((path / MANIFEST).read_text(encoding="utf-8"))
     except (OSError, ValueError, RecursionError):
@@ -273,11 +273,11 @@ def _is_model_directory(path):
     return isinstance(manifest, dict) and manifest.get("format") == FORMAT
 
 
-def is_scalar(value):
+def is_scalar(value: object) -> bool:
     return isinstance(value, (str, int, float))  # bool is an int
 
 
-def from_json(value, where):
+def from_json(value: Any, where: str) -> Any:
     """Inverse of ``to_json``: ``{"dict": [[key, value], ...]}`` is a dict again."""
     if isinstance(value, list):
         return [from_json(item, where) for item in value]

@@ -4,15 +4,18 @@ its data is read), dtype, shape and checksum against the manifest; and the trees
 against what the prediction kernels assume. Knows no estimator class."""
 
 import json
+import os
 import struct
 import tokenize
 import zipfile
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any, NoReturn
 
 import numpy as np
 
 from ..core.dtypes import BITSET_WORDS, MAX_BINS, TREE_LEAF
-from ..learner.tree import TREE_ARRAYS, depth_first_children, fill_depths, split_fields
+from ..learner.tree import depth_first_children, fill_depths, split_fields
 from ..learner.wire import SUMMABLE, feature_dtype
 from .format import (
     ARRAY_DTYPES,
@@ -21,17 +24,18 @@ from .format import (
     ESTIMATOR_KINDS,
     FOREST_FITTED,
     FORMAT,
+    FORMAT_VERSION,
     LEAF_TARGET_ARRAYS,
     MANIFEST,
     NARROW_DTYPES,
     OOB_SCORES,
     QUANTILE_FORESTS,
-    READ_VERSIONS,
     SHIPPED_ARRAYS,
     SPLIT_BITS,
     SPLIT_FIELDS,
     TREE_FITTED,
-    VERSION_2_SPLIT_FIELDS,
+    Arrays,
+    Manifest,
     array_checksum,
     from_json,
     is_scalar,
@@ -59,12 +63,13 @@ _HEADER_READERS = {
 }
 
 
-def _is_int(value):
+def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
 # A field's description (for the error) and test.
-_ANY = ("a value", lambda v: True)
+Field = tuple[str, Callable[[Any], bool]]
+_ANY: Field = ("a value", lambda v: True)
 
 
 _COUNT = ("an int >= 0", lambda v: _is_int(v) and v >= 0)
@@ -144,6 +149,8 @@ _TREES_FIELDS = {
     "n_trees": _COUNT,
     "n_values": _COUNT,
     "node_counts": _COUNTS,
+    "split_counts": _COUNTS,
+    "categorical_split_counts": _COUNTS,
     "bitset_counts": _COUNTS,
 }
 
@@ -151,7 +158,7 @@ _TREES_FIELDS = {
 _ARRAY_FIELDS = {"dtype": _STR, "shape": _COUNTS, "sha256": _STR}
 
 
-def _check_fields(obj, fields, where):
+def _check_fields(obj: object, fields: dict[str, Field], where: str) -> None:
     """``obj`` is a JSON object with exactly ``fields``, each passing its test."""
     if not isinstance(obj, dict):
         raise ValueError(f"{where} must be an object, got {_short(obj)}")
@@ -167,12 +174,12 @@ def _check_fields(obj, fields, where):
         raise ValueError(f"{where}: unknown fields {unknown}")
 
 
-def _short(value):
+def _short(value: object) -> str:
     text = repr(value)
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-def read_manifest(path):
+def read_manifest(path: str | os.PathLike) -> Manifest:
     """Read and check the manifest of the model directory ``path``, without its arrays (the
     parameters' names are ``reading``'s to check).
 
@@ -193,7 +200,8 @@ def read_manifest(path):
         Nothing exists at ``path``.
     ValueError
         ``path`` is not a model directory, or its manifest is truncated, corrupt, modified, of
-        an unknown format version or inconsistent; the message names the file and the problem.
+        another format version than ``format.FORMAT_VERSION`` or inconsistent; the message
+        names the file and the problem.
     """
     directory = Path(path)
     if not directory.exists():
@@ -213,12 +221,7 @@ def read_manifest(path):
         raise ValueError(f"{file} is not a dasktrees model: its 'format' is not {FORMAT!r}")
     if "format_version" not in manifest:
         raise ValueError(f"{file}: missing field 'format_version'")
-    version = manifest["format_version"]
-    if not _is_int(version) or version not in READ_VERSIONS:
-        raise ValueError(
-            f"{file}: model format version {version!r} is not supported; "
-            f"this dasktrees reads versions {', '.join(map(str, READ_VERSIONS))}"
-        )
+    _check_version(manifest["format_version"], file)
     _check_fields(manifest, _MANIFEST_FIELDS, str(file))
     if manifest["manifest_sha256"] != manifest_checksum(manifest):
         raise ValueError(f"{file}: checksum mismatch: the manifest was modified or is corrupt")
@@ -226,11 +229,31 @@ def read_manifest(path):
     return manifest
 
 
-def _reject_constant(name):
+def _check_version(version: object, file: Path) -> None:
+    """Refuse a manifest of another format version than this dasktrees writes, before any other
+    check: another version's fields and arrays are not this one's."""
+    if isinstance(version, bool) or not isinstance(version, int):
+        raise ValueError(f"{file}: field 'format_version' must be an int, got {_short(version)}")
+    if version == FORMAT_VERSION:
+        return
+    # Nothing was released before format 5: an older file is refused, not upgraded, and the
+    # model it holds is grown again from its data (docs/models.md, "Format versions").
+    remedy = (
+        "refit the model and save it again"
+        if version < FORMAT_VERSION
+        else "it was written by a newer dasktrees, which is needed to read it"
+    )
+    raise ValueError(
+        f"{file} was written in model format {version}; this dasktrees reads format "
+        f"{FORMAT_VERSION} only: {remedy}"
+    )
+
+
+def _reject_constant(name: str) -> NoReturn:
     raise ValueError(f"{name} is not a JSON number")
 
 
-def _check_contents(manifest, where):
+def _check_contents(manifest: Manifest, where: str) -> None:
     """Everything ``reading.load`` relies on in a manifest whose fields have the right JSON
     types (but the parameters' names, which only the estimator's class knows)."""
     kind = ESTIMATOR_KINDS.get(manifest["estimator"])
@@ -262,13 +285,12 @@ def _check_contents(manifest, where):
         raise ValueError(f"{where}: a regressor has no classes")
     else:
         n_values = 1
-    version = manifest["format_version"]
-    _check_trees_entry(manifest["trees"], is_forest, n_values, version, f"{where}: trees")
+    _check_trees_entry(manifest["trees"], is_forest, n_values, f"{where}: trees")
     for name, entry in manifest["arrays"].items():
         _check_fields(entry, _ARRAY_FIELDS, f"{where}: arrays: {name!r}")
 
 
-def _check_bins(bins, n_features, where):
+def _check_bins(bins: Manifest, n_features: int, where: str) -> None:
     _check_fields(bins, _BINS_FIELDS, where)
     _check_fields(bins["params"], dict.fromkeys(BIN_PARAMS, _ANY), f"{where}: params")
     for name, value in bins["params"].items():
@@ -291,17 +313,12 @@ def _check_bins(bins, n_features, where):
             raise ValueError(f"{where}: feature {j}: needs one bin below {MAX_BINS} per category")
 
 
-def _check_trees_entry(trees, is_forest, n_values, version, where):
-    fields = dict(_TREES_FIELDS)
-    if version >= 2:
-        fields["split_counts"] = _COUNTS
-    if version >= 3:
-        fields["categorical_split_counts"] = _COUNTS
-    _check_fields(trees, fields, where)
+def _check_trees_entry(trees: Manifest, is_forest: bool, n_values: int, where: str) -> None:
+    _check_fields(trees, _TREES_FIELDS, where)
     n_trees = trees["n_trees"]
     if n_trees < 1 or (n_trees > 1 and not is_forest):
         raise ValueError(f"{where}: n_trees is {n_trees}, expected {'>= 1' if is_forest else 1}")
-    counted = [name for name in fields if name.endswith("_counts")]
+    counted = [name for name in _TREES_FIELDS if name.endswith("_counts")]
     if any(len(trees[name]) != n_trees for name in counted):
         raise ValueError(f"{where}: {' and '.join(counted)} need one entry per tree")
     if min(trees["node_counts"]) < 1:
@@ -313,7 +330,7 @@ def _check_trees_entry(trees, is_forest, n_values, version, where):
         )
 
 
-def decode_classes(classes, where):
+def decode_classes(classes: Manifest, where: str) -> np.ndarray:
     try:
         dtype = np.dtype(classes["dtype"])
     except (TypeError, ValueError):
@@ -328,88 +345,73 @@ def decode_classes(classes, where):
         raise ValueError(f"{where}: the values do not fit dtype {dtype}: {exc}") from None
 
 
-def expected_dtypes(manifest):
+def expected_dtypes(manifest: Manifest) -> dict[str, str]:
     """The dtype (``str``) every array of the file must have, by name: ``format.ARRAY_DTYPES``,
-    but from version 2 on the shipped state's feature indices (the narrowest unsigned type for
-    the features), and the whole numbers of ``format.NARROW_DTYPES`` in the type declared, if
-    it is one of theirs."""
+    but the shipped state's feature indices (the narrowest unsigned type for the features), and
+    the whole numbers of ``format.NARROW_DTYPES`` in the type declared, if it is one of
+    theirs."""
     dtypes = {name: dtype.str for name, dtype in ARRAY_DTYPES.items()}
-    version = manifest["format_version"]
-    if version >= 2:
-        n_features = manifest["fitted"]["n_features_in_"]
-        dtypes["feature"] = np.dtype(feature_dtype(n_features)).newbyteorder("<").str
-        for name, allowed in NARROW_DTYPES[version].items():
-            declared = manifest["arrays"].get(name, {}).get("dtype")
-            dtypes[name] = declared if declared in allowed else allowed[0]
+    n_features = manifest["fitted"]["n_features_in_"]
+    dtypes["feature"] = np.dtype(feature_dtype(n_features)).newbyteorder("<").str
+    for name, allowed in NARROW_DTYPES.items():
+        declared = manifest["arrays"].get(name, {}).get("dtype")
+        dtypes[name] = declared if declared in allowed else allowed[0]
     return dtypes
 
 
-def expected_shapes(manifest):
+def expected_shapes(manifest: Manifest) -> dict[str, tuple[int, ...]]:
     """Shape of every array the manifest's counts call for, by name."""
     trees = manifest["trees"]
     numeric = [f for f in manifest["bins"]["features"] if f["kind"] == "numeric"]
     n_nodes = sum(trees["node_counts"])
-    version = manifest["format_version"]
-    if version >= 2:
-        n_splits = sum(trees["split_counts"])
-        shapes = {name: (n_nodes,) for name in SHIPPED_ARRAYS}
-        shapes.update({name: (n_splits,) for name in SPLIT_FIELDS})
-        shapes["is_split"] = ((n_nodes + 7) // 8,)
-        for name in SPLIT_BITS:
+    n_splits = sum(trees["split_counts"])
+    shapes: dict[str, tuple[int, ...]] = {name: (n_nodes,) for name in SHIPPED_ARRAYS}
+    shapes.update({name: (n_splits,) for name in SPLIT_FIELDS})
+    shapes["is_split"] = ((n_nodes + 7) // 8,)
+    shapes.update({name: ((n_splits + 7) // 8,) for name in SPLIT_BITS})
+    shapes["categorical_bitset_idx"] = (sum(trees["categorical_split_counts"]),)
+    if "children_right" not in manifest["arrays"]:  # the node after the left child
+        del shapes["children_right"]
+    if "children_left" not in manifest["arrays"]:  # numbered depth-first
+        del shapes["children_left"]
+    # What each node holds (format.SHIPPED_ARRAYS): a classifier's weighted class counts (its
+    # leaves', or every node's), or its fractions and weights; a regressor's means, weights and
+    # impurities (below). The manifest's list of arrays says which.
+    counts = {"leaf_class_counts": n_nodes - n_splits, "weighted_class_counts": n_nodes}
+    layout = next((name for name in counts if name in manifest["arrays"]), None)
+    regression = ESTIMATOR_KINDS[manifest["estimator"]][1] == "regression"
+    if regression and layout is not None:
+        raise ValueError(f"{MANIFEST}: a regressor's nodes hold no weighted class counts")
+    for name in counts:
+        del shapes[name]
+    if layout is not None:
+        del shapes["value"], shapes["weighted_n_node_samples"]
+        del shapes["leaf_weighted_n_node_samples"]
+        shapes[layout] = (counts[layout], trees["n_values"])
+    # Row counts and (with values) weights: the leaves', or every node's.
+    for name, leaf_name in SUMMABLE.items():
+        if name not in shapes or leaf_name in counts:
+            continue
+        if leaf_name in manifest["arrays"]:
             del shapes[name]
-        del shapes["categorical_bitset_idx"]
-        if version == 2:
-            shapes.update({name: (n_splits,) for name in VERSION_2_SPLIT_FIELDS})
+            shapes[leaf_name] = (n_nodes - n_splits,)
         else:
-            shapes.update({name: ((n_splits + 7) // 8,) for name in SPLIT_BITS})
-            shapes["categorical_bitset_idx"] = (sum(trees["categorical_split_counts"]),)
-            if "children_right" not in manifest["arrays"]:  # the node after the left child
-                del shapes["children_right"]
-            if version >= 5 and "children_left" not in manifest["arrays"]:  # depth-first ids
-                del shapes["children_left"]
-        # What each node holds (format.SHIPPED_ARRAYS): a classifier's weighted class counts
-        # (its leaves', or every node's), or its fractions and weights; a regressor's means,
-        # weights and impurities (below). The manifest's list of arrays says which.
-        counts = {"leaf_class_counts": n_nodes - n_splits, "weighted_class_counts": n_nodes}
-        layout = next((name for name in counts if name in manifest["arrays"]), None)
-        regression = ESTIMATOR_KINDS[manifest["estimator"]][1] == "regression"
-        if regression and layout is not None:
-            raise ValueError(f"{MANIFEST}: a regressor's nodes hold no weighted class counts")
-        for name in counts:
-            del shapes[name]
-        if layout is not None:
-            del shapes["value"], shapes["weighted_n_node_samples"]
-            del shapes["leaf_weighted_n_node_samples"]
-            shapes[layout] = (counts[layout], trees["n_values"])
-        # Row counts and (with values) weights: the leaves', or every node's.
-        for name, leaf_name in SUMMABLE.items():
-            if name not in shapes or leaf_name in counts:
-                continue
-            if leaf_name in manifest["arrays"]:
-                del shapes[name]
-                shapes[leaf_name] = (n_nodes - n_splits,)
-            else:
-                del shapes[leaf_name]
-        # A regressor's means and impurities: the leaves' (version 4 on; version 5 stores the
-        # impurities that are not zero, as many as their bits mark: ``check_shipped_trees``),
-        # or every node's.
-        n_leaves = n_nodes - n_splits
-        leaf_moments = {
-            "leaf_value": (n_leaves, trees["n_values"]),
-            "leaf_impurity": (n_leaves,),
-            "nonzero_leaf_impurity_bits": ((n_leaves + 7) // 8,),
-            "nonzero_leaf_impurity": _declared_length(manifest, "nonzero_leaf_impurity"),
-        }
-        for name in leaf_moments:
-            del shapes[name]
-        if regression and version >= 4 and "leaf_value" in manifest["arrays"]:
-            del shapes["value"], shapes["impurity"]
-            kept = ("leaf_impurity",) if version == 4 else tuple(leaf_moments)[2:]
-            shapes.update({name: leaf_moments[name] for name in ("leaf_value", *kept)})
-        if not regression:
-            del shapes["impurity"]  # derived from the class fractions
-    else:
-        shapes = {name: (n_nodes,) for name in TREE_ARRAYS}
+            del shapes[leaf_name]
+    # A regressor's means and impurities: the leaves' (the impurities that are not zero, as many
+    # as their bits mark: ``check_shipped_trees``), or every node's.
+    n_leaves = n_nodes - n_splits
+    leaf_moments = {
+        "leaf_value": (n_leaves, trees["n_values"]),
+        "nonzero_leaf_impurity_bits": ((n_leaves + 7) // 8,),
+        "nonzero_leaf_impurity": _declared_length(manifest, "nonzero_leaf_impurity"),
+    }
+    for name in leaf_moments:
+        del shapes[name]
+    if regression and "leaf_value" in manifest["arrays"]:
+        del shapes["value"], shapes["impurity"]
+        shapes.update(leaf_moments)
+    if not regression:
+        del shapes["impurity"]  # derived from the class fractions
     shapes["categorical_bitsets"] = (sum(trees["bitset_counts"]), BITSET_WORDS)
     if "value" in shapes:
         shapes["value"] = (n_nodes, trees["n_values"])
@@ -426,14 +428,16 @@ def expected_shapes(manifest):
     return shapes
 
 
-def _declared_length(manifest, name):
+def _declared_length(manifest: Manifest, name: str) -> tuple[int, ...]:
     """The shape the manifest declares for array ``name`` if it is 1-d (a length the manifest
     does not count, checked once the arrays are read), else one no array has."""
     entry = manifest["arrays"].get(name, {"shape": []})
     return tuple(entry["shape"]) if len(entry["shape"]) == 1 else (-1,)
 
 
-def read_arrays(npz, declared, shapes, dtypes):
+def read_arrays(
+    npz: Path, declared: Manifest, shapes: dict[str, tuple[int, ...]], dtypes: dict[str, str]
+) -> Arrays:
     """The arrays of ``npz``, each checked against its manifest entry and expected shape and
     dtype (``expected_shapes``, ``expected_dtypes``)."""
     if set(declared) != set(shapes):
@@ -446,7 +450,7 @@ def read_arrays(npz, declared, shapes, dtypes):
         raise ValueError(f"{npz.parent} is incomplete: {ARRAYS} is missing") from None
     except _CORRUPT as exc:
         raise ValueError(f"{npz} is truncated or corrupt: {exc}") from exc
-    arrays = {}
+    arrays: Arrays = {}
     with archive:
         for info in archive.infolist():
             name = info.filename.removesuffix(".npy")
@@ -461,7 +465,15 @@ def read_arrays(npz, declared, shapes, dtypes):
     return arrays
 
 
-def _read_array(archive, info, name, entry, shape, dtype_str, npz):
+def _read_array(
+    archive: zipfile.ZipFile,
+    info: zipfile.ZipInfo,
+    name: str,
+    entry: Manifest | None,
+    shape: tuple[int, ...] | None,
+    dtype_str: str | None,
+    npz: Path,
+) -> np.ndarray:
     """One member of the archive: its header first (an object array stops here, before any of
     its data is read), then its data, checked against its manifest ``entry``."""
     try:
@@ -519,7 +531,7 @@ _NON_NEGATIVE = (
 )
 
 
-def check_numbers(a, bins, npz):
+def check_numbers(a: Arrays, bins: Manifest, npz: Path) -> None:
     """Check the numbers the trees and bins of a file predict with, as fitting makes them: every
     floating-point array finite (but ``oob_curve``, a report that prediction never reads, and a
     quantile forest's leaf targets, which ``check_leaf_targets`` checks), weights and
@@ -542,44 +554,18 @@ def check_numbers(a, bins, npz):
                 raise ValueError(f"{npz}: array {name!r}: feature {j}: not increasing")
 
 
-def check_trees(a, node_counts, bitset_counts, feature_is_categorical, npz):
-    """Check that the concatenated tree arrays ``a`` of a version 1 file hold trees the kernels
-    can walk.
+def check_shipped_trees(
+    a: Arrays, trees: Manifest, feature_is_categorical: np.ndarray, npz: Path
+) -> tuple[np.ndarray, np.ndarray]:
+    """Check that the trees of a file (``format.SHIPPED_ARRAYS`` in ``a``, counted by the
+    manifest's ``trees``) are trees the kernels can walk, and that a regressor's leaf impurities
+    are as many as their bits mark; give the nodes' depths (which a file does not store).
 
     The numba kernels do not check bounds, so a file that passes its checksums but was written
     by something else must not make them read or write out of their arrays: every split has two
-    children later in its own tree, every node but a root exactly one parent, depths count
-    edges from the root, and a split's feature, kind and bitset row exist.
-    """
-    nodes = _Nodes(node_counts, npz)
-    is_leaf = a["children_left"] == TREE_LEAF
-    nodes.require(
-        ~is_leaf | (a["children_right"] == TREE_LEAF), nodes.index, "a leaf with a right child"
-    )
-    split = np.flatnonzero(~is_leaf)
-    left, right = nodes.check_splits(
-        split,
-        a["children_left"][split],
-        a["children_right"][split],
-        a["feature"][split],
-        a["is_categorical"][split] != 0,
-        a["bitset_idx"][split],
-        bitset_counts,
-        feature_is_categorical,
-    )
-    depth = np.zeros(len(nodes.index), dtype=np.int64)
-    depth[left] = depth[right] = a["node_depth"][split].astype(np.int64) + 1
-    nodes.require(
-        a["node_depth"] == depth, nodes.index, "node_depth is not the distance from the root"
-    )
-
-
-def check_shipped_trees(a, trees, feature_is_categorical, npz):
-    """Check that the trees of a version 3 to 5 file (``format.SHIPPED_ARRAYS`` in ``a``,
-    counted by the manifest's ``trees``; a version 2 file's after ``tree.from_version_2``) are
-    trees the kernels can walk, as ``check_trees`` does for version 1, and that a regressor's
-    leaf impurities are as many as their bits mark; give the nodes' depths (which these versions
-    do not store).
+    children later in its own tree, every node but a root exactly one parent, and a split's
+    feature, kind and bitset row exist; the flags mark as many split nodes and categorical
+    splits in each tree as the manifest counts.
 
     Returns
     -------
@@ -599,7 +585,7 @@ def check_shipped_trees(a, trees, feature_is_categorical, npz):
         "categorical split nodes",
         npz,
     )
-    if "children_left" not in a:  # numbered depth-first (version 5): from each tree's flags
+    if "children_left" not in a:  # numbered depth-first: from each tree's flags
         a = {**a, "children_left": _depth_first_children(a["is_split"], nodes, trees, npz)}
     fields = split_fields(a)
     left, right = nodes.check_splits(
@@ -628,7 +614,9 @@ def check_shipped_trees(a, trees, feature_is_categorical, npz):
     return is_split, depth
 
 
-def _depth_first_children(packed, nodes, trees, npz):
+def _depth_first_children(
+    packed: np.ndarray, nodes: "_Nodes", trees: Manifest, npz: Path
+) -> np.ndarray:
     """The left children of the split nodes of every tree (local ids, concatenated) of a file
     that numbers them depth-first, as the grower does (``tree.depth_first_children``), from
     the flags in ``packed`` (``is_split``); refused if a tree's flags do not number its nodes
@@ -648,7 +636,7 @@ def _depth_first_children(packed, nodes, trees, npz):
     return np.concatenate(out) if out else np.empty(0, dtype=np.int32)
 
 
-def _check_marks(tree, counts, name, what, npz):
+def _check_marks(tree: np.ndarray, counts: Sequence[int], name: str, what: str, npz: Path) -> None:
     """Check that the nodes a bit array marks (``tree``: the tree of each) are as many in each
     tree as the manifest's ``counts``."""
     marked = np.bincount(tree, minlength=len(counts))
@@ -661,17 +649,17 @@ def _check_marks(tree, counts, name, what, npz):
 
 
 class _Nodes:
-    """The nodes of concatenated trees (``counts`` nodes each), and the checks on them that
-    both format versions make; a failed check names the file, the tree and the node."""
+    """The nodes of concatenated trees (``counts`` nodes each), and the checks on them; a
+    failed check names the file, the tree and the node."""
 
-    def __init__(self, counts, npz):
+    def __init__(self, counts: Sequence[int], npz: Path) -> None:
         self.counts = np.asarray(counts, dtype=np.int64)
         self.tree = np.repeat(np.arange(len(self.counts)), self.counts)  # tree of each node
         self.start = (np.cumsum(self.counts) - self.counts)[self.tree]  # its tree's root
         self.index = np.arange(len(self.tree))
         self.npz = npz
 
-    def require(self, ok, at, problem):
+    def require(self, ok: np.ndarray, at: np.ndarray, problem: str) -> None:
         if not ok.all():
             bad = at[np.argmin(ok)]
             raise ValueError(
@@ -679,8 +667,16 @@ class _Nodes:
             )
 
     def check_splits(
-        self, split, left, right, feature, categorical, bitset_row, bitset_counts, is_categorical
-    ):
+        self,
+        split: np.ndarray,
+        left: np.ndarray,
+        right: np.ndarray,
+        feature: np.ndarray,
+        categorical: np.ndarray,
+        bitset_row: np.ndarray,
+        bitset_counts: Sequence[int],
+        is_categorical: np.ndarray,
+    ) -> tuple[np.ndarray, np.ndarray]:
         """Check the split nodes ``split`` (global indices) with their local children, feature,
         kind and bitset row: each child later in the split's tree, every node but a root one
         parent, the feature, its kind and the bitset row existing. Returns the children's global
@@ -714,7 +710,7 @@ class _Nodes:
         return left, right
 
 
-def check_leaf_targets(a, n_leaves, npz):
+def check_leaf_targets(a: Arrays, n_leaves: int, npz: Path) -> None:
     """Check that a quantile forest's leaf targets (``format.LEAF_TARGET_ARRAYS`` in ``a``) are
     what ``quantiles.quantile_rows`` walks without checking bounds: one range of entries per leaf
     of the forest, in order, covering every entry; within a leaf, target indices into the table
@@ -723,7 +719,7 @@ def check_leaf_targets(a, n_leaves, npz):
     offsets, ids = a["leaf_offsets"], a["leaf_target_ids"]
     weights, targets = a["leaf_cum_weights"], a["leaf_targets"]
 
-    def require(ok, name, problem):
+    def require(ok: object, name: str, problem: str) -> None:
         if not ok:
             raise ValueError(f"{npz}: array {name!r}: {problem}")
 

@@ -2,16 +2,17 @@
 caller gives (``estimators.loading`` names dasktrees' classes); and ``describe``, what a model is
 from its manifest alone."""
 
+import os
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from ..core.criteria import CLASSIFICATION_CRITERIA, SQUARED_ERROR
-from ..core.dtypes import TREE_LEAF
 from ..forest.quantiles import LeafTargets
 from ..learner.binning import BinMapper
-from ..learner.tree import TREE_ARRAYS, Tree, from_version_2
-from ..learner.wire import put_leaf_impurity
+from ..learner.tree import Tree
 from .format import (
     ARRAYS,
     ESTIMATOR_KINDS,
@@ -22,13 +23,14 @@ from .format import (
     SHIPPED_ARRAYS,
     SPLIT_BITS,
     SPLIT_FIELDS,
+    Arrays,
+    Manifest,
     from_json,
 )
 from .integrity import (
     check_leaf_targets,
     check_numbers,
     check_shipped_trees,
-    check_trees,
     decode_classes,
     expected_dtypes,
     expected_shapes,
@@ -37,7 +39,7 @@ from .integrity import (
 )
 
 
-def describe(path, estimators):
+def describe(path: str | os.PathLike, estimators: Mapping[str, type]) -> dict[str, Any]:
     """What the model at ``path`` is, from its checked manifest alone (``dasktrees inspect``).
 
     Returns
@@ -70,22 +72,16 @@ def describe(path, estimators):
     }
 
 
-def _read_manifest(path, estimators):
+def _read_manifest(path: str | os.PathLike, estimators: Mapping[str, type]) -> Manifest:
     """``integrity.read_manifest``, and the parameters' names checked against the class."""
     manifest = read_manifest(path)
     _decode_params(manifest["params"], estimators[manifest["estimator"]], Path(path) / MANIFEST)
     return manifest
 
 
-# Parameters added after format version 1, with the values that grew the trees of a file written
-# before them (where that is not the class default): the file's parameters then say how its trees
-# were grown, and a refit grows the same trees. The class default is right for any other:
-# max_n_estimators and tol (1000, 0.005) matter only to n_estimators="auto", which no file written
-# before them can hold.
-_BEFORE_THEY_EXISTED = {"min_samples_category": 1, "categorical_order": "node"}
-
-
-def _decode_params(params, cls, where):
+def _decode_params(params: Manifest, cls: type, where: str | Path) -> dict[str, Any]:
+    """The file's parameters as ``cls`` takes them; one the file does not hold is left out, and
+    takes the class default."""
     defaults = cls().get_params(deep=False)
     defaults.pop("client", None)
     unknown = sorted(set(params) - set(defaults))
@@ -98,13 +94,10 @@ def _decode_params(params, cls, where):
         # JSON has no tuples: a parameter whose default is one (default_quantiles) is one again.
         if isinstance(defaults[name], tuple) and isinstance(value, list):
             decoded[name] = tuple(value)
-    for name, value in _BEFORE_THEY_EXISTED.items():
-        if name in defaults and name not in decoded:
-            decoded[name] = value
     return decoded
 
 
-def load(path, estimators):
+def load(path: str | os.PathLike, estimators: Mapping[str, type]) -> Any:
     """Load an estimator written by ``save`` (``estimator.save(path)``).
 
     Nothing in the file is executed: the manifest is JSON, the arrays are read with
@@ -130,8 +123,9 @@ def load(path, estimators):
     FileNotFoundError
         Nothing exists at ``path``.
     ValueError
-        The model is truncated, corrupt, modified, holds an object array, has an unknown format
-        version or is inconsistent; the message names the file and the problem.
+        The model is truncated, corrupt, modified, holds an object array, is of another format
+        version than this dasktrees writes (``format.FORMAT_VERSION``) or is inconsistent; the
+        message names the file and the problem.
     """
     directory = Path(path)
     manifest = _read_manifest(directory, estimators)
@@ -142,18 +136,9 @@ def load(path, estimators):
     check_numbers(arrays, manifest["bins"], npz)
     mapper = _build_bin_mapper(manifest["bins"], arrays["bin_edges"], arrays["bin_values"])
     trees = manifest["trees"]
-    if manifest["format_version"] >= 2:
-        if manifest["format_version"] == 2:
-            arrays, trees = _version_2_as_3(arrays, trees)
-        structure = check_shipped_trees(arrays, trees, mapper.is_categorical_, npz)
-        criterion = _criterion(manifest)
-        fitted_trees = _shipped_trees(arrays, trees, structure, mapper, criterion)
-        n_leaves = sum(trees["node_counts"]) - sum(trees["split_counts"])
-    else:
-        node_counts, bitset_counts = trees["node_counts"], trees["bitset_counts"]
-        check_trees(arrays, node_counts, bitset_counts, mapper.is_categorical_, npz)
-        fitted_trees = _split_trees(arrays, trees, mapper.n_features_in_)
-        n_leaves = int(np.count_nonzero(arrays["children_left"] == TREE_LEAF))
+    structure = check_shipped_trees(arrays, trees, mapper.is_categorical_, npz)
+    fitted_trees = _shipped_trees(arrays, trees, structure, mapper, _criterion(manifest))
+    n_leaves = sum(trees["node_counts"]) - sum(trees["split_counts"])
     leaf_targets = None
     if manifest["estimator"] in QUANTILE_FORESTS:
         check_leaf_targets(arrays, n_leaves, npz)
@@ -166,7 +151,7 @@ def load(path, estimators):
     )
 
 
-def _criterion(manifest):
+def _criterion(manifest: Manifest) -> int:
     """The criterion code (``criteria``) of the file's trees; a classifier's derives their
     impurities."""
     if ESTIMATOR_KINDS[manifest["estimator"]][1] == "regression":
@@ -180,11 +165,15 @@ def _criterion(manifest):
     return CLASSIFICATION_CRITERIA[name]
 
 
-def _shipped_trees(arrays, trees, structure, mapper, criterion):
-    """The trees of a version 3 to 5 file (or a version 2 one's, ``_version_2_as_3``), each kept
-    in its shipped state (``Tree.shipped``): views of the concatenated arrays, but for each
-    tree's bits and depth. A version 4 regressor's leaf impurities are kept as version 5 stores
-    them (``wire.put_leaf_impurity``)."""
+def _shipped_trees(
+    arrays: Arrays,
+    trees: Manifest,
+    structure: tuple[np.ndarray, np.ndarray],
+    mapper: BinMapper,
+    criterion: int,
+) -> list[Tree]:
+    """The trees of a file, each kept in its shipped state (``Tree.shipped``): views of the
+    concatenated arrays, but for each tree's bits and depth."""
     is_split, depth = structure
     counts = {
         "nodes": trees["node_counts"],
@@ -210,7 +199,6 @@ def _shipped_trees(arrays, trees, structure, mapper, criterion):
         leaf_n_node_samples="leaves",
         leaf_weighted_n_node_samples="leaves",
         leaf_value="leaves",
-        leaf_impurity="leaves",
         nonzero_leaf_impurity="nonzero leaf impurities",
     )
     thresholds = mapper.threshold_table()  # one bin table for all the trees
@@ -233,41 +221,17 @@ def _shipped_trees(arrays, trees, structure, mapper, criterion):
         state["max_depth"] = int(depth[cut["nodes"]].max())
         state["n_nodes"] = trees["node_counts"][t]
         state["wire"] = True
-        if "leaf_impurity" in state:
-            put_leaf_impurity(state, state.pop("leaf_impurity"))
         out.append(Tree.shipped(state, thresholds))
     return out
 
 
-def _version_2_as_3(arrays, trees):
-    """A version 2 file's arrays and manifest ``trees`` entry in version 3's form: its split
-    flags and bitset rows at every split become bits and the categorical splits' rows
-    (``tree.from_version_2``), counted per tree."""
-    categorical = arrays["bitset_idx"] >= 0
-    tree_of_split = np.repeat(np.arange(trees["n_trees"]), trees["split_counts"])
-    per_tree = np.bincount(tree_of_split[categorical], minlength=trees["n_trees"])
-    return from_version_2(arrays), {**trees, "categorical_split_counts": per_tree.tolist()}
-
-
-def _split_trees(arrays, trees, n_features):
-    """Cut the concatenated arrays of a version 1 file into ``Tree``s (views, not copies)."""
-    node_cuts = np.cumsum(trees["node_counts"], dtype=np.int64)[:-1]
-    bitset_cuts = np.cumsum(trees["bitset_counts"], dtype=np.int64)[:-1]
-    parts = {
-        name: np.split(arrays[name], bitset_cuts if name == "categorical_bitsets" else node_cuts)
-        for name in TREE_ARRAYS
-    }
-    return [
-        Tree(n_features, **{name: parts[name][t] for name in TREE_ARRAYS})
-        for t in range(trees["n_trees"])
-    ]
-
-
-def _build_bin_mapper(bins, edges, values):
+def _build_bin_mapper(bins: Manifest, edges: np.ndarray, values: np.ndarray) -> BinMapper:
     features = bins["features"]
     numeric = [f for f in features if f["kind"] == "numeric"]
-    edges = iter(np.split(edges, np.cumsum([f["n_edges"] for f in numeric], dtype=np.int64)[:-1]))
-    values = iter(
+    edge_parts = iter(
+        np.split(edges, np.cumsum([f["n_edges"] for f in numeric], dtype=np.int64)[:-1])
+    )
+    value_parts = iter(
         np.split(values, np.cumsum([f["n_values"] for f in numeric], dtype=np.int64)[:-1])
     )
     mapper = BinMapper(**{name: from_json(v, name) for name, v in bins["params"].items()})
@@ -275,10 +239,12 @@ def _build_bin_mapper(bins, edges, values):
     names = bins["feature_names"]
     mapper.feature_names_in_ = None if names is None else np.asarray(names, dtype=object)
     mapper.is_categorical_ = np.array([f["kind"] == "categorical" for f in features], dtype=bool)
-    per_feature = [], [], [], []  # edges, values, categories, bins
+    # edges, values, categories, bins
+    per_feature: tuple[list[Any], list[Any], list[Any], list[Any]] = [], [], [], []
     for f in features:
+        columns: tuple[Any, Any, Any, Any]
         if f["kind"] == "numeric":
-            columns = (next(edges), next(values), None, None)
+            columns = (next(edge_parts), next(value_parts), None, None)
         else:
             # fromiter keeps each category's own type (np.array would turn [1, "a"] into strings)
             categories = np.fromiter(f["categories"], dtype=object, count=len(f["categories"]))
@@ -288,7 +254,14 @@ def _build_bin_mapper(bins, edges, values):
     return mapper.set_bins(*per_feature)
 
 
-def _build_estimator(cls, manifest, mapper, trees, oob_curve, leaf_targets):
+def _build_estimator(
+    cls: type,
+    manifest: Manifest,
+    mapper: BinMapper,
+    trees: list[Tree],
+    oob_curve: np.ndarray | None,
+    leaf_targets: LeafTargets | None,
+) -> Any:
     estimator = cls(**_decode_params(manifest["params"], cls, MANIFEST))
     for name, value in manifest["fitted"].items():
         setattr(estimator, name, float(value) if name in OOB_SCORES else value)

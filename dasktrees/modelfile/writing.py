@@ -4,7 +4,10 @@ import circle."""
 
 import math
 import numbers
+import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from sklearn.utils.validation import check_is_fitted
@@ -12,6 +15,7 @@ from sklearn.utils.validation import check_is_fitted
 from .._version import __version__
 from ..core.criteria import CLASSIFICATION_CRITERIA, SQUARED_ERROR
 from ..core.validation import column_label
+from ..learner.binning import BinMapper
 from ..learner.tree import (
     children,
     node_counts,
@@ -20,14 +24,7 @@ from ..learner.tree import (
     node_weights,
     value_and_weight,
 )
-from ..learner.wire import (
-    NONZERO_LEAF_IMPURITY,
-    SUMMABLE,
-    narrow_counts,
-    narrowest_uint,
-    put_leaf_impurity,
-    state_of,
-)
+from ..learner.wire import NONZERO_LEAF_IMPURITY, SUMMABLE, narrow_counts, narrowest_uint, state_of
 from .format import (
     ARRAY_DTYPES,
     BIN_PARAMS,
@@ -42,6 +39,8 @@ from .format import (
     SHIPPED_ARRAYS,
     SPLIT_BITS,
     TREE_FITTED,
+    Arrays,
+    Manifest,
     array_checksum,
     estimator_kind,
     manifest_checksum,
@@ -50,7 +49,7 @@ from .format import (
 )
 
 
-def save(estimator, path):
+def save(estimator: Any, path: str | os.PathLike) -> None:
     """Write a fitted estimator to the model directory ``path``.
 
     The directory is written under a temporary name beside ``path`` and renamed into place once
@@ -76,7 +75,7 @@ def save(estimator, path):
     write_directory(Path(path), manifest, arrays)
 
 
-def _describe(estimator):
+def _describe(estimator: Any) -> tuple[Manifest, Arrays]:
     """The manifest (a JSON-able dict) and the arrays of a fitted estimator."""
     cls = type(estimator)
     kind = estimator_kind(estimator)
@@ -97,7 +96,7 @@ def _describe(estimator):
             arrays[name] = getattr(estimator.leaf_targets_, field)
     # "safe" casting: a tree field whose dtype changed must fail here, not be truncated
     dtypes = {**ARRAY_DTYPES, "feature": states[0]["feature"].dtype}
-    for name in NARROW_DTYPES[FORMAT_VERSION]:
+    for name in NARROW_DTYPES:
         if name in arrays:
             dtypes[name] = arrays[name].dtype
     arrays = {
@@ -135,15 +134,15 @@ def _describe(estimator):
     return manifest, arrays
 
 
-def _criterion(estimator):
+def _criterion(estimator: Any) -> int:
     """The code (``criteria``) of the criterion the estimator's trees were grown with."""
     if hasattr(estimator, "classes_"):
         return CLASSIFICATION_CRITERIA[estimator.criterion]
     return SQUARED_ERROR
 
 
-def _tree_arrays(states):
-    """The trees' shipped states (``wire.state_of``) as the arrays of a version 5 file
+def _tree_arrays(states: list[Manifest]) -> Arrays:
+    """The trees' shipped states (``wire.state_of``) as the arrays of a file
     (``format.SHIPPED_ARRAYS``), concatenated over the trees: their values in the one layout
     they all have or can be given (leaves' counts, every node's counts, fractions; leaves' or
     every node's means and impurities), children for all if one tree's are not numbered
@@ -155,8 +154,6 @@ def _tree_arrays(states):
         states = [_LAYOUTS[layout](s) for s in states]
     if not all("leaf_value" in s for s in states):  # a regressor's
         states = [_with_node_moments(s) for s in states]
-    elif any("leaf_impurity" in s for s in states):  # unpickled from version 4's time
-        states = [_with_nonzero_leaf_impurity(s) for s in states]
     for name, leaf_name in SUMMABLE.items():
         if any(name in s for s in states) and any(leaf_name in s for s in states):
             states = [_with_every_node(s, name) for s in states]
@@ -185,14 +182,14 @@ def _tree_arrays(states):
     return arrays
 
 
-def _bits(packed, counts):
+def _bits(packed: list[np.ndarray], counts: list[int]) -> np.ndarray:
     """The trees' bit arrays (``np.packbits`` of ``counts[t]`` flags each) as one, their flags
     one tree after the other."""
     flags = [np.unpackbits(bits, count=n) for bits, n in zip(packed, counts)]
     return np.packbits(np.concatenate(flags))
 
 
-def _with_every_node(state, name):
+def _with_every_node(state: Manifest, name: str) -> Manifest:
     """A shipped state with every node's ``name`` (row counts or weights, ``wire.SUMMABLE``)
     instead of its leaves' only."""
     leaf_name = SUMMABLE[name]
@@ -204,28 +201,19 @@ def _with_every_node(state, name):
     return state
 
 
-def _with_node_moments(state):
+def _with_node_moments(state: Manifest) -> Manifest:
     """A shipped regressor's state with every node's means and impurities instead of its
     leaves' only."""
     if "leaf_value" not in state:
         return state
     state = dict(state)
     state["value"], state["impurity"] = node_moments(state)
-    for name in ("leaf_value", "leaf_impurity", *NONZERO_LEAF_IMPURITY):
+    for name in ("leaf_value", *NONZERO_LEAF_IMPURITY):
         state.pop(name, None)
     return state
 
 
-def _with_nonzero_leaf_impurity(state):
-    """A shipped regressor's state with its leaves' impurities as version 5 stores them."""
-    if "leaf_impurity" not in state:
-        return state
-    state = dict(state)
-    put_leaf_impurity(state, state.pop("leaf_impurity"))
-    return state
-
-
-def _with_node_counts(state):
+def _with_node_counts(state: Manifest) -> Manifest:
     """A shipped state with every node's weighted class counts instead of its leaves' only."""
     if "leaf_class_counts" not in state:
         return state
@@ -235,7 +223,7 @@ def _with_node_counts(state):
     return state
 
 
-def _with_fractions(state):
+def _with_fractions(state: Manifest) -> Manifest:
     """A shipped state with its class fractions and node weights instead of its weighted class
     counts."""
     if "weighted_class_counts" not in state:
@@ -247,10 +235,13 @@ def _with_fractions(state):
 
 
 # How a state is given the next layout of ``_tree_arrays`` when not all trees have one.
-_LAYOUTS = {"leaf_class_counts": _with_node_counts, "weighted_class_counts": _with_fractions}
+_LAYOUTS: dict[str, Callable[[Manifest], Manifest]] = {
+    "leaf_class_counts": _with_node_counts,
+    "weighted_class_counts": _with_fractions,
+}
 
 
-def _fitted_scalars(estimator, is_forest):
+def _fitted_scalars(estimator: Any, is_forest: bool) -> dict[str, Any]:
     fitted = {
         name: to_json(getattr(estimator, name), f"fitted attribute {name!r}", scalar=True)
         for name in (FOREST_FITTED if is_forest else TREE_FITTED)
@@ -266,7 +257,7 @@ def _fitted_scalars(estimator, is_forest):
     return fitted
 
 
-def _describe_bins(mapper):
+def _describe_bins(mapper: BinMapper) -> tuple[Manifest, np.ndarray, np.ndarray]:
     """The bin mapper's manifest entry, and its numeric edges and values, concatenated."""
     features, edges, values = [], [np.empty(0)], [np.empty(0)]
     names = mapper.feature_names_in_
@@ -294,7 +285,7 @@ def _describe_bins(mapper):
     return entry, np.concatenate(edges), np.concatenate(values)
 
 
-def _describe_classes(classes):
+def _describe_classes(classes: np.ndarray | None) -> Manifest | None:
     """Classes as JSON values plus their dtype, so that ints stay ints and strings strings."""
     if classes is None:
         return None
@@ -304,5 +295,5 @@ def _describe_classes(classes):
     return {"dtype": classes.dtype.newbyteorder("<").str, "values": values}
 
 
-def _names(names):
+def _names(names: np.ndarray | None) -> list[str] | None:
     return None if names is None else [str(name) for name in names]
