@@ -114,7 +114,7 @@ def table_columns(X, is_categorical):
             )
         checked = True
     columns = []
-    # items(): a frame's columns three times faster than iloc, what one-row predictions pay
+    # items(): a frame's columns faster than iloc, which one-row predictions would pay
     raws = (
         (raw for _, raw in X.items()) if names is not None else (X[:, j] for j in range(X.shape[1]))
     )

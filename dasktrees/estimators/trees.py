@@ -169,7 +169,7 @@ class BaseDecisionTree(BaseEstimator):
         """The equivalent ``sklearn.tree`` estimator, with our nodes in its ``tree_``: it
         predicts as this tree on float32-representable input. Refuses categorical features
         (``ValueError``). See ``dasktrees.sklearn_export.tree_to_sklearn``."""
-        # Imported here: scikit-learn's forests and trees add 0.2 s to importing dasktrees.
+        # Imported here: scikit-learn's forests and trees would slow importing dasktrees.
         from ..export.scikit_learn import tree_to_sklearn
 
         return tree_to_sklearn(self)
