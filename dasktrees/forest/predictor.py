@@ -32,6 +32,7 @@ import numba
 import numpy as np
 from numba import njit
 
+from ..core.bitsets import bitset_has
 from ..core.dtypes import (
     BITSET_DTYPE,
     BITSET_WORDS,
@@ -513,7 +514,7 @@ def _goes_left(word, split, code, bitsets):
     if code == MISSING_BIN:
         return (word & PACKED_MISSING_LEFT) != 0
     if word & PACKED_CATEGORICAL:
-        return (bitsets[split, code >> 5] >> (code & 31)) & 1 == 1
+        return bitset_has(bitsets[split], code) == 1
     return code <= split
 
 

@@ -28,6 +28,7 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit
 
+from ..core.bitsets import bitset_add, bitset_has
 from ..core.criteria import SQUARED_ERROR, impurity, stats_weight
 from ..core.dtypes import (
     BITSET_DTYPE,
@@ -227,15 +228,14 @@ def _route_absent_categories(bitset, tree_keys, middle, n_codes, missing_left, h
     with the missing values. No training row changes side.
     """
     for c in range(n_codes):
-        word, bit = c >> 5, np.uint32(1) << np.uint32(c & 31)
         key = tree_keys[c]
-        if (bitset[word] & bit) or not (key < middle or (np.isnan(key) and missing_left)):
+        if bitset_has(bitset, c) or not (key < middle or (np.isnan(key) and missing_left)):
             continue
         rare = False
         for j in range(held_right.shape[0]):
             rare |= held_right[j] == c
         if not rare:
-            bitset[word] |= bit
+            bitset_add(bitset, c)
 
 
 @inlined_node_kernel
@@ -565,8 +565,7 @@ def _record_split(
         record["bitset_idx"] = n_bitsets
         bitsets[n_bitsets] = 0
         for j in range(n_left_bins):
-            code = ibuf[_BEST_BINS, j]
-            bitsets[n_bitsets, code >> 5] |= np.uint32(1) << np.uint32(code & 31)
+            bitset_add(bitsets[n_bitsets], ibuf[_BEST_BINS, j])
         if scratch.tree_keys.shape[2] > 0:
             _route_absent_categories(
                 bitsets[n_bitsets],

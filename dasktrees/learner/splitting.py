@@ -15,6 +15,7 @@ splits on missingness.
 import numpy as np
 from numba import njit
 
+from ..core.bitsets import bitset_has
 from ..core.criteria import (
     GAIN_RATIO,
     GINI,
@@ -485,7 +486,7 @@ def goes_left(code, bin_threshold, missing_go_to_left, is_categorical, bitset):
     u = np.uint64
     missing = u(code == MISSING_BIN)
     if is_categorical:
-        side = u((bitset[code >> 5] >> (code & 31)) & 1)
+        side = u(bitset_has(bitset, code))
     else:
         side = u(code <= bin_threshold)
     return (missing & u(missing_go_to_left)) | ((u(1) - missing) & side)

@@ -4,6 +4,7 @@ import numpy as np
 from numba import njit, prange
 from scipy import sparse
 
+from ..core.bitsets import bitset_has
 from ..core.criteria import SQUARED_ERROR, class_impurity
 from ..core.dtypes import (
     BITSET_DTYPE,
@@ -740,8 +741,7 @@ def goes_left_encoded(X, i, node, bitsets):
     if np.isnan(x):
         return node["missing_go_to_left"] != 0
     if node["is_categorical"]:
-        code = np.int64(x)
-        return (bitsets[node["bitset_idx"], code >> 5] >> (code & 31)) & 1 == 1
+        return bitset_has(bitsets[node["bitset_idx"]], np.int64(x)) == 1
     return x <= node["threshold"]
 
 
@@ -781,7 +781,7 @@ def goes_left_binned(code, node, bitsets):
     if code == MISSING_BIN:
         return node["missing_go_to_left"] != 0
     if node["is_categorical"]:
-        return (bitsets[node["bitset_idx"], code >> 5] >> (code & 31)) & 1 == 1
+        return bitset_has(bitsets[node["bitset_idx"]], code) == 1
     return code <= node["bin_threshold"]
 
 
