@@ -190,8 +190,8 @@ class Progress(NamedTuple):
 
 # A tree whose rows' codes fit in this many 64-bit words (at most 8 features) keeps them in node
 # order at every node: its partitions move a row's one word of codes instead of its row index,
-# and every node reads its codes in sequence (flights: growth 12-15 % faster; at 2 words,
-# diamonds gained nothing; docs/benchmarks.md).
+# and every node reads its codes in sequence (faster on flights; at 2 words, diamonds gained
+# nothing; docs/benchmarks.md).
 _ALL_ORDERED_MAX_WORDS = 1
 
 # Small nodes are often constant in a drawn feature: checking their few codes first spares the
@@ -826,7 +826,7 @@ def _grow_nodes(
             depth = nodes[node_id]["depth"] + 1
             last_side = 1
         # One call of each step in the loop, for both children and the root: each inlined copy
-        # of the split search costs seconds of compilation.
+        # of the split search is compiled again.
         splittable = False
         right_splittable = False
         for side in range(last_side, -1, -1):  # right child first: the random draws' order
@@ -914,8 +914,8 @@ def grow(codes, y, w, sample_indices, bin_arrays, params, n_classes, seed, candi
     them.
     """
     # Python, not a kernel: a kernel calling ``_grow_nodes`` would link the loop kernel's code
-    # and optimise and compile it all over again (seconds of compilation). The bundles get the
-    # types the kernel was compiled for, so that no other input compiles it again.
+    # and optimise and compile it all over again. The bundles get the types the kernel was
+    # compiled for, so that no other input compiles it again.
     rules = Rules(
         int(params.criterion),
         int(n_classes),
@@ -1050,9 +1050,8 @@ def _share_rows(nodes, bitsets, row_key, slots, shift, number, distinct):
 
     Rows are found through an open-addressing table ``slots`` (2 ** (64 - ``shift``) entries,
     more than rows) keyed by ``sum(row * row_key)`` modulo 2**64; a candidate is compared word by
-    word, so keys that collide only cost probes. (``np.unique`` over 64-bit keys took 1.1 ms of a
-    diamonds tree's 28, most of it reading and rewriting the node records;
-    docs/benchmarks.md.)
+    word, so keys that collide only cost probes. (``np.unique`` over 64-bit keys was slower, most
+    of its time reading and rewriting the node records; docs/benchmarks.md.)
     """
     u = np.uint64
     n_words = bitsets.shape[1]

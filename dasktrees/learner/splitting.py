@@ -190,7 +190,7 @@ def scan_cuts(
     n_cuts = n_bins if has_missing else n_bins - 1
     # Missing rows (if any) on the right, then on the left, except at the last cut, where that
     # would leave the right empty. One call of ``cut_score`` for both sides: each inlined copy
-    # is compiled again (a second copy cost a second of compilation and no speed).
+    # is compiled again (a second copy cost compilation and gained no speed).
     n_sides = 2 if has_missing else 1
     for j in range(n_cuts):
         row = order[j]
@@ -562,7 +562,7 @@ def partition(
         The boundary: left rows are ``[start:boundary]``, right rows ``[boundary:stop]``.
     """
     # Two copies of the pass, each with ``move_rows`` a constant: tested at every row, it cost the
-    # 1M x 50 tree's growth (which moves its rows) 1-7 % (docs/benchmarks.md).
+    # growth of trees that move their rows (docs/benchmarks.md).
     if move_rows:
         return _partition(
             rows, start, stop, rule, ordered, move_codes, True, buffers, two_classes, children
