@@ -46,7 +46,7 @@ from dasktrees.learner.grower import (  # noqa: E402
     grow,
 )
 from dasktrees.learner.histogram import node_statistics, signed_weights  # noqa: E402
-from dasktrees.learner.splitting import N_CUT_ROWS  # noqa: E402
+from dasktrees.learner.splitting import N_CUT_ROWS, RowBuffers  # noqa: E402
 
 BUCKETS = [(2, 4), (4, 8), (8, 32), (32, 256), (256, 1024), (1024, 2**62)]
 
@@ -63,7 +63,7 @@ def replay_split_search(rows, nodes, tables, rules, scratch, low, high):
             rows.y, rows.w, start, stop, rules.criterion, scratch.vec[_TOTAL]
         )
         ordered = _in_node_order(rows, nodes, k)  # as during growth
-        total += find_split(rows, start, stop, impurity, tables, rules, scratch, ordered)[0]
+        total += find_split(rows, start, stop, impurity, tables, rules, scratch, ordered).score
     return total
 
 
@@ -92,10 +92,12 @@ def replay_bundles(codes, y, w, rows, arrays, max_features, all_ordered, regress
             np.zeros((N_INT_SCRATCH, N_BIN_CODES), np.int64),
             np.zeros(N_BIN_CODES),
             np.zeros((N_CUT_ROWS, N_BIN_CODES)),
-            np.empty(len(rows), np.int64),
-            np.empty(len(rows)),
-            np.empty(len(rows)),
-            np.empty(node_codes.view(np.uint64).shape, np.uint64),
+            RowBuffers(
+                np.empty(len(rows), np.int64),
+                np.empty(len(rows)),
+                np.empty(len(rows)),
+                np.empty(node_codes.view(np.uint64).shape, np.uint64),
+            ),
             np.arange(len(rows), dtype=np.int64),
             np.zeros((2, n_features, 0)),  # categories ordered per node
         ),

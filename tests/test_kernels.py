@@ -14,6 +14,7 @@ from dasktrees.core.criteria import (
     impurity,
 )
 from dasktrees.core.dtypes import MISSING_BIN, N_BIN_CODES
+from dasktrees.learner.grower import NodeRows
 from dasktrees.learner.histogram import (
     build_histogram,
     build_histograms,
@@ -24,6 +25,8 @@ from dasktrees.learner.histogram import (
 from dasktrees.learner.splitting import (
     N_CUT_ROWS,
     NO_SPLIT,
+    RowBuffers,
+    SplitRule,
     category_order,
     cut_score,
     partition,
@@ -360,27 +363,23 @@ def test_partition_is_stable_and_complete(
     for c in left_codes:
         bitset[c >> 5] |= np.uint32(1 << (c & 31))
     n = len(rows)
+    node_rows = NodeRows(
+        table, node_y, node_w, rows, node_codes, node_codes.view(np.uint64), not move_rows
+    )
     boundary = partition(
-        table,
-        node_codes,
-        node_codes.view(np.uint64),
+        node_rows,
+        start,
+        stop,
+        SplitRule(0, 9, missing_left, categorical, bitset),
         move_codes,  # the split feature's codes read in node order, or gathered by row
         move_codes,
         move_rows,
-        0,
-        rows,
-        node_y,
-        node_w,
-        start,
-        stop,
-        9,
-        missing_left,
-        categorical,
-        bitset,
-        np.empty(n, np.int64),
-        np.empty(n),
-        np.empty(n),
-        np.empty((len(node_codes), 1), np.uint64),
+        RowBuffers(
+            np.empty(n, np.int64),
+            np.empty(n),
+            np.empty(n),
+            np.empty((len(node_codes), 1), np.uint64),
+        ),
         two_classes,
         children,
     )

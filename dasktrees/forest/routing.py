@@ -13,6 +13,7 @@ writes the leaf's value to the tree's column (``TREE_VALUE``): the ``how`` of ``
 import numpy as np
 from numba import njit
 
+from ..core.bitsets import bitset_has
 from ..core.dtypes import (
     MISSING_BIN,
     PACKED_CATEGORICAL,
@@ -67,7 +68,7 @@ def _goes_left(word, split, code, bitsets):
     if code == MISSING_BIN:
         return (word & PACKED_MISSING_LEFT) != 0
     if word & PACKED_CATEGORICAL:
-        return (bitsets[split, code >> 5] >> (code & 31)) & 1 == 1
+        return bitset_has(bitsets[split], code) == 1
     return code <= split
 
 

@@ -20,7 +20,7 @@ hundred thousand nodes, and a Python step per node would cost more than all the 
 bitset table needs more room. The kernels that run once per node are compiled without numba's
 runtime, and the split search is inlined into the loop (``_jit`` says why). They pass the tree's
 state in named tuples (``NodeRows``, ``BinTables``, ``Rules``, ``Scratch``, ``Frontier``,
-``Progress``), which numba compiles as plain tuples.
+``Progress``, ``BestSplit``), which numba compiles as plain tuples.
 """
 
 from typing import NamedTuple
@@ -28,6 +28,7 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit
 
+from ..core.bitsets import bitset_add, bitset_has
 from ..core.criteria import SQUARED_ERROR, impurity, stats_weight
 from ..core.dtypes import (
     BITSET_DTYPE,
@@ -54,6 +55,8 @@ from .jit import inlined_node_kernel, node_kernel
 from .splitting import (
     N_CUT_ROWS,
     NO_SPLIT,
+    RowBuffers,
+    SplitRule,
     category_order,
     middle_edge,
     partition,
@@ -142,10 +145,8 @@ class Scratch(NamedTuple):
     ibuf: np.ndarray  # int64 (N_INT_SCRATCH, N_BIN_CODES): bins and orders, rows _TOUCHED, ...
     keys: np.ndarray  # float64 (N_BIN_CODES,): the categories' sort keys
     cuts: np.ndarray  # float64 (N_CUT_ROWS, N_BIN_CODES): the cut scan's prefix sums and scores
-    buffer: np.ndarray  # int64 (n_in_bag,): the partition's scratch for row indices
-    y_buffer: np.ndarray  # float64 (n_in_bag,): the partition's scratch for targets
-    w_buffer: np.ndarray  # float64 (n_in_bag,): the partition's scratch for weights
-    words_buffer: np.ndarray  # uint64 like NodeRows.node_words: the partition's scratch for them
+    # the partition's scratch (n_in_bag rows; the words' like NodeRows.node_words)
+    row_buffers: RowBuffers
     identity: np.ndarray  # int64 (rows of NodeRows.node_codes,): 0, 1, 2, ...: their row of i
     tree_keys: np.ndarray  # float64 (n_orders, n_features, N_BIN_CODES or 0): tree_category_keys
 
@@ -157,6 +158,24 @@ class Frontier(NamedTuple):
     best_first: bool
     ids: np.ndarray  # int64: node ids; -1 is the root, still to open
     keys: np.ndarray  # float64: heap keys (best-first)
+
+
+class BestSplit(NamedTuple):
+    """A node's best split, as ``find_split`` returns it and ``_record_split`` records it."""
+
+    score: float  # ``NO_SPLIT`` when no valid split exists
+    feature: int
+    bin_threshold: int
+    missing_go_to_left: bool
+    is_categorical: bool
+    # codes at the head of ``Scratch.ibuf[_BEST_BINS]`` that a categorical split sends left
+    n_left_bins: int
+    # rare categories sent right with the missing values, whose codes follow the left ones
+    n_rare_right: int
+    # half-way between the keys of the last left and the first right category in the order cut
+    # (infinite for a cut on missingness or a numeric split)
+    middle: float
+    key_row: int  # the row of ``Scratch.tree_keys`` whose order was cut (the class's)
 
 
 class Progress(NamedTuple):
@@ -171,8 +190,8 @@ class Progress(NamedTuple):
 
 # A tree whose rows' codes fit in this many 64-bit words (at most 8 features) keeps them in node
 # order at every node: its partitions move a row's one word of codes instead of its row index,
-# and every node reads its codes in sequence (flights: growth 12-15 % faster; at 2 words,
-# diamonds gained nothing; docs/benchmarks.md).
+# and every node reads its codes in sequence (faster on flights; at 2 words, diamonds gained
+# nothing; docs/benchmarks.md).
 _ALL_ORDERED_MAX_WORDS = 1
 
 # Small nodes are often constant in a drawn feature: checking their few codes first spares the
@@ -227,15 +246,14 @@ def _route_absent_categories(bitset, tree_keys, middle, n_codes, missing_left, h
     with the missing values. No training row changes side.
     """
     for c in range(n_codes):
-        word, bit = c >> 5, np.uint32(1) << np.uint32(c & 31)
         key = tree_keys[c]
-        if (bitset[word] & bit) or not (key < middle or (np.isnan(key) and missing_left)):
+        if bitset_has(bitset, c) or not (key < middle or (np.isnan(key) and missing_left)):
             continue
         rare = False
         for j in range(held_right.shape[0]):
             rare |= held_right[j] == c
         if not rare:
-            bitset[word] |= bit
+            bitset_add(bitset, c)
 
 
 @inlined_node_kernel
@@ -271,19 +289,8 @@ def find_split(rows, start, stop, node_impurity, tables, rules, scratch, ordered
 
     Returns
     -------
-    score : float
-        ``NO_SPLIT`` when no valid split exists.
-    feature, bin_threshold : int
-    missing_go_to_left, is_categorical : bool
-    n_left_bins : int
-        Number of codes in ``ibuf[_BEST_BINS]`` that a categorical split sends left.
-    n_rare_right : int
-        Rare categories sent right with the missing values, whose codes follow the left ones.
-    middle : float
-        Half-way between the keys of the last left and the first right category in the order
-        cut (infinite for a cut on missingness or a numeric split).
-    key_row : int
-        The row of ``scratch.tree_keys`` whose order was cut (the class, for classification).
+    BestSplit
+        Its ``score`` is ``NO_SPLIT`` when no valid split exists.
     """
     codes, y, w, sample_indices = rows.codes, rows.y, rows.w, rows.sample_indices
     n_bins, is_categorical = tables.n_bins, tables.is_categorical
@@ -304,7 +311,7 @@ def find_split(rows, start, stop, node_impurity, tables, rules, scratch, ordered
         features[k] = candidates[k]
     order = ibuf[_ORDER]
     bins = ibuf[_BINS]
-    best = (NO_SPLIT, -1, 0, False, False, 0, 0, np.inf, 0)
+    best = BestSplit(NO_SPLIT, -1, 0, False, False, 0, 0, np.inf, 0)
     n_nonconstant = 0
     n_drawn = 0
     n_first = 0
@@ -406,7 +413,7 @@ def find_split(rows, start, stop, node_impurity, tables, rules, scratch, ordered
                 vec[_PREFIX],
                 scratch.cuts,
             )
-            if score > best[0]:
+            if score > best.score:
                 best_left = vec[_BEST_LEFT]
                 for c in range(best_left.shape[0]):
                     best_left[c] = vec[_MISSING, c] if missing_left else 0.0
@@ -442,7 +449,7 @@ def find_split(rows, start, stop, node_impurity, tables, rules, scratch, ordered
                         n_rare_right = n_rare
                     if position + 1 < n_touched:
                         middle = 0.5 * (keys[order[position]] + keys[order[position + 1]])
-                best = (
+                best = BestSplit(
                     score,
                     f,
                     bin_threshold,
@@ -511,8 +518,9 @@ def _open_node(node_id, parent, depth, start, stop, total, node_impurity, nodes,
 def _record_split(
     node_id, total, node_impurity, w_root, split, nodes, bitsets, n_bitsets, n_codes, rules, scratch
 ):
-    """Record ``find_split``'s result ``split`` for node ``node_id`` if the split is worth
-    making (``min_impurity_decrease``); a categorical split takes the next row of ``bitsets``.
+    """Record ``find_split``'s result ``split`` (a ``BestSplit``) for node ``node_id`` if the
+    split is worth making (``min_impurity_decrease``); a categorical split takes the next row of
+    ``bitsets``.
 
     ``n_codes`` gives each feature's number of non-missing codes (``BinTables.n_bins``).
 
@@ -523,11 +531,10 @@ def _record_split(
     splittable : bool
         Whether the split was recorded (the node is then put on the frontier).
     """
-    score, feature, bin_threshold, missing_left, categorical, n_left_bins = split[:6]
-    n_rare_right, middle, key_row = split[6:]
+    feature, n_left_bins, n_rare_right = split.feature, split.n_left_bins, split.n_rare_right
     criterion, min_impurity_decrease = rules.criterion, rules.min_impurity_decrease
     ibuf, vec = scratch.ibuf, scratch.vec
-    if score == NO_SPLIT:
+    if split.score == NO_SPLIT:
         return n_bitsets, False
     w_node = stats_weight(total, criterion)
     left = vec[_BEST_LEFT]
@@ -557,21 +564,20 @@ def _record_split(
         return n_bitsets, False
     record = nodes[node_id]
     record["feature"] = feature
-    record["bin_threshold"] = bin_threshold
-    record["missing_go_to_left"] = missing_left
-    record["is_categorical"] = categorical
+    record["bin_threshold"] = split.bin_threshold
+    record["missing_go_to_left"] = split.missing_go_to_left
+    record["is_categorical"] = split.is_categorical
     record["improvement"] = improvement
-    if categorical:
+    if split.is_categorical:
         record["bitset_idx"] = n_bitsets
         bitsets[n_bitsets] = 0
         for j in range(n_left_bins):
-            code = ibuf[_BEST_BINS, j]
-            bitsets[n_bitsets, code >> 5] |= np.uint32(1) << np.uint32(code & 31)
+            bitset_add(bitsets[n_bitsets], ibuf[_BEST_BINS, j])
         if scratch.tree_keys.shape[2] > 0:
             _route_absent_categories(
                 bitsets[n_bitsets],
-                scratch.tree_keys[key_row, feature],
-                middle,
+                scratch.tree_keys[split.key_row, feature],
+                split.middle,
                 n_codes[feature],
                 record["missing_go_to_left"] == 1,  # a plain bool: one signature
                 ibuf[_BEST_BINS, n_left_bins : n_left_bins + n_rare_right],
@@ -612,7 +618,8 @@ class Workspace(NamedTuple):
     w_buffer: np.ndarray  # float64 (n_rows,): the partition's scratch for weights
     rows: np.ndarray  # int64 (n_rows,): the tree's sample_indices (``_grow_records``)
     node_codes: np.ndarray  # uint8 (n_rows, n_features rounded up to 8): NodeRows.node_codes
-    words_buffer: np.ndarray  # uint64 (n_rows, n_features / 8 rounded up): Scratch.words_buffer
+    # uint64 (n_rows, n_features / 8 rounded up): the partition's scratch for NodeRows.node_words
+    words_buffer: np.ndarray
     identity: np.ndarray  # int64 (n_rows,): Scratch.identity
     buffers: Buffers  # arrays kept from tree to tree (``buffers``): the search's, the encoder's
 
@@ -676,33 +683,27 @@ def _partition_node(node_id, n_nodes, nodes, bitsets, rows, two_classes, scratch
     start, stop, boundary : int
         The left child's rows are ``[start:boundary]``, the right child's ``[boundary:stop]``.
     """
-    vec = scratch.vec
     record = nodes[node_id]
     start = record["start"]
     stop = record["stop"]
-    boundary = partition(
-        rows.codes,
-        rows.node_codes,
-        rows.node_words,
-        _in_node_order(rows, nodes, node_id),
-        rows.all_ordered or stop - start > ORDERED_CODES_ABOVE,
-        not rows.all_ordered,
+    rule = SplitRule(
         record["feature"],
-        rows.sample_indices,
-        rows.y,
-        rows.w,
-        start,
-        stop,
         record["bin_threshold"],
         record["missing_go_to_left"] == 1,
         record["is_categorical"] == 1,
         bitsets[max(record["bitset_idx"], 0)],
-        scratch.buffer,
-        scratch.y_buffer,
-        scratch.w_buffer,
-        scratch.words_buffer,
+    )
+    boundary = partition(
+        rows,
+        start,
+        stop,
+        rule,
+        _in_node_order(rows, nodes, node_id),
+        rows.all_ordered or stop - start > ORDERED_CODES_ABOVE,
+        not rows.all_ordered,
+        scratch.row_buffers,
         two_classes,
-        vec[_LEFT_CHILD : _RIGHT_CHILD + 1],
+        scratch.vec[_LEFT_CHILD : _RIGHT_CHILD + 1],
     )
     record["left"] = n_nodes
     record["right"] = n_nodes + 1
@@ -825,7 +826,7 @@ def _grow_nodes(
             depth = nodes[node_id]["depth"] + 1
             last_side = 1
         # One call of each step in the loop, for both children and the root: each inlined copy
-        # of the split search costs seconds of compilation.
+        # of the split search is compiled again.
         splittable = False
         right_splittable = False
         for side in range(last_side, -1, -1):  # right child first: the random draws' order
@@ -913,8 +914,8 @@ def grow(codes, y, w, sample_indices, bin_arrays, params, n_classes, seed, candi
     them.
     """
     # Python, not a kernel: a kernel calling ``_grow_nodes`` would link the loop kernel's code
-    # and optimise and compile it all over again (seconds of compilation). The bundles get the
-    # types the kernel was compiled for, so that no other input compiles it again.
+    # and optimise and compile it all over again. The bundles get the types the kernel was
+    # compiled for, so that no other input compiles it again.
     rules = Rules(
         int(params.criterion),
         int(n_classes),
@@ -976,10 +977,12 @@ def grow(codes, y, w, sample_indices, bin_arrays, params, n_classes, seed, candi
         kept.zeros("grow.ibuf", (N_INT_SCRATCH, N_BIN_CODES), np.int64),
         kept.zeros("grow.keys", N_BIN_CODES),
         kept.zeros("grow.cuts", (N_CUT_ROWS, N_BIN_CODES)),
-        workspace.buffer[:n_rows],
-        workspace.y_buffer[:n_rows],
-        workspace.w_buffer[:n_rows],
-        workspace.words_buffer[:code_rows],
+        RowBuffers(
+            workspace.buffer[:n_rows],
+            workspace.y_buffer[:n_rows],
+            workspace.w_buffer[:n_rows],
+            workspace.words_buffer[:code_rows],
+        ),
         workspace.identity[:code_rows],
         category_keys,
     )
@@ -1047,9 +1050,8 @@ def _share_rows(nodes, bitsets, row_key, slots, shift, number, distinct):
 
     Rows are found through an open-addressing table ``slots`` (2 ** (64 - ``shift``) entries,
     more than rows) keyed by ``sum(row * row_key)`` modulo 2**64; a candidate is compared word by
-    word, so keys that collide only cost probes. (``np.unique`` over 64-bit keys took 1.1 ms of a
-    diamonds tree's 28, most of it reading and rewriting the node records;
-    docs/benchmarks.md.)
+    word, so keys that collide only cost probes. (``np.unique`` over 64-bit keys was slower, most
+    of its time reading and rewriting the node records; docs/benchmarks.md.)
     """
     u = np.uint64
     n_words = bitsets.shape[1]

@@ -21,8 +21,8 @@ from numba import njit
 #   calls each inlined step from one place only, and the big steps do not inline each other
 #   (only small helpers, such as the random stream's, are inlined into them). The categorical
 #   steps of the search (``grower._pool_rare_categories``, ``grower._route_absent_categories``)
-#   and the best-first heap's sifts are calls: inlined, they cost the loop kernel about a second
-#   of compilation each and gained no measurable speed (docs/benchmarks.md). The random
-#   splitter's cuts stay inlined: as calls, extra-trees regression grew 4-6 % slower.
+#   and the best-first heap's sifts are calls: inlined, they cost the loop kernel compilation
+#   and gained no measurable speed (docs/benchmarks.md). The random splitter's cuts stay
+#   inlined: as calls, extra-trees regression grew slower.
 node_kernel = njit(cache=True, _nrt=False)
 inlined_node_kernel = njit(cache=True, _nrt=False, inline="always")

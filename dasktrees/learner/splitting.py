@@ -12,9 +12,12 @@ The last cut, with every non-missing bin on the left, exists only when rows are 
 splits on missingness.
 """
 
+from typing import NamedTuple
+
 import numpy as np
 from numba import njit
 
+from ..core.bitsets import bitset_has
 from ..core.criteria import (
     GAIN_RATIO,
     GINI,
@@ -187,7 +190,7 @@ def scan_cuts(
     n_cuts = n_bins if has_missing else n_bins - 1
     # Missing rows (if any) on the right, then on the left, except at the last cut, where that
     # would leave the right empty. One call of ``cut_score`` for both sides: each inlined copy
-    # is compiled again (a second copy cost a second of compilation and no speed).
+    # is compiled again (a second copy cost compilation and gained no speed).
     n_sides = 2 if has_missing else 1
     for j in range(n_cuts):
         row = order[j]
@@ -475,72 +478,83 @@ def random_category_cut(n_bins, state):
     return next_below(state, n_bins - 1)
 
 
+class SplitRule(NamedTuple):
+    """How a recorded split sends a row: what ``goes_left`` and the partition read of it."""
+
+    feature: int  # the split feature
+    bin_threshold: int  # numeric: codes up to it go left
+    missing_go_to_left: bool
+    is_categorical: bool  # the same for all the rows of a node
+    bitset: np.ndarray  # uint32 (BITSET_WORDS,): categorical: the codes that go left
+
+
+class RowBuffers(NamedTuple):
+    """The partition's scratch: where it keeps the rows a node sends right, one array for each
+    array it moves (``partition``)."""
+
+    rows: np.ndarray  # int64 (n_in_bag,): row indices
+    y: np.ndarray  # float64 (n_in_bag,): targets
+    w: np.ndarray  # float64 (n_in_bag,): weights
+    words: np.ndarray  # uint64 like ``NodeRows.node_words``: codes in node order
+
+
 @njit(cache=True, inline="always")
-def goes_left(code, bin_threshold, missing_go_to_left, is_categorical, bitset):
-    """1 if a row with this code goes to the left child (binned data), else 0, as a uint64.
+def goes_left(code, rule):
+    """1 if a row with this code goes to the left child under ``rule`` (a ``SplitRule``), else
+    0, as a uint64.
 
     Without a branch on the code: at many nodes a row's side is a coin flip, and whether its
-    value is missing too. (``is_categorical`` is the same for all the rows of a node.)
+    value is missing too. (``rule.is_categorical`` is the same for all the rows of a node.)
     """
     u = np.uint64
     missing = u(code == MISSING_BIN)
-    if is_categorical:
-        side = u((bitset[code >> 5] >> (code & 31)) & 1)
+    if rule.is_categorical:
+        side = u(bitset_has(rule.bitset, code))
     else:
-        side = u(code <= bin_threshold)
-    return (missing & u(missing_go_to_left)) | ((u(1) - missing) & side)
+        side = u(code <= rule.bin_threshold)
+    return (missing & u(rule.missing_go_to_left)) | ((u(1) - missing) & side)
 
 
 @node_kernel
 def partition(
-    codes,
-    node_codes,
-    node_words,
-    ordered,
-    move_codes,
-    move_rows,
-    f,
-    sample_indices,
-    node_y,
-    node_w,
-    start,
-    stop,
-    bin_threshold,
-    missing_go_to_left,
-    is_categorical,
-    bitset,
-    buffer,
-    y_buffer,
-    w_buffer,
-    words_buffer,
-    two_classes,
-    children,
+    rows, start, stop, rule, ordered, move_codes, move_rows, buffers, two_classes, children
 ):
     """Stable in-place partition of a node's rows by a split.
 
         before  [a b c d e f]        (rows of the node, in row order)
         after   [b e | a c d f]      left rows, then right rows, each still in row order
 
-    ``codes`` is the binned training set (rows x features) and ``f`` the split feature.
-    ``node_y`` and ``node_w`` (targets and weights in ``sample_indices`` order) are moved with
-    their rows, so the children find theirs contiguous. Keeping row order keeps the code
-    gathers of the children cache friendly. ``buffer``, ``y_buffer`` and ``w_buffer`` are
-    scratch for the right rows.
-
-    With ``ordered`` the split feature's codes are read from the rows' codes in node order
-    (``node_codes``, see ``grower.NodeRows``); with ``move_codes`` (which needs ``ordered``)
-    those are moved with their rows too, as the 64-bit words
-    ``node_words`` that view the same memory (``words_buffer`` is their scratch): a row of 50
-    codes moves as 7 words, not 50 bytes. Without ``move_rows`` (which needs ``ordered`` and
-    ``move_codes``) the row indices ``sample_indices`` stay where they are: a tree whose every
-    node reads its codes in node order never reads them.
-
-    With ``two_classes`` (classification, ``node_y`` the signed weights of
-    ``histogram.signed_weights`` and ``node_w`` the same array, moved once) the same pass sums
-    the children's statistics: ``children[0]`` and ``children[1]`` (float64, three channels)
-    are written ``[n_rows, w_0, w_1]`` of the left and right child, the same sums in the same
-    order as ``histogram.node_statistics`` over each child's rows. Otherwise ``children`` is
-    not touched.
+    Parameters
+    ----------
+    rows : grower.NodeRows
+        The node owns ``rows.sample_indices[start:stop]``. ``rows.codes`` is the binned training
+        set (rows x features). ``rows.y`` and ``rows.w`` (targets and weights in
+        ``sample_indices`` order) are moved with their rows, so the children find theirs
+        contiguous. Keeping row order keeps the code gathers of the children cache friendly.
+    start, stop : int
+    rule : SplitRule
+        The split.
+    ordered : bool
+        Whether the split feature's codes are read from the rows' codes in node order
+        (``rows.node_codes``, see ``grower.NodeRows``), rather than gathered from ``rows.codes``.
+    move_codes : bool
+        Whether the codes in node order are moved with their rows too (needs ``ordered``), as the
+        64-bit words ``rows.node_words`` that view the same memory: a row of 50 codes moves as 7
+        words, not 50 bytes.
+    move_rows : bool
+        Whether the row indices ``rows.sample_indices`` are moved. Without (which needs
+        ``ordered`` and ``move_codes``) they stay where they are: a tree whose every node reads
+        its codes in node order never reads them.
+    buffers : RowBuffers
+        Scratch for the right rows.
+    two_classes : bool
+        Classification with two classes, ``rows.y`` the signed weights of
+        ``histogram.signed_weights`` and ``rows.w`` the same array, moved once: the same pass
+        sums the children's statistics.
+    children : ndarray of float64, shape (2, 3)
+        With ``two_classes``, written ``[n_rows, w_0, w_1]`` of the left and right child, the
+        same sums in the same order as ``histogram.node_statistics`` over each child's rows.
+        Otherwise not touched.
 
     Returns
     -------
@@ -548,84 +562,24 @@ def partition(
         The boundary: left rows are ``[start:boundary]``, right rows ``[boundary:stop]``.
     """
     # Two copies of the pass, each with ``move_rows`` a constant: tested at every row, it cost the
-    # 1M x 50 tree's growth (which moves its rows) 1-7 % (docs/benchmarks.md).
+    # growth of trees that move their rows (docs/benchmarks.md).
     if move_rows:
         return _partition(
-            codes,
-            node_codes,
-            node_words,
-            ordered,
-            move_codes,
-            True,
-            f,
-            sample_indices,
-            node_y,
-            node_w,
-            start,
-            stop,
-            bin_threshold,
-            missing_go_to_left,
-            is_categorical,
-            bitset,
-            buffer,
-            y_buffer,
-            w_buffer,
-            words_buffer,
-            two_classes,
-            children,
+            rows, start, stop, rule, ordered, move_codes, True, buffers, two_classes, children
         )
     return _partition(
-        codes,
-        node_codes,
-        node_words,
-        ordered,
-        move_codes,
-        False,
-        f,
-        sample_indices,
-        node_y,
-        node_w,
-        start,
-        stop,
-        bin_threshold,
-        missing_go_to_left,
-        is_categorical,
-        bitset,
-        buffer,
-        y_buffer,
-        w_buffer,
-        words_buffer,
-        two_classes,
-        children,
+        rows, start, stop, rule, ordered, move_codes, False, buffers, two_classes, children
     )
 
 
 @inlined_node_kernel
 def _partition(
-    codes,
-    node_codes,
-    node_words,
-    ordered,
-    move_codes,
-    move_rows,
-    f,
-    sample_indices,
-    node_y,
-    node_w,
-    start,
-    stop,
-    bin_threshold,
-    missing_go_to_left,
-    is_categorical,
-    bitset,
-    buffer,
-    y_buffer,
-    w_buffer,
-    words_buffer,
-    two_classes,
-    children,
+    rows, start, stop, rule, ordered, move_codes, move_rows, buffers, two_classes, children
 ):
     """``partition``, inlined into it twice (``move_rows`` constant in each copy)."""
+    codes, node_codes, node_words = rows.codes, rows.node_codes, rows.node_words
+    sample_indices, node_y, node_w = rows.sample_indices, rows.y, rows.w
+    f = rule.feature
     # Unsigned positions: numba wraps a negative signed index around, at a few instructions for
     # every index of every row.
     u = np.uint64
@@ -638,7 +592,7 @@ def _partition(
     for i in range(u(start), u(stop)):
         yi = node_y[i]
         code = node_codes[i, f] if ordered else codes[u(sample_indices[i]), f]
-        left = goes_left(code, bin_threshold, missing_go_to_left, is_categorical, bitset)
+        left = goes_left(code, rule)
         if two_classes:  # yi is the signed weight
             on_left = np.float64(left)
             w_1 = max(yi, 0.0)
@@ -653,30 +607,30 @@ def _partition(
         if move_rows:
             row = sample_indices[i]
             sample_indices[n_left] = row
-            buffer[n_right] = row
+            buffers.rows[n_right] = row
         node_y[n_left] = yi
-        y_buffer[n_right] = yi
+        buffers.y[n_right] = yi
         if not two_classes:  # else node_w is node_y
             wi = node_w[i]
             node_w[n_left] = wi
-            w_buffer[n_right] = wi
+            buffers.w[n_right] = wi
         if move_codes:
             for c in range(node_words.shape[1]):
                 word = node_words[i, c]
                 node_words[n_left, c] = word
-                words_buffer[n_right, c] = word
+                buffers.words[n_right, c] = word
         n_left += left
         n_right += u(1) - left
     for k in range(n_right):
         if move_rows:
-            sample_indices[n_left + k] = buffer[k]
-        node_y[n_left + k] = y_buffer[k]
+            sample_indices[n_left + k] = buffers.rows[k]
+        node_y[n_left + k] = buffers.y[k]
         if not two_classes:
-            node_w[n_left + k] = w_buffer[k]
+            node_w[n_left + k] = buffers.w[k]
     if move_codes:
         for k in range(n_right):
             for c in range(node_words.shape[1]):
-                node_words[n_left + k, c] = words_buffer[k, c]
+                node_words[n_left + k, c] = buffers.words[k, c]
     if two_classes:
         children[0, 0] = np.float64(n_left) - np.float64(start)
         children[0, 1] = left_0
