@@ -4,8 +4,8 @@ Growing and encoding a tree fill scratch arrays of up to megabytes: the split se
 histograms, the bitset table, the encoder's split fields and per-node quantities. Dask's worker
 processes return freed memory to the system at once (their nannies set
 ``MALLOC_TRIM_THRESHOLD_``), so arrays allocated afresh for every tree had their pages faulted
-in again for every tree: encoding a diamonds tree took 5.5 ms on a worker against 2 ms in a
-plain process (docs/benchmarks.md). A task's ``grower.Workspace`` holds one ``Buffers``, which
+in again for every tree, and encoding a tree on a worker ran several times slower than in a
+plain process (docs/benchmarks.md, "Decisions the measurements drove"). A task's ``grower.Workspace`` holds one ``Buffers``, which
 hands out views of arrays it keeps, by name.
 """
 
