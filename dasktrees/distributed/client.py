@@ -12,6 +12,7 @@ its config asks for one (``cluster.local``, the default).
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import warnings
 from collections.abc import Iterable, Iterator
@@ -22,8 +23,11 @@ import distributed
 from .local import InProcessClient
 from .local import as_completed as _in_process_completed
 
-# What the Dask layer runs its tasks on.
+# What the Dask layer runs its tasks on: the two offer the calls it makes (``submit``,
+# ``compute``, ``gather``, ``scheduler_info``; ``local.py``).
 Client = Union[distributed.Client, InProcessClient]
+# What their ``submit`` returns.
+Future = Union[distributed.Future, concurrent.futures.Future]
 
 
 @contextlib.contextmanager
@@ -36,8 +40,9 @@ def sending_large_data() -> Iterator[None]:
         yield
 
 
-def find_client(client: Client | None = None) -> Client | None:
-    """The given client, else the current default client, else None."""
+def find_client(client: distributed.Client | None = None) -> distributed.Client | None:
+    """The given client, else the current default client, else None: a cluster's client (an
+    estimator's ``client`` parameter is one), never an ``InProcessClient``."""
     if client is not None:
         return client
     try:
@@ -47,7 +52,7 @@ def find_client(client: Client | None = None) -> Client | None:
 
 
 @contextlib.contextmanager
-def client_for(client: Client | None = None) -> Iterator[Client]:
+def client_for(client: distributed.Client | None = None) -> Iterator[Client]:
     """The given client, else the current default client, else an ``InProcessClient`` whose
     threads end with the block."""
     client = find_client(client)
@@ -65,7 +70,7 @@ def is_in_process(client: Client) -> bool:
 
 def as_completed(client: Client, futures: Iterable) -> Iterator:
     """``futures`` of ``client.submit`` in the order they finish."""
-    if is_in_process(client):
+    if isinstance(client, InProcessClient):  # is_in_process, which mypy cannot narrow by
         return _in_process_completed(futures)
     # With this client's loop, and ``future.result()``: no default client is needed.
     return distributed.as_completed(futures, loop=client.loop)

@@ -33,7 +33,7 @@ from ..forest.exact import exact_sum, from_exact
 from ..forest.packing import PackedForest
 from ..forest.voting import add_oob_moments
 from ..learner.sampling import tree_counts
-from .client import Client
+from .client import Client, Future
 from .data import BinnedPartition, TrainingData
 from .reductions import forest_task
 
@@ -131,9 +131,9 @@ class ConvergenceMonitor:
         self.client, self.data = client, data
         self.seed, self.lam = seed, lam
         self.classification, self.tol = classification, tol
-        self.states = [None] * len(data.parts)
+        self.states: list[Future | None] = [None] * len(data.parts)
         self.n_trees = 0
-        self.history = []  # (trees, excess / baseline) after each wave
+        self.history: list[tuple[int, float]] = []  # (trees, excess / baseline) after each wave
 
     def add(self, forest: PackedForest) -> bool:
         """Add the next trees (``forest`` holds only them); whether the forest has converged."""

@@ -14,7 +14,7 @@ blocks embedded in the graph, so it takes the same path.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import NamedTuple, Union
 
 import dask
 import dask.array as da
@@ -27,6 +27,10 @@ from sklearn.utils.validation import column_or_1d
 from ..core.validation import NOTHING_TO_FIT, check_2d, check_sample_weight, check_target
 from ..learner.binning import BinMapper, sample_mask
 from .client import Client, is_in_process, sending_large_data
+
+# What a fit takes as X, y or sample_weight: numpy or pandas (in this process), or dask (where
+# it lives).
+Data = Union[np.ndarray, pd.DataFrame, pd.Series, da.Array, dd.DataFrame, dd.Series, list]
 
 
 class BinnedPartition(NamedTuple):
@@ -54,7 +58,7 @@ class TrainingData:
         return int(self.offsets[-1])
 
 
-def is_dask_collection(X) -> bool:
+def is_dask_collection(X: object) -> bool:
     return isinstance(X, (da.Array, dd.DataFrame, dd.Series))
 
 
@@ -73,7 +77,9 @@ def _local_blocks(client, values, bounds):
         return client.compute(blocks)
 
 
-def input_blocks(client: Client, X, y, sample_weight, n_blocks: int) -> tuple:
+def input_blocks(
+    client: Client, X: Data, y: Data, sample_weight: Data | None, n_blocks: int
+) -> tuple:
     """Cut X, y and sample_weight into aligned row blocks.
 
     Returns
@@ -238,9 +244,9 @@ def _bin_block(mapper, x, y, w, first_row, classes, class_weights):
 
 def prepare(
     client: Client,
-    X,
-    y,
-    sample_weight,
+    X: Data,
+    y: Data,
+    sample_weight: Data | None,
     *,
     mapper: BinMapper,
     is_classifier: bool,
@@ -307,9 +313,9 @@ def prepare(
 def _class_weight_vector(class_weight, classes, *counts):
     """Weight of each class: scikit-learn's "balanced" (n / (K * count_k)) or a dict, from each
     block's class counts."""
-    counts = np.sum(counts, axis=0)
+    totals = np.sum(counts, axis=0)
     if class_weight == "balanced":
-        return counts.sum() / (len(classes) * np.maximum(counts, 1))
+        return totals.sum() / (len(classes) * np.maximum(totals, 1))
     if isinstance(class_weight, dict):
         unknown = set(class_weight) - set(classes.tolist())
         if unknown:

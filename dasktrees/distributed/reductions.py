@@ -32,7 +32,7 @@ from ..forest.routing import leaves_of_codes
 from ..forest.voting import add_oob_votes, misclassified, tree_loss
 from ..learner.sampling import tree_counts
 from ..learner.tree import goes_left_binned
-from .client import Client, is_in_process, sending_large_data
+from .client import Client, Future, is_in_process, sending_large_data
 from .data import BinnedPartition, TrainingData
 
 
@@ -88,7 +88,7 @@ def _identity(value):
     return value
 
 
-def forest_task(client, forest):
+def forest_task(client: Client, forest: object) -> Future:
     """The packed forest as a task result the block tasks depend on: sent once, and recomputed
     from its spec if its worker dies (scattered data would die with it).
 
@@ -441,7 +441,8 @@ def leaf_entries_block(
         weights = block.w * counts
         rows = np.flatnonzero(weights > 0)
         parts.append((leaves[rows, t], block.y[rows], weights[rows]))
-    return tuple(np.concatenate([p[k] for p in parts]) for k in range(3))
+    all_leaves, all_y, all_weights = (np.concatenate([p[k] for p in parts]) for k in range(3))
+    return all_leaves, all_y, all_weights
 
 
 def leaf_targets(

@@ -53,7 +53,9 @@ class ForestSpec:
 
 
 # Called with (trees grown, trees to grow) each time a tree task's trees reach the client.
-_progress = contextvars.ContextVar("dasktrees_progress", default=None)
+_progress: contextvars.ContextVar[Callable[[int, int], None] | None] = contextvars.ContextVar(
+    "dasktrees_progress", default=None
+)
 
 
 @contextlib.contextmanager
@@ -120,7 +122,7 @@ def _workspace(spec, n_rows, n_features):
     return Workspace.for_rows(n_rows, spec.n_classes, n_features, spec.params)
 
 
-def _shipped(states, ship):
+def _shipped(states: list[dict], ship: bool) -> np.ndarray | list[dict]:
     """A task's trees (``grower.grow_tree_state``) as one pickle in a uint8 array, which
     ``grow_forest`` loads on the client; with ``ship=False`` (tasks run in the client's own
     process) the list itself.
@@ -136,7 +138,9 @@ def _shipped(states, ship):
     return np.frombuffer(pickle.dumps(states, protocol=pickle.HIGHEST_PROTOCOL), dtype=np.uint8)
 
 
-def grow_batch(spec: ForestSpec, ship: bool, trees: Sequence[int], *blocks: BinnedPartition):
+def grow_batch(
+    spec: ForestSpec, ship: bool, trees: Sequence[int], *blocks: BinnedPartition
+) -> np.ndarray | list[dict]:
     """Replicated mode: grow ``trees`` (tree indices) on the stacked blocks; returns them
     pickled (see ``_shipped``)."""
     codes = _stack([b.codes for b in blocks])
@@ -169,7 +173,9 @@ def extract_in_bag(spec: ForestSpec, trees: Sequence[int], block: BinnedPartitio
     return drawn
 
 
-def grow_sampled(spec: ForestSpec, ship: bool, trees: Sequence[int], *extracts: list):
+def grow_sampled(
+    spec: ForestSpec, ship: bool, trees: Sequence[int], *extracts: list
+) -> np.ndarray | list[dict]:
     """Sampled mode: grow each tree on the rows its blocks extracted, stacked in row order
     (the same rows, order and weights as replicated mode, so the same tree); returns them
     pickled (see ``_shipped``)."""
@@ -232,7 +238,7 @@ def choose_mode(mode: str, data: TrainingData, lam: float, worker_memory: float)
 
 # The shipped feature types for which this process has compiled its kernels of a fit
 # (``_compile_client_kernels``): packing compiles once per type of the trees' feature indices.
-_client_kernels_ready = set()
+_client_kernels_ready: set[np.dtype] = set()
 
 
 def _compile_client_kernels(data: TrainingData, spec: ForestSpec) -> None:
@@ -294,6 +300,8 @@ def grow_forest(
     for k, batch in enumerate(batches):
         key = f"dasktrees-trees-{batch[0]}-{token}"
         priority = len(batches) - k  # in order: the large batches first, the small ones last
+        task: Callable[..., np.ndarray | list[dict]]  # grow_batch or grow_sampled
+        inputs: list  # the blocks, or futures of what each block extracts
         if mode == "replicated":
             task, inputs = grow_batch, data.parts
         else:

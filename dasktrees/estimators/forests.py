@@ -11,7 +11,7 @@ import contextlib
 import numbers
 import os
 from functools import partial
-from typing import Union
+from typing import ClassVar
 
 import dask.array as da
 import dask.dataframe as dd
@@ -33,7 +33,7 @@ from ..core.validation import check_2d, check_predict_columns
 from ..distributed import reductions
 from ..distributed.client import client_for, find_client
 from ..distributed.convergence import WAVE, ConvergenceMonitor
-from ..distributed.data import is_dask_collection, prepare
+from ..distributed.data import Data, is_dask_collection, prepare
 from ..distributed.reductions import oob_estimates, permutation_importance
 from ..distributed.train import ForestSpec, finish_progress, grow_forest, progress_of_wave
 from ..forest import treeshap
@@ -44,17 +44,23 @@ from ..forest.variance import centred_count_gram, jackknife_mean_std
 from ..learner.binning import BinMapper
 from ..learner.sampling import sampling_rate
 from ..modelfile.writing import save as save_model
-from .trees import DecisionTreeClassifier, DecisionTreeRegressor, log_proba
-
-# What fit and predict take: numpy or pandas (in this process), or dask (where it lives).
-Data = Union[np.ndarray, pd.DataFrame, pd.Series, da.Array, dd.DataFrame, dd.Series, list]
+from .trees import BaseDecisionTree, DecisionTreeClassifier, DecisionTreeRegressor, log_proba
 
 
 class BaseForest(BaseEstimator):
     """Shared fit logic of the forest estimators (not for direct use)."""
 
-    _tree_class = None
-    _splitter = "best"
+    # The tree estimator each forest grows: set by every concrete forest (None here, where
+    # there is nothing to grow).
+    _tree_class: ClassVar[type[BaseDecisionTree]] = None  # type: ignore[assignment]
+    _splitter: ClassVar[str] = "best"
+
+    # Declared for mypy, set by fit (scikit-learn's fitted attributes are absent before it).
+    estimators_: list[BaseDecisionTree]
+    mode_: str
+    # A parameter (set by ``__init__``, ``keep_init_arguments``) the fit reads before it is
+    # validated.
+    mode: str
 
     def samples_rows(self) -> bool:
         """Whether each tree draws its rows (bootstrap or max_samples), so that rows are out of
@@ -720,15 +726,19 @@ class _ForestClassifierMixin(ClassifierMixin):
         """Logarithm of ``predict_proba`` (minus infinity where it is 0, without a warning)."""
         proba = self.predict_proba(X)
         if isinstance(proba, da.Array):
-            return proba.map_blocks(log_proba, dtype=proba.dtype)
+            # What ``proba.map_blocks`` calls; dask types that method as a functools wrapper
+            # that mypy cannot call as a method.
+            return da.map_blocks(log_proba, proba, dtype=proba.dtype)
         return log_proba(proba)
 
     def predict(self, X: Data) -> np.ndarray | da.Array:
         """The class with the largest mean probability (soft) or most votes (hard)."""
         proba = self.predict_proba(X)
         if isinstance(proba, da.Array):
-            return proba.map_blocks(
+            # da.map_blocks, not the method: as in predict_log_proba.
+            return da.map_blocks(
                 lambda p: self.classes_.take(np.argmax(p, axis=1)),
+                proba,
                 drop_axis=1,
                 dtype=self.classes_.dtype,
             )

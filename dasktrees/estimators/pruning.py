@@ -4,11 +4,16 @@ folds as Dask tasks when there is a client), and reduced-error pruning on a vali
 ``tree.cost_complexity``'s.
 """
 
+from __future__ import annotations
+
 import copy
 import functools
+from collections.abc import Callable
 from numbers import Integral
 
+import distributed
 import numpy as np
+from numpy.typing import ArrayLike
 from sklearn.base import clone, is_classifier
 from sklearn.metrics import check_scoring
 from sklearn.model_selection import KFold
@@ -26,11 +31,12 @@ from ..learner.cost_complexity import (
     subtree,
     weakest_links,
 )
+from .trees import BaseDecisionTree
 
 # ---- choosing alpha by K-fold cross-validation (Algorithm 8.1) ---------------------------------
 
 
-def candidate_alphas(path):
+def candidate_alphas(path: Bunch) -> np.ndarray:
     """One alpha per subtree of the pruning sequence: where each is the best pruned tree.
 
     The distinct path alphas ``a_0 = 0 < a_1 < ... < a_m`` cut the alpha axis into intervals:
@@ -61,8 +67,15 @@ def candidate_alphas(path):
 
 
 def select_ccp_alpha(
-    estimator, X, y, cv=5, rule="min", scoring=None, random_state=None, client=None
-):
+    estimator: BaseDecisionTree,
+    X: ArrayLike,
+    y: ArrayLike,
+    cv: int = 5,
+    rule: str = "min",
+    scoring: str | Callable[..., float] | None = None,
+    random_state: int | np.random.RandomState | None = None,
+    client: distributed.Client | None = None,
+) -> Bunch:
     """Choose ``ccp_alpha`` by K-fold cross-validation: Algorithm 8.1 of ISLR (James et al.).
 
     1. Grow a full tree on all the data and take its pruning path; its subtrees' alphas
@@ -124,16 +137,16 @@ def select_ccp_alpha(
             "estimator must be a DecisionTreeClassifier or DecisionTreeRegressor, "
             f"got {type(estimator).__name__}"
         )
-    X = check_2d(X)
-    y = column_or_1d(y)
-    if not isinstance(cv, Integral) or isinstance(cv, bool) or not 2 <= cv <= len(y):
-        raise ValueError(f"cv must be an int in [2, n_samples={len(y)}], got {cv!r}")
-    full = clone(estimator).set_params(ccp_alpha=0.0).fit(X, y)
+    table = check_2d(X)
+    target = column_or_1d(y)
+    if not isinstance(cv, Integral) or isinstance(cv, bool) or not 2 <= cv <= len(target):
+        raise ValueError(f"cv must be an int in [2, n_samples={len(target)}], got {cv!r}")
+    full = clone(estimator).set_params(ccp_alpha=0.0).fit(table, target)
     links = weakest_links(full.tree_)
     alphas = candidate_alphas(pruning_path(full.tree_))
-    folds = list(KFold(cv, shuffle=True, random_state=random_state).split(X))
+    folds = list(KFold(cv, shuffle=True, random_state=random_state).split(table))
     fold_errors = functools.partial(_fold_errors, clone(full), alphas, scoring)
-    cv_errors = np.array(_map_folds(client, fold_errors, X, y, folds))
+    cv_errors = np.array(_map_folds(client, fold_errors, table, target, folds))
     cv_mean = cv_errors.mean(axis=0)
     cv_se = cv_errors.std(axis=0, ddof=1) / np.sqrt(cv)
     best = np.flatnonzero(cv_mean == cv_mean.min())[-1]
@@ -212,7 +225,9 @@ def _rows(X, index):
 # ---- reduced-error pruning ---------------------------------------------------------------------
 
 
-def reduced_error_prune(tree_estimator, X_val, y_val):
+def reduced_error_prune(
+    tree_estimator: BaseDecisionTree, X_val: ArrayLike, y_val: ArrayLike
+) -> BaseDecisionTree:
     """Reduced-error pruning (Quinlan 1987) on a validation set.
 
     Internal nodes are visited bottom-up (a node after all its descendants). A node's subtree is
@@ -237,11 +252,11 @@ def reduced_error_prune(tree_estimator, X_val, y_val):
     check_is_fitted(tree_estimator, "tree_")
     tree = tree_estimator.tree_
     paths = tree.decision_path(tree_estimator._encode(X_val))
-    y_val = column_or_1d(y_val)
-    if len(y_val) != paths.shape[0]:
-        raise ValueError(f"y_val has {len(y_val)} samples but X_val has {paths.shape[0]}")
+    target = column_or_1d(y_val)
+    if len(target) != paths.shape[0]:
+        raise ValueError(f"y_val has {len(target)} samples but X_val has {paths.shape[0]}")
     nodes = paths.indices  # every (row, node on the row's path) pair
-    y_at = y_val[np.repeat(np.arange(len(y_val)), np.diff(paths.indptr))]
+    y_at = target[np.repeat(np.arange(len(target)), np.diff(paths.indptr))]
     if is_classifier(tree_estimator):
         node_class = tree_estimator.classes_.take(np.argmax(tree.value, axis=1))
         loss = (node_class[nodes] != y_at).astype(np.float64)

@@ -11,7 +11,9 @@ rows (``quantiles.quantile_rows``).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from functools import partial
+from typing import TYPE_CHECKING
 
 import dask.array as da
 import numpy as np
@@ -52,8 +54,18 @@ _QUANTILE_DOC = """
 """
 
 
-class _QuantileMixin:
+if TYPE_CHECKING:
+    # The mixin is only mixed into regressors, ahead of them: mypy reads it as one, so that
+    # it knows the attributes and the super() methods it uses.
+    _QuantileBase = RandomForestRegressor
+else:
+    _QuantileBase = object
+
+
+class _QuantileMixin(_QuantileBase):
     """Leaf targets at fit, quantiles at predict (shared by the two quantile forests)."""
+
+    default_quantiles: float | Sequence[float]  # a parameter of both quantile forests
 
     def _after_growth(self, client, data, spec):
         self.leaf_targets_ = leaf_targets(client, data, self.forest_, self._seed, spec.lam)
@@ -70,9 +82,11 @@ class _QuantileMixin:
             check_quantiles(self.default_quantiles, "default_quantiles"),
         )
 
-    def predict(
+    # Not the regressor's signature: ``quantiles`` comes second (the public API), so that
+    # ``predict(X, 0.5)`` asks for a quantile, where the regressor's second is ``return_std``.
+    def predict(  # type: ignore[override]
         self, X: Data, quantiles: float | list[float] | None = None, return_std: bool = False
-    ) -> np.ndarray | da.Array:
+    ) -> np.ndarray | da.Array | tuple[np.ndarray | da.Array, np.ndarray | da.Array]:
         """Conditional quantiles of the target, or its mean.
 
         Parameters

@@ -275,7 +275,8 @@ def _warm_worker(worker=None):
 try:
     from distributed import WorkerPlugin as _WorkerPlugin
 except ImportError:  # distributed is a dependency; this keeps the module importable alone
-    _WorkerPlugin = object
+    # mypy types the name as distributed's class; this base is only for its absence.
+    _WorkerPlugin = object  # type: ignore[misc,assignment]
 
 
 class WarmupPlugin(_WorkerPlugin):

@@ -9,15 +9,23 @@ seen in ``fit``) are written on the side they go, so that rules stay exact on an
 does.
 """
 
+from __future__ import annotations
+
 import dataclasses
 import numbers
-from typing import NamedTuple
+from collections.abc import Sequence
+from typing import Any, NamedTuple
 
 import numpy as np
+import numpy.typing as npt
 import pandas as pd
+from numpy.typing import ArrayLike
+from sklearn.base import BaseEstimator
 from sklearn.utils.validation import check_is_fitted
 
 from ..core.dtypes import TREE_LEAF
+from ..learner.binning import BinMapper
+from ..learner.tree import Tree
 from ..modelfile.format import estimator_kind
 
 __all__ = ["Condition", "Rule", "apply_rules", "export_graphviz", "export_rules", "export_text"]
@@ -67,13 +75,15 @@ class Condition:
     missing: bool = False
 
     @property
-    def is_categorical(self):
+    def is_categorical(self) -> bool:
+        # The methods below test ``self.categories is not None`` itself: mypy narrows it.
         return self.categories is not None
 
-    def intersect(self, other):
+    def intersect(self, other: Condition) -> Condition:
         """The condition that holds where both hold (same feature)."""
-        if self.is_categorical:
-            kept = set(other.categories)
+        if self.categories is not None:
+            # other tests the same feature, so it is categorical as well.
+            kept = set(other.categories)  # type: ignore[arg-type]
             categories = tuple(c for c in self.categories if c in kept)
             return dataclasses.replace(
                 self, categories=categories, missing=self.missing and other.missing
@@ -85,21 +95,21 @@ class Condition:
             missing=self.missing and other.missing,
         )
 
-    def _allows_every_value(self):
-        if self.is_categorical:
+    def _allows_every_value(self) -> bool:
+        if self.categories is not None:
             return len(self.categories) == len(self.known)
         return self.low == -np.inf and self.high == np.inf
 
-    def _allows_no_value(self):
-        if self.is_categorical:
+    def _allows_no_value(self) -> bool:
+        if self.categories is not None:
             return len(self.categories) == 0
         return self.low >= self.high
 
-    def is_always_true(self):
+    def is_always_true(self) -> bool:
         """True when every value, missing included, satisfies the condition."""
         return self.missing and self._allows_every_value()
 
-    def describe(self, decimals=3, missing_word="missing"):
+    def describe(self, decimals: int = 3, missing_word: str | None = "missing") -> str:
         """The condition as text, e.g. ``2.5 < x <= 7.0``, ``Outlook in {sunny}`` or
         ``x <= 2.5 or missing`` (``missing_word`` is what follows "or"; None leaves the
         missing values unsaid)."""
@@ -110,8 +120,8 @@ class Condition:
         values = self._describe_values(decimals)
         return f"{values} or {missing_word}" if self.missing and missing_word else values
 
-    def _describe_values(self, decimals):
-        if self.is_categorical:
+    def _describe_values(self, decimals: int) -> str:
+        if self.categories is not None:
             # Whichever of the allowed and the excluded categories is the shorter list.
             allowed = set(self.categories)
             excluded = [c for c in self.known if c not in allowed]
@@ -124,7 +134,7 @@ class Condition:
             return f"{self.name} > {_number(self.low, decimals)}"
         return f"{_number(self.low, decimals)} < {self.name} <= {_number(self.high, decimals)}"
 
-    def matches(self, values):
+    def matches(self, values: ArrayLike) -> npt.NDArray[np.bool_]:
         """Whether each value satisfies the condition.
 
         Parameters
@@ -137,9 +147,9 @@ class Condition:
         ndarray of bool, shape (n_samples,)
         """
         if self.is_categorical:
-            values = pd.Series(values, copy=False).astype(object)
-            allowed = values.isin(self.categories).to_numpy()
-            missing = ~values.isin(self.known).to_numpy()
+            series = pd.Series(values, copy=False).astype(object)
+            allowed = series.isin(self.categories).to_numpy()
+            missing = ~series.isin(self.known).to_numpy()
         else:
             # float64 whatever the input: float32 widens exactly, and the kernels compare the
             # float64 thresholds the same way.
@@ -181,7 +191,7 @@ class Rule:
         Whether the text says where missing values go (``constraints`` always knows).
     """
 
-    constraints: list
+    constraints: list[Condition]
     prediction: object
     support: int
     weighted_support: float
@@ -193,14 +203,14 @@ class Rule:
     show_missing: bool = True
 
     @property
-    def conditions(self):
+    def conditions(self) -> list[str]:
         """The constraints as text, e.g. ``["Outlook in {sunny}", "x <= 2.5 or x is missing"]``."""
         return [
             c.describe(self.decimals, f"{c.name} is missing" if self.show_missing else None)
             for c in self.constraints
         ]
 
-    def matches(self, X):
+    def matches(self, X: ArrayLike) -> npt.NDArray[np.bool_]:
         """Whether each row of X satisfies every condition of the rule.
 
         Parameters
@@ -212,13 +222,13 @@ class Rule:
         -------
         ndarray of bool, shape (n_samples,)
         """
-        X = _as_table(X)
-        matched = np.ones(X.shape[0], dtype=bool)
+        table = _as_table(X)
+        matched = np.ones(table.shape[0], dtype=bool)
         for condition in self.constraints:
-            matched &= condition.matches(_column(X, condition.feature))
+            matched &= condition.matches(_column(table, condition.feature))
         return matched
 
-    def __str__(self):
+    def __str__(self) -> str:
         conditions = [f"({text})" if " or " in text else text for text in self.conditions]
         premise = " AND ".join(conditions) if conditions else "TRUE"
         if self.is_classifier:
@@ -233,8 +243,13 @@ class Rule:
 
 
 def export_rules(
-    estimator, feature_names=None, tree_index=None, decimals=3, target_name=None, show_missing=True
-):
+    estimator: BaseEstimator,
+    feature_names: Sequence[str] | None = None,
+    tree_index: int | None = None,
+    decimals: int = 3,
+    target_name: str | None = None,
+    show_missing: bool = True,
+) -> list[Rule]:
     """One if-then rule per leaf of a fitted tree, conditions merged per feature.
 
     Parameters
@@ -265,7 +280,8 @@ def export_rules(
     if target_name is None:
         target_name = "class" if source.classes is not None else "value"
     rules = []
-    stack = [(0, {})]
+    # (node, its path's conditions by feature)
+    stack: list[tuple[int, dict[int, Condition]]] = [(0, {})]
     while stack:
         node, path = stack.pop()
         if tree.children_left[node] == TREE_LEAF:
@@ -280,7 +296,7 @@ def export_rules(
     return rules
 
 
-def apply_rules(rules, X):
+def apply_rules(rules: Sequence[Rule], X: ArrayLike) -> np.ndarray:
     """Index in ``rules`` of the rule each row of X satisfies.
 
     Parameters
@@ -300,10 +316,10 @@ def apply_rules(rules, X):
     ValueError
         When a row satisfies more than one rule.
     """
-    X = _as_table(X)
+    table = _as_table(X)
     if not rules:
-        return np.full(X.shape[0], -1, dtype=np.int64)
-    matched = np.column_stack([rule.matches(X) for rule in rules])
+        return np.full(table.shape[0], -1, dtype=np.int64)
+    matched = np.column_stack([rule.matches(table) for rule in rules])
     n_matched = matched.sum(axis=1)
     if (n_matched > 1).any():
         row = int(np.flatnonzero(n_matched > 1)[0])
@@ -313,7 +329,13 @@ def apply_rules(rules, X):
     return np.where(n_matched == 1, matched.argmax(axis=1), -1).astype(np.int64)
 
 
-def export_text(estimator, feature_names=None, tree_index=None, decimals=3, show_missing=True):
+def export_text(
+    estimator: BaseEstimator,
+    feature_names: Sequence[str] | None = None,
+    tree_index: int | None = None,
+    decimals: int = 3,
+    show_missing: bool = True,
+) -> str:
     """The tree as indented text, one line per branch and per leaf (scikit-learn's layout).
 
     Each split gives two lines, the condition of its left child then of its right child;
@@ -359,7 +381,12 @@ def export_text(estimator, feature_names=None, tree_index=None, decimals=3, show
     return "\n".join(lines) + "\n"
 
 
-def export_graphviz(estimator, feature_names=None, tree_index=None, class_names=None):
+def export_graphviz(
+    estimator: BaseEstimator,
+    feature_names: Sequence[str] | None = None,
+    tree_index: int | None = None,
+    class_names: Sequence[str] | None = None,
+) -> str:
     """The tree as Graphviz DOT source (render it with ``dot -Tpng``).
 
     One box per node: the test (true goes to the left child, missing values included when the
@@ -411,14 +438,16 @@ def export_graphviz(estimator, feature_names=None, tree_index=None, class_names=
 class _Source(NamedTuple):
     """The fitted tree to export and what its arrays need to be read."""
 
-    tree: object  # dasktrees.tree.Tree
-    mapper: object  # dasktrees.binning.BinMapper
+    tree: Tree  # expanded (``Tree.expanded``)
+    mapper: BinMapper
     names: list  # one str per feature
-    classes: object  # ndarray of the classes, None for a regressor
+    classes: np.ndarray | None  # the classes, None for a regressor
     impurity_name: str
 
 
-def _source(estimator, feature_names, tree_index, decimals):
+def _source(
+    estimator: Any, feature_names: Sequence[str] | None, tree_index: int | None, decimals: int
+) -> _Source:
     """Check the arguments (errors name the parameter) and pick the tree to export."""
     kind = estimator_kind(estimator)
     if kind is not None and kind[0] == "forest":
@@ -575,7 +604,7 @@ def _category_set(categories):
     return "{" + ", ".join(str(c) for c in categories) + "}"
 
 
-def _as_table(X):
+def _as_table(X: ArrayLike) -> pd.DataFrame | np.ndarray:
     return X if isinstance(X, pd.DataFrame) else np.asarray(X)
 
 

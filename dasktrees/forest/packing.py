@@ -20,6 +20,9 @@ keep their leaves' counts and their bitsets as views of the forest's tables, not
 their own: the client holds each forest once (docs/forests.md).
 """
 
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 import numba
@@ -33,10 +36,12 @@ from ..core.dtypes import (
     PACKED_MISSING_LEFT,
     PACKED_NODE_DTYPE,
 )
+from ..learner.binning import BinMapper
 from ..learner.tree import (
     LEAF_COUNTS,
     LEAF_VALUES,
     NODE_VALUES,
+    Tree,
     class_fractions,
     node_class_fractions,
     packed_bit,
@@ -87,7 +92,7 @@ class PackedForest:
     is_categorical : ndarray of uint8, shape (n_features,)
     """
 
-    def __init__(self, trees, bin_mapper):
+    def __init__(self, trees: Iterable[Tree], bin_mapper: BinMapper) -> None:
         trees = list(trees)
         if not trees:
             raise ValueError("a forest needs at least one tree")
@@ -115,7 +120,7 @@ class PackedForest:
         )
         # What the trees hold of their leaves that the forest holds as it is, the trees then
         # keeping views of it: a classifier's leaf counts, a regressor's leaf means.
-        shared = "leaf_class_counts" if self.leaf_counts else "leaf_value"
+        shared: str | None = "leaf_class_counts" if self.leaf_counts else "leaf_value"
         if not all(s is not None and shared in s for s in states):
             shared = None
         n_leaves = int((n_nodes - n_splits).sum())
@@ -166,7 +171,7 @@ class PackedForest:
             list(pool.map(pack, range(len(trees))))  # list(): raise the first error
         self._trees = trees  # what ``packs`` compares with
 
-    def packs(self, trees):
+    def packs(self, trees: Sequence[Tree]) -> bool:
         """Whether this forest was packed from exactly ``trees`` (the same objects, in order)."""
         packed = getattr(self, "_trees", None)
         return (
@@ -182,11 +187,11 @@ class PackedForest:
         return state
 
     @property
-    def n_trees(self):
+    def n_trees(self) -> int:
         return len(self.roots)
 
     @property
-    def leaf_values(self):
+    def leaf_values(self) -> tuple[np.ndarray, bool]:
         """(``values``, ``leaf_counts``): what the kernels that read leaf values take."""
         return self.values, self.leaf_counts
 
@@ -200,7 +205,7 @@ class PackedForest:
             self.max_depth,
         )
 
-    def vote(self, X, voting=SOFT, parallel=True):
+    def vote(self, X: np.ndarray, voting: int = SOFT, parallel: bool = True) -> np.ndarray:
         """Mean over trees of each row's leaf value (SOFT), or the share of trees voting for
         each class (HARD).
 
@@ -229,13 +234,13 @@ class PackedForest:
         out /= self.n_trees
         return out
 
-    def tree_predictions(self, X, parallel=True):
+    def tree_predictions(self, X: np.ndarray, parallel: bool = True) -> np.ndarray:
         """Each tree's value for each row, (n_samples, n_trees): regression's "bragging"."""
         out = np.empty((X.shape[0], self.n_trees))
         by_row_chunks(vote_rows, X, parallel, *self._arrays(), *self.leaf_values, TREE_VALUE, out)
         return out
 
-    def apply(self, X, parallel=True):
+    def apply(self, X: np.ndarray, parallel: bool = True) -> np.ndarray:
         """The leaf each row reaches in each tree, as its row of ``values``:
         ndarray of int64, shape (n_samples, n_trees)."""
         # Each leaf's "value" is its own index: the block routing of tree_predictions, reused.

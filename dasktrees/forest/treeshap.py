@@ -85,8 +85,11 @@ def shaped(flat, n_features, n_values, is_classifier):
     if not is_classifier:
         return flat
     if isinstance(flat, da.Array):
-        return flat.map_blocks(
+        # What ``flat.map_blocks`` calls; dask types that method as a functools wrapper that
+        # mypy cannot call as a method.
+        return da.map_blocks(
             lambda block: block.reshape(len(block), n_features, n_values),
+            flat,
             new_axis=2,
             chunks=(flat.chunks[0], (n_features,), (n_values,)),
             dtype=flat.dtype,
