@@ -5,8 +5,8 @@ histograms, the bitset table, the encoder's split fields and per-node quantities
 processes return freed memory to the system at once (their nannies set
 ``MALLOC_TRIM_THRESHOLD_``), so arrays allocated afresh for every tree had their pages faulted
 in again for every tree, and encoding a tree on a worker ran several times slower than in a
-plain process (docs/benchmarks.md, "Decisions the measurements drove"). A task's ``grower.Workspace`` holds one ``Buffers``, which
-hands out views of arrays it keeps, by name.
+plain process (docs/benchmarks.md, "Decisions the measurements drove"). A task's
+``grower.Workspace`` holds one ``Buffers``, which hands out views of arrays it keeps, by name.
 """
 
 import math
