@@ -98,34 +98,10 @@ def _decode_params(params: Manifest, cls: type, where: str | Path) -> dict[str, 
 
 
 def load(path: str | os.PathLike, estimators: Mapping[str, type]) -> Any:
-    """Load an estimator written by ``save`` (``estimator.save(path)``).
-
-    Nothing in the file is executed: the manifest is JSON, the arrays are read with
-    ``allow_pickle=False``, and the estimator's class is looked up in ``estimators``.
-
-    Parameters
-    ----------
-    path : str or os.PathLike
-        A model directory.
-    estimators : dict
-        The classes a file may name, by name (``format.ESTIMATOR_KINDS``'s names); the name in
-        a file is looked up here, never imported.
-
-    Returns
-    -------
-    estimator
-        Fitted, with ``client=None``; its predictions are bit-identical to the saved
-        estimator's. Out-of-bag estimates per training row (``oob_decision_function_``,
-        ``oob_prediction_``, ``oob_quantiles_``) are not stored.
-
-    Raises
-    ------
-    FileNotFoundError
-        Nothing exists at ``path``.
-    ValueError
-        The model is truncated, corrupt, modified, holds an object array, is of another format
-        version than this dasktrees writes (``format.FORMAT_VERSION``) or is inconsistent; the
-        message names the file and the problem.
+    """The estimator of the model directory ``path``, its class looked up by name in
+    ``estimators`` (``estimators.loading.load`` gives dasktrees' classes and documents what is
+    returned and raised). Nothing in the file is executed: the manifest is JSON, the arrays are
+    read with ``allow_pickle=False``, and a file names no code.
     """
     directory = Path(path)
     manifest = _read_manifest(directory, estimators)
