@@ -22,6 +22,7 @@ for Algorithm 2 of Lundberg et al. (the polynomial view is that of Linear TreeSH
 """
 
 from functools import lru_cache
+from typing import NamedTuple
 
 import dask.array as da
 import numpy as np
@@ -35,6 +36,42 @@ from .voting import by_row_chunks, one_hot_votes
 # Rows that walk a tree together (``shap_rows``): 64 ran faster than one at a time, and than 8,
 # 32 or 128 (docs/benchmarks.md, "SHAP values against shap's TreeExplainer").
 ROWS_AT_ONCE = 64
+
+
+class RowBlock(NamedTuple):
+    """The rows that walk a tree together: ``X[first:first + n_rows]``, at most
+    ``ROWS_AT_ONCE``."""
+
+    X: np.ndarray  # float32 or float64 (n_samples, n_features): encoded rows
+    first: int
+    n_rows: int
+
+
+class Rule(NamedTuple):
+    """The Gauss-Legendre rule of a tree's walk (``quadrature``)."""
+
+    points: np.ndarray  # float64 (max_points + 1, max_points): row m holds the m-point rule
+    m: int  # the rule used: ceil(the tree's most distinct path features / 2) points
+
+
+class Edge(NamedTuple):
+    """The edge a walk goes down: from a split node to its left or right child, at a level of
+    the walk, and the nearest edge above it on the same feature (``above`` < 0 if none)."""
+
+    level: int  # the child's level (its depth)
+    to_left: bool
+    zero: float  # z of the feature on the path down to the child
+    above: int  # the nearest edge above on the same feature, or -1
+    above_level: int  # its level (0 if none)
+
+
+class PathArrays(NamedTuple):
+    """What the walk keeps of each level of the current path, for a block of rows: one row per
+    level, each row's (or each point's and row's, point-major) value in it."""
+
+    one: np.ndarray  # float64 (n_levels, ROWS_AT_ONCE): o, 1 or 0
+    inverse: np.ndarray  # float64 (n_levels, m_max * ROWS_AT_ONCE): 1 / g of the feature
+    below: np.ndarray  # float64 (n_levels, m_max * ROWS_AT_ONCE): the product of the g
 
 
 def explained_table(trees, hard_voting=False):
@@ -197,9 +234,10 @@ def shap_rows(X, first, last, nodes, bitsets, values, cover, starts, points, wei
     R = ROWS_AT_ONCE
     node_at = np.empty(n_levels, dtype=np.int64)
     state = np.empty(n_levels, dtype=np.int64)  # children of the level's node visited so far
-    one = np.empty((n_levels, R))
-    inverse = np.empty((n_levels, m_max * R))  # 1 / g of the edge's feature, point-major
-    below = np.empty((n_levels, m_max * R))
+    path = PathArrays(
+        np.empty((n_levels, R)), np.empty((n_levels, m_max * R)), np.empty((n_levels, m_max * R))
+    )
+    one, inverse, below = path
     total = np.empty((n_levels, n_values * m_max * R))
     later = np.empty((n_levels, n_values * m_max * R))
     share = np.empty(R)
@@ -209,9 +247,11 @@ def shap_rows(X, first, last, nodes, bitsets, values, cover, starts, points, wei
             continue  # a one-leaf tree gives every feature zero
         parent, previous, zero, depth, n_distinct = _edges(nodes, cover, start, stop)
         m = (n_distinct + 1) // 2  # exact for polynomials of degree n_distinct - 1
+        rule = Rule(points, m)
         width = m * R
         for block in range(first, last, R):
             n_rows = min(R, last - block)
+            rows = RowBlock(X, block, n_rows)
             below[0, :width] = 1.0
             total[0, : n_values * width] = 0.0
             later[0, : n_values * width] = 0.0
@@ -228,23 +268,8 @@ def shap_rows(X, first, last, nodes, bitsets, values, cover, starts, points, wei
                     node_at[d] = child
                     state[d] = 0
                     a = previous[child]
-                    _go_down(
-                        X,
-                        block,
-                        n_rows,
-                        node,
-                        bitsets,
-                        state[d - 1] == 1,
-                        zero[child],
-                        a,
-                        depth[a] if a >= 0 else 0,
-                        points,
-                        m,
-                        d,
-                        one,
-                        inverse,
-                        below,
-                    )
+                    edge = Edge(d, state[d - 1] == 1, zero[child], a, depth[a] if a >= 0 else 0)
+                    _go_down(rows, node, bitsets, edge, rule, path)
                     total[d, : n_values * width] = 0.0
                     later[d, : n_values * width] = 0.0
                     if nodes[start + child]["left"] == TREE_LEAF:
@@ -275,14 +300,16 @@ def shap_rows(X, first, last, nodes, bitsets, values, cover, starts, points, wei
 
 
 @njit(cache=True, nogil=True, inline="always", error_model="numpy")
-def _go_down(
-    X, block, n_rows, split, bitsets, to_left, z, a, a_level, points, m, d, one, inverse, below
-):
-    """Rows ``block:block + n_rows`` take the edge from ``split`` to its left (``to_left``) or
-    right child, level d of the walk: their o, 1 / g and ``below`` at level d, from level d - 1
-    and from the nearest edge above on the same feature, at level ``a_level`` (if a >= 0).
-    The block's unused rows (past ``n_rows``) follow every edge and are never written out."""
+def _go_down(rows, split, bitsets, edge, rule, path):
+    """The block's rows take ``edge``, from ``split`` to its left or right child: their o,
+    1 / g and ``below`` at the edge's level of ``path``, from the level above and from the
+    nearest edge above on the same feature. The block's unused rows (past ``rows.n_rows``)
+    follow every edge and are never written out."""
     R = ROWS_AT_ONCE
+    X, block, n_rows = rows
+    d, to_left, z, a, a_level = edge
+    points, m = rule
+    one, inverse, below = path
     for r in range(R):
         followed = r >= n_rows or goes_left_encoded(X, block + r, split, bitsets) == to_left
         o = 1.0 if followed else 0.0
