@@ -42,6 +42,15 @@ def to_unit(z):
     return np.float64(z >> _S11) * _TO_UNIT
 
 
+@njit(cache=True, inline="always")
+def child_key(key, side):
+    """The random key of a node's child on ``side`` (0 left, 1 right) from the node's ``key``
+    (uint64): a node's draws are keyed by its path from the root, not by the order in which the
+    nodes are grown, so a tree grown level by level across workers draws what one grown depth
+    first draws."""
+    return mix64(mix64(key ^ _MIX2) + np.uint64(side) + _GOLDEN_GAMMA)
+
+
 @njit(cache=True)
 def new_state(seed):
     """A one-element uint64 stream state for ``next_uint64``; ``seed`` is any non-negative int."""

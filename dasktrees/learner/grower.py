@@ -293,24 +293,13 @@ def find_split(rows, start, stop, node_impurity, tables, rules, scratch, ordered
         Its ``score`` is ``NO_SPLIT`` when no valid split exists.
     """
     codes, y, w, sample_indices = rows.codes, rows.y, rows.w, rows.sample_indices
-    n_bins, is_categorical = tables.n_bins, tables.is_categorical
-    bin_values, edges = tables.bin_values, tables.edges
-    criterion, n_classes, random_splitter = rules.criterion, rules.n_classes, rules.random_splitter
-    max_features, min_samples_leaf = rules.max_features, rules.min_samples_leaf
-    min_weight_leaf = rules.min_weight_leaf
+    criterion, random_splitter = rules.criterion, rules.random_splitter
+    max_features = rules.max_features
     state, candidates, features = scratch.state, scratch.candidates, scratch.features
-    hist, stats, vec, ibuf, keys = (
-        scratch.hist,
-        scratch.stats,
-        scratch.vec,
-        scratch.ibuf,
-        scratch.keys,
-    )
+    hist, ibuf = scratch.hist, scratch.ibuf
     n_features = candidates.shape[0]
     for k in range(n_features):
         features[k] = candidates[k]
-    order = ibuf[_ORDER]
-    bins = ibuf[_BINS]
     best = BestSplit(NO_SPLIT, -1, 0, False, False, 0, 0, np.inf, 0)
     n_nonconstant = 0
     n_drawn = 0
@@ -352,115 +341,140 @@ def find_split(rows, start, stop, node_impurity, tables, rules, scratch, ordered
             n_touched = build_histogram(
                 node_codes, f, row_of, start, stop, y, w, criterion, filled, ibuf[_TOUCHED]
             )
-        n_touched = compact(
-            filled, ibuf[_TOUCHED], n_touched, n_bins[f], bins, stats, vec[_MISSING]
+        best, nonconstant = _evaluate_feature(
+            f, filled, n_touched, node_impurity, best, tables, rules, scratch
         )
-        n_rare = 0
-        if is_categorical[f] and rules.min_samples_category > 1.0:
-            n_touched, n_rare = _pool_rare_categories(
-                stats, bins, n_touched, rules.min_samples_category, vec[_MISSING], ibuf[_RARE]
-            )
-        if n_touched + (vec[_MISSING, 0] > 0.0) < 2:
-            continue  # constant in this node
-        n_nonconstant += 1
-        n_orders = 1
-        if (
-            is_categorical[f]
-            and criterion != SQUARED_ERROR
-            and n_classes > 2
-            and not random_splitter
-        ):
-            n_orders = n_classes  # one-vs-rest orders: the multiclass heuristic
-        for t in range(n_orders):
-            key_row = 0  # the row of scratch.tree_keys whose order is cut (a class's)
-            if is_categorical[f]:
-                target_class = (
-                    t if n_orders > 1 else (next_below(state, n_classes) if n_classes > 2 else 1)
-                )
-                if criterion != SQUARED_ERROR:
-                    key_row = target_class
-                category_order(
-                    stats,
-                    bins,
-                    n_touched,
-                    criterion,
-                    target_class,
-                    scratch.tree_keys[key_row, f],
-                    keys,
-                    order,
-                    ibuf[_MERGE],
-                )
-            else:
-                for j in range(np.uint64(n_touched)):
-                    order[j] = j
-            only_cut = -1
-            if random_splitter and n_touched >= 2:
-                if is_categorical[f]:
-                    only_cut = random_category_cut(n_touched, state)
-                else:
-                    only_cut = random_cut(bins, n_touched, bin_values[f], state)
-            score, position, missing_left = scan_cuts(
-                stats,
-                order,
-                n_touched,
-                vec[_MISSING],
-                vec[_TOTAL],
-                criterion,
-                node_impurity,
-                min_samples_leaf,
-                min_weight_leaf,
-                only_cut,
-                vec[_PREFIX],
-                scratch.cuts,
-            )
-            if score > best.score:
-                best_left = vec[_BEST_LEFT]
-                for c in range(best_left.shape[0]):
-                    best_left[c] = vec[_MISSING, c] if missing_left else 0.0
-                for j in range(np.uint64(position + 1)):
-                    row = np.uint64(order[j])
-                    for c in range(best_left.shape[0]):
-                        best_left[c] += stats[row, c]
-                    ibuf[_BEST_BINS, j] = bins[row]
-                if vec[_MISSING, 0] == 0.0:
-                    # No missing value reached this node: at predict time missing values
-                    # follow the heavier child.
-                    w_left = stats_weight(best_left, criterion)
-                    missing_left = w_left >= stats_weight(vec[_TOTAL], criterion) - w_left
-                bin_threshold = bins[order[position]]
-                if not is_categorical[f]:
-                    if position == n_touched - 1:  # split on missingness: all values left
-                        bin_threshold = n_bins[f] - 1
-                    elif not random_splitter:
-                        bin_threshold = middle_edge(
-                            bins[position], bins[position + 1], bin_values[f], edges[f]
-                        )
-                n_left_bins = position + 1
-                n_rare_right = 0
-                middle = np.inf
-                if is_categorical[f]:
-                    # The pooled rare categories follow the left codes: counted among them
-                    # when they go left with the missing values, kept after them otherwise.
-                    for j in range(n_rare):
-                        ibuf[_BEST_BINS, n_left_bins + j] = ibuf[_RARE, j]
-                    if missing_left:
-                        n_left_bins += n_rare
-                    else:
-                        n_rare_right = n_rare
-                    if position + 1 < n_touched:
-                        middle = 0.5 * (keys[order[position]] + keys[order[position + 1]])
-                best = BestSplit(
-                    score,
-                    f,
-                    bin_threshold,
-                    missing_left,
-                    is_categorical[f],
-                    n_left_bins,
-                    n_rare_right,
-                    middle,
-                    key_row,
-                )
+        n_nonconstant += nonconstant
     return best
+
+
+@inlined_node_kernel
+def _evaluate_feature(f, filled, n_touched, node_impurity, best, tables, rules, scratch):
+    """Score the cuts of feature ``f`` from its histogram ``filled`` (as ``build_histogram``
+    left it, ``n_touched`` its return; zeroed again here) and keep the better of them and
+    ``best``: the part of the split search after the histogram, shared by ``find_split`` (the
+    node's own rows) and ``split_from_histograms`` (histograms summed across row blocks).
+
+    Returns
+    -------
+    best : BestSplit
+    nonconstant : bool
+        Whether the feature takes two values or more in the node (missing counted as one).
+    """
+    n_bins, is_categorical = tables.n_bins, tables.is_categorical
+    bin_values, edges = tables.bin_values, tables.edges
+    criterion, n_classes, random_splitter = rules.criterion, rules.n_classes, rules.random_splitter
+    min_samples_leaf, min_weight_leaf = rules.min_samples_leaf, rules.min_weight_leaf
+    state, stats, vec, ibuf, keys = (
+        scratch.state,
+        scratch.stats,
+        scratch.vec,
+        scratch.ibuf,
+        scratch.keys,
+    )
+    order = ibuf[_ORDER]
+    bins = ibuf[_BINS]
+    n_touched = compact(filled, ibuf[_TOUCHED], n_touched, n_bins[f], bins, stats, vec[_MISSING])
+    n_rare = 0
+    if is_categorical[f] and rules.min_samples_category > 1.0:
+        n_touched, n_rare = _pool_rare_categories(
+            stats, bins, n_touched, rules.min_samples_category, vec[_MISSING], ibuf[_RARE]
+        )
+    if n_touched + (vec[_MISSING, 0] > 0.0) < 2:
+        return best, False  # constant in this node
+    n_orders = 1
+    if is_categorical[f] and criterion != SQUARED_ERROR and n_classes > 2 and not random_splitter:
+        n_orders = n_classes  # one-vs-rest orders: the multiclass heuristic
+    for t in range(n_orders):
+        key_row = 0  # the row of scratch.tree_keys whose order is cut (a class's)
+        if is_categorical[f]:
+            target_class = (
+                t if n_orders > 1 else (next_below(state, n_classes) if n_classes > 2 else 1)
+            )
+            if criterion != SQUARED_ERROR:
+                key_row = target_class
+            category_order(
+                stats,
+                bins,
+                n_touched,
+                criterion,
+                target_class,
+                scratch.tree_keys[key_row, f],
+                keys,
+                order,
+                ibuf[_MERGE],
+            )
+        else:
+            for j in range(np.uint64(n_touched)):
+                order[j] = j
+        only_cut = -1
+        if random_splitter and n_touched >= 2:
+            if is_categorical[f]:
+                only_cut = random_category_cut(n_touched, state)
+            else:
+                only_cut = random_cut(bins, n_touched, bin_values[f], state)
+        score, position, missing_left = scan_cuts(
+            stats,
+            order,
+            n_touched,
+            vec[_MISSING],
+            vec[_TOTAL],
+            criterion,
+            node_impurity,
+            min_samples_leaf,
+            min_weight_leaf,
+            only_cut,
+            vec[_PREFIX],
+            scratch.cuts,
+        )
+        if score > best.score:
+            best_left = vec[_BEST_LEFT]
+            for c in range(best_left.shape[0]):
+                best_left[c] = vec[_MISSING, c] if missing_left else 0.0
+            for j in range(np.uint64(position + 1)):
+                row = np.uint64(order[j])
+                for c in range(best_left.shape[0]):
+                    best_left[c] += stats[row, c]
+                ibuf[_BEST_BINS, j] = bins[row]
+            if vec[_MISSING, 0] == 0.0:
+                # No missing value reached this node: at predict time missing values
+                # follow the heavier child.
+                w_left = stats_weight(best_left, criterion)
+                missing_left = w_left >= stats_weight(vec[_TOTAL], criterion) - w_left
+            bin_threshold = bins[order[position]]
+            if not is_categorical[f]:
+                if position == n_touched - 1:  # split on missingness: all values left
+                    bin_threshold = n_bins[f] - 1
+                elif not random_splitter:
+                    bin_threshold = middle_edge(
+                        bins[position], bins[position + 1], bin_values[f], edges[f]
+                    )
+            n_left_bins = position + 1
+            n_rare_right = 0
+            middle = np.inf
+            if is_categorical[f]:
+                # The pooled rare categories follow the left codes: counted among them
+                # when they go left with the missing values, kept after them otherwise.
+                for j in range(n_rare):
+                    ibuf[_BEST_BINS, n_left_bins + j] = ibuf[_RARE, j]
+                if missing_left:
+                    n_left_bins += n_rare
+                else:
+                    n_rare_right = n_rare
+                if position + 1 < n_touched:
+                    middle = 0.5 * (keys[order[position]] + keys[order[position + 1]])
+            best = BestSplit(
+                score,
+                f,
+                bin_threshold,
+                missing_left,
+                is_categorical[f],
+                n_left_bins,
+                n_rare_right,
+                middle,
+                key_row,
+            )
+    return best, True
 
 
 @inlined_node_kernel
