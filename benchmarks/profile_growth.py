@@ -81,7 +81,21 @@ def replay_bundles(codes, y, w, rows, arrays, max_features, all_ordered, regress
         # an order that may differ within nodes split below TRACK_TOUCHED_BELOW rows).
         NodeRows(codes, y, w, rows, node_codes, node_codes.view(np.uint64), all_ordered),
         BinTables(arrays.n_bins, arrays.is_categorical, arrays.bin_values, arrays.thresholds),
-        Rules(criterion, n_classes, False, int(max_features), 0, 0, 1, 0.0, 0.0, 1.0, False),
+        Rules(
+            criterion,
+            n_classes,
+            False,
+            int(max_features),
+            0,
+            0,
+            1,
+            0.0,
+            0.0,
+            1.0,
+            False,
+            np.uint64(1),
+            0,
+        ),
         Scratch(
             new_state(1),
             np.arange(n_features, dtype=np.int64),
@@ -100,6 +114,7 @@ def replay_bundles(codes, y, w, rows, arrays, max_features, all_ordered, regress
             ),
             np.arange(len(rows), dtype=np.int64),
             np.zeros((2, n_features, 0)),  # categories ordered per node
+            np.zeros(2 * len(rows), np.uint64),
         ),
     )
 

@@ -523,7 +523,7 @@ def test_a_trees_categorical_splits_share_the_bitset_rows_of_equal_subsets(keys,
     cost probes."""
     from dasktrees.core.dtypes import NODE_DTYPE
     from dasktrees.learner import grower
-    from dasktrees.learner.grower import _shared_bitsets
+    from dasktrees.learner.grower import share_bitsets
 
     if keys == "colliding":
         monkeypatch.setattr(grower, "_ROW_KEY", np.zeros_like(grower._ROW_KEY))
@@ -533,14 +533,14 @@ def test_a_trees_categorical_splits_share_the_bitset_rows_of_equal_subsets(keys,
     nodes = np.zeros(7, dtype=NODE_DTYPE)
     nodes["bitset_idx"] = [0, -1, 1, 2, -1, 3, 4]
     subsets = rows[nodes["bitset_idx"][nodes["bitset_idx"] >= 0]]
-    shared = _shared_bitsets(nodes, rows)
+    shared = share_bitsets(nodes, rows)
     np.testing.assert_array_equal(shared[:, 0], [0b101, 0b011, 0b110])  # first use order
     np.testing.assert_array_equal(nodes["bitset_idx"], [0, -1, 1, 0, -1, 2, 1])
     np.testing.assert_array_equal(shared[nodes["bitset_idx"][nodes["bitset_idx"] >= 0]], subsets)
     # Distinct rows are kept as the grower wrote them.
     distinct = rows[[0, 1, 3]]
     nodes["bitset_idx"] = [0, -1, 1, 2, -1, -1, -1]
-    np.testing.assert_array_equal(_shared_bitsets(nodes, distinct), distinct)
+    np.testing.assert_array_equal(share_bitsets(nodes, distinct), distinct)
     np.testing.assert_array_equal(nodes["bitset_idx"], [0, -1, 1, 2, -1, -1, -1])
     # Many rows drawn from a pool of subsets, against a plain dictionary of rows in order of
     # first use.
@@ -555,7 +555,7 @@ def test_a_trees_categorical_splits_share_the_bitset_rows_of_equal_subsets(keys,
         first_use.setdefault(row, len(first_use))
     expected_idx = nodes["bitset_idx"].copy()
     expected_idx[expected_idx >= 0] = [first_use[tuple(r)] for r in rows]
-    shared = _shared_bitsets(nodes, rows)
+    shared = share_bitsets(nodes, rows)
     np.testing.assert_array_equal(shared, np.array(list(first_use), dtype=np.uint32))
     np.testing.assert_array_equal(nodes["bitset_idx"], expected_idx)
 

@@ -153,7 +153,7 @@ PARAMETERS: dict[str, Rule] = {
     "oob_score": Rule("a bool or a callable", lambda v: isinstance(v, bool) or callable(v)),
     "voting": _options("soft", "hard"),
     "aggregation": _options("mean", "median"),
-    "mode": _options("auto", "replicated", "sampled"),
+    "mode": _options("auto", "replicated", "sampled", "distributed"),
     "trees_per_task": _integer(1, none=True),
     "n_blocks": _integer(1, none=True),
     # classifiers ("balanced_subsample": forests only)

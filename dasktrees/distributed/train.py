@@ -35,6 +35,7 @@ from ..learner.binning import BinArrays
 from ..learner.grower import Workspace, grow_tree_state
 from ..learner.sampling import tree_counts, tree_seed, tree_subspace
 from ..learner.tree import Tree
+from . import levels
 from .client import Client, as_completed, is_in_process
 from .data import BinnedPartition, TrainingData
 
@@ -220,20 +221,51 @@ def tree_batches(
     return batches
 
 
-def choose_mode(mode: str, data: TrainingData, lam: float, worker_memory: float) -> str:
-    """ "replicated" or "sampled" for this fit (see the module docstring).
+def choose_mode(mode: str, data: TrainingData, spec: ForestSpec, workers: dict) -> str:
+    """ "replicated", "sampled" or "distributed" for this fit (see the module docstring).
 
-    "auto" samples when trees draw under half the rows on average (Poisson mean below 0.5), or
-    when the stacked binned table would take more than a quarter of a worker's memory limit.
+    "auto" samples when trees draw under half the rows on average (Poisson mean below 0.5).
+    Otherwise it replicates the blocks while a worker can hold the whole binned table and a
+    tree's growth beside it (``replicated_bytes``) within ``levels.MEMORY_SHARE`` of its memory
+    limit; else it samples while a tree's rows and growth fit (``sampled_bytes``); else it grows
+    the trees across the workers (``levels``).
     """
-    if mode in ("replicated", "sampled"):
+    if mode in ("replicated", "sampled", "distributed"):
         return mode
     if mode != "auto":
-        raise ValueError(f'mode must be "auto", "replicated" or "sampled", got {mode!r}')
-    table_bytes = data.n_rows * (data.bin_mapper.n_features_in_ + 16)  # codes, y and w
-    if 0.0 < lam < 0.5 or (worker_memory and table_bytes > worker_memory / 4):
+        raise ValueError(
+            f'mode must be "auto", "replicated", "sampled" or "distributed", got {mode!r}'
+        )
+    limits = [w.get("memory_limit") or 0 for w in workers.values()]
+    memory = min(limits) if limits and all(limits) else 0
+    if 0.0 < spec.lam < 0.5:
         return "sampled"
-    return "replicated"
+    if not memory:
+        return "replicated"
+    room = levels.MEMORY_SHARE * memory
+    if replicated_bytes(data, spec) <= room:
+        return "replicated"
+    if sampled_bytes(data, spec) <= room or not levels.supports(spec):
+        return "sampled"
+    return "distributed"
+
+
+def _tree_row_bytes(data: TrainingData, spec: ForestSpec) -> float:
+    """A tree's growth per in-bag row (``levels.bytes_per_gathered_row``)."""
+    return levels.bytes_per_gathered_row(data.bin_mapper.n_features_in_, max(1, spec.n_classes))
+
+
+def replicated_bytes(data: TrainingData, spec: ForestSpec) -> float:
+    """A replicated tree task's memory: the stacked binned table (codes, target, weight,
+    count, row weight) and a tree's growth on its in-bag rows."""
+    n_features = data.bin_mapper.n_features_in_
+    in_bag = levels.estimate_tree_rows(data.n_rows, spec.lam)
+    return data.n_rows * (n_features + 32) + in_bag * _tree_row_bytes(data, spec)
+
+
+def sampled_bytes(data: TrainingData, spec: ForestSpec) -> float:
+    """A sampled tree task's memory: a tree's in-bag rows and its growth."""
+    return levels.estimate_tree_rows(data.n_rows, spec.lam) * _tree_row_bytes(data, spec)
 
 
 # The shipped feature types for which this process has compiled its kernels of a fit
@@ -280,8 +312,19 @@ def grow_forest(
         The mode used.
     """
     workers = client.scheduler_info()["workers"]
-    memory = min((w.get("memory_limit") or 0) for w in workers.values()) if workers else 0
-    mode = choose_mode(mode, data, spec.lam, memory)
+    mode = choose_mode(mode, data, spec, workers)
+    if mode == "distributed":
+        plan = levels.plan_levels(
+            data.n_rows,
+            data.bin_mapper.n_features_in_,
+            max(1, spec.n_classes),
+            len(tree_ids),
+            workers,
+            levels.budget_override(),
+        )
+        progress = _progress.get()
+        trees = levels.grow_forest_levels(client, data, spec, tree_ids, plan, retries, progress)
+        return trees, mode
     batches = tree_batches(tree_ids, trees_per_task, len(workers))
     token = uuid.uuid4().hex[:8]
     ship = not is_in_process(client)  # pickled only to cross a process boundary

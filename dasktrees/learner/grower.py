@@ -38,7 +38,7 @@ from ..core.dtypes import (
     TREE_LEAF,
     TREE_UNDEFINED,
 )
-from ..core.rng import new_state, next_below
+from ..core.rng import child_key, mix64, new_state, next_below
 from . import wire
 from .buffers import Buffers, scratch_array
 from .cost_complexity import prune_cost_complexity
@@ -128,6 +128,8 @@ class Rules(NamedTuple):
     min_impurity_decrease: float
     min_samples_category: float  # rarer categories of a node go with its missing values
     tree_order: bool  # categories ordered once per tree (Scratch.tree_keys), not per node
+    root_key: np.uint64  # the random key of the root (``SubtreeRoot.key``)
+    root_depth: int  # the depth of the root in its tree (0 but for a subtree)
 
 
 class Scratch(NamedTuple):
@@ -149,6 +151,9 @@ class Scratch(NamedTuple):
     row_buffers: RowBuffers
     identity: np.ndarray  # int64 (rows of NodeRows.node_codes,): 0, 1, 2, ...: their row of i
     tree_keys: np.ndarray  # float64 (n_orders, n_features, N_BIN_CODES or 0): tree_category_keys
+    # uint64 (node capacity,): each node's random key, its children's derived from it
+    # (``rng.child_key``); a node's draws are the stream of its key
+    node_keys: np.ndarray
 
 
 class Frontier(NamedTuple):
@@ -600,6 +605,178 @@ def _record_split(
     return n_bitsets, True
 
 
+# What ``split_from_histograms`` made of a node.
+NODE_LEAF, NODE_SPLIT, NODE_NEEDS_FEATURES = 0, 1, 2
+
+
+@njit(cache=True, nogil=True)
+def first_drawn_features(key, candidates, n_first, out):
+    """The first ``n_first`` features the split search of the node of random key ``key`` draws
+    from ``candidates`` (in order, into ``out``), as ``find_split`` draws them when nothing else
+    is drawn between two features (the best splitter): the features whose histograms a node
+    grown from summed histograms needs."""
+    state = np.empty(1, dtype=np.uint64)
+    state[0] = mix64(key)
+    features = candidates.copy()
+    n_features = features.shape[0]
+    for d in range(min(n_first, n_features)):
+        k = d + next_below(state, n_features - d)
+        f = features[k]
+        features[k] = features[d]
+        features[d] = f
+        out[d] = f
+
+
+@njit(cache=True, nogil=True)
+def split_from_histograms(
+    node_id,
+    parent,
+    depth,
+    n_rows,
+    node_impurity,
+    key,
+    w_root,
+    hists,
+    slot_of_feature,
+    nodes,
+    values,
+    bitsets,
+    n_bitsets,
+    tables,
+    rules,
+    scratch,
+):
+    """Open node ``node_id`` and choose its split from histograms of its rows summed over row
+    blocks, as ``_grow_nodes`` opens a node and ``find_split`` searches it from its rows.
+
+    The node has more than ``TRACK_TOUCHED_BELOW`` rows (``n_rows``), so the search takes the
+    path ``find_split`` takes for large nodes: the histograms of the features it draws, every
+    bin walked. ``scratch.vec[_TOTAL]`` holds the node's statistics on entry; on a split,
+    ``scratch.vec[_BEST_LEFT]`` and ``scratch.vec[_RIGHT]`` hold its children's.
+
+    Parameters
+    ----------
+    hists : ndarray of float64, shape (n_slots, N_BIN_CODES, n_channels)
+        The node's histograms, of the features ``slot_of_feature`` gives a slot (-1: none);
+        zeroed as they are read.
+    nodes, values, bitsets :
+        The records ``_open_node`` and ``_record_split`` write at ``node_id`` (and
+        ``n_bitsets``).
+
+    Returns
+    -------
+    status : int
+        ``NODE_LEAF``, ``NODE_SPLIT``, or ``NODE_NEEDS_FEATURES`` when the search drew a
+        feature without a histogram (every histogram given was of a constant feature).
+    n_bitsets : int
+    """
+    total = scratch.vec[_TOTAL]
+    if not _open_node(
+        node_id, parent, depth, 0, n_rows, total, node_impurity, nodes, values, rules
+    ):
+        return NODE_LEAF, n_bitsets
+    state, candidates, features = scratch.state, scratch.candidates, scratch.features
+    state[0] = mix64(key)
+    n_features = candidates.shape[0]
+    for k in range(n_features):
+        features[k] = candidates[k]
+    best = BestSplit(NO_SPLIT, -1, 0, False, False, 0, 0, np.inf, 0)
+    n_nonconstant = 0
+    n_drawn = 0
+    while n_drawn < n_features and (n_drawn < rules.max_features or n_nonconstant == 0):
+        k = n_drawn + next_below(state, n_features - n_drawn)
+        f = features[k]
+        features[k] = features[n_drawn]
+        features[n_drawn] = f
+        n_drawn += 1
+        slot = slot_of_feature[f]
+        if slot < 0:
+            return NODE_NEEDS_FEATURES, n_bitsets
+        best, nonconstant = _evaluate_feature(
+            f, hists[slot], -1, node_impurity, best, tables, rules, scratch
+        )
+        n_nonconstant += nonconstant
+    n_bitsets, split = _record_split(
+        node_id,
+        total,
+        node_impurity,
+        w_root,
+        best,
+        nodes,
+        bitsets,
+        n_bitsets,
+        tables.n_bins,
+        rules,
+        scratch,
+    )
+    return (NODE_SPLIT if split else NODE_LEAF), n_bitsets
+
+
+class HistogramSplit(NamedTuple):
+    """What ``split_node`` made of a node."""
+
+    status: int  # NODE_LEAF, NODE_SPLIT or NODE_NEEDS_FEATURES
+    record: np.void  # its NODE_DTYPE record (children not set)
+    values: np.ndarray  # float64 (n_values,)
+    bitset: np.ndarray | None  # uint32 (BITSET_WORDS,): a categorical split's left codes
+    left: np.ndarray  # float64 (n_channels,): the statistics of its children, on a split
+    right: np.ndarray
+
+
+def split_node(hists, slot_of_feature, total, node_impurity, key, depth, parent, w_root, tables,
+               rules, scratch):  # fmt: skip
+    """``split_from_histograms`` on one node of statistics ``total`` (the grower's channels;
+    ``total[0]`` its rows), with records of its own."""
+    scratch.vec[_TOTAL][:] = total
+    nodes = np.zeros(1, dtype=NODE_DTYPE)
+    values = np.zeros((1, rules.n_classes))
+    bitsets = np.zeros((1, BITSET_WORDS), dtype=BITSET_DTYPE)
+    status, n_bitsets = split_from_histograms(
+        0, parent, depth, int(total[0]), node_impurity, np.uint64(key), w_root, hists,
+        slot_of_feature, nodes, values, bitsets, 0, tables, rules, scratch,
+    )  # fmt: skip
+    return HistogramSplit(
+        status,
+        nodes[0].copy(),
+        values[0].copy(),
+        bitsets[0].copy() if n_bitsets else None,
+        scratch.vec[_BEST_LEFT].copy(),
+        scratch.vec[_RIGHT].copy(),
+    )
+
+
+def search_scratch(candidates, n_features, n_values, criterion, tree_keys):
+    """A ``Scratch`` for ``split_from_histograms`` (no rows: its row buffers are empty)."""
+    n_channels = n_values + 1 if criterion != SQUARED_ERROR else 4
+    no_rows = np.empty(0, dtype=np.int64)
+    return Scratch(
+        new_state(0),
+        np.ascontiguousarray(candidates, dtype=np.int64),
+        np.empty(n_features, dtype=np.int64),
+        np.zeros((1, N_BIN_CODES, n_channels)),
+        np.zeros((N_BIN_CODES, n_channels)),
+        np.zeros((N_SCRATCH_VECTORS, n_channels)),
+        np.zeros((N_INT_SCRATCH, N_BIN_CODES), dtype=np.int64),
+        np.zeros(N_BIN_CODES),
+        np.zeros((N_CUT_ROWS, N_BIN_CODES)),
+        RowBuffers(no_rows, np.empty(0), np.empty(0), np.empty((0, 1), dtype=np.uint64)),
+        no_rows,
+        tree_keys,
+        np.empty(0, dtype=np.uint64),
+    )
+
+
+def bin_tables(bin_arrays):
+    """The split search's ``BinTables`` of ``bin_arrays`` (``BinMapper.kernel_arrays``), with
+    the types the kernels were compiled for."""
+    return BinTables(
+        np.ascontiguousarray(bin_arrays.n_bins, dtype=np.int32),
+        np.ascontiguousarray(bin_arrays.is_categorical, dtype=np.bool_),
+        np.ascontiguousarray(bin_arrays.bin_values, dtype=np.float64),
+        np.ascontiguousarray(bin_arrays.thresholds, dtype=np.float64),
+    )
+
+
 def _node_capacity(n_rows, max_depth, min_samples_leaf, max_leaf_nodes):
     """Most nodes a tree on ``n_rows`` rows can have under the stopping rules.
 
@@ -635,6 +812,7 @@ class Workspace(NamedTuple):
     # uint64 (n_rows, n_features / 8 rounded up): the partition's scratch for NodeRows.node_words
     words_buffer: np.ndarray
     identity: np.ndarray  # int64 (n_rows,): Scratch.identity
+    node_keys: np.ndarray  # uint64 (capacity,): Scratch.node_keys
     buffers: Buffers  # arrays kept from tree to tree (``buffers``): the search's, the encoder's
 
     @staticmethod
@@ -659,6 +837,7 @@ class Workspace(NamedTuple):
             np.empty((code_rows, 8 * _n_words(n_features)), dtype=np.uint8),
             np.empty((code_rows, _n_words(n_features)), dtype=np.uint64),
             np.arange(code_rows, dtype=np.int64),
+            np.empty(capacity, dtype=np.uint64),
             Buffers(),
         )
 
@@ -831,7 +1010,7 @@ def _grow_nodes(
             start = np.int64(0)
             stop = np.int64(rows.sample_indices.shape[0])
             boundary = stop
-            depth = 0
+            depth = rules.root_depth
             last_side = 0
         else:
             start, stop, boundary = _partition_node(
@@ -843,7 +1022,7 @@ def _grow_nodes(
         # of the split search is compiled again.
         splittable = False
         right_splittable = False
-        for side in range(last_side, -1, -1):  # right child first: the random draws' order
+        for side in range(last_side, -1, -1):  # right child first
             child = n_nodes + side
             lo, hi = (start, boundary) if side == 0 else (boundary, stop)
             if two_classes and node_id >= 0:  # summed by the partition
@@ -853,12 +1032,18 @@ def _grow_nodes(
             else:
                 child_impurity = node_statistics(node_y, node_w, lo, hi, criterion, total)
             if node_id < 0:
-                w_root = stats_weight(total, criterion)
+                key = rules.root_key
+                if w_root == 0.0:  # else the root of a subtree, weighed by its whole tree's
+                    w_root = stats_weight(total, criterion)
+            else:
+                key = child_key(scratch.node_keys[node_id], side)
+            scratch.node_keys[child] = key
             right_splittable = splittable
             splittable = _open_node(
                 child, node_id, depth, lo, hi, total, child_impurity, nodes, values, rules
             )
             if splittable:
+                scratch.state[0] = mix64(key)  # the node's own random stream
                 ordered = _in_node_order(rows, nodes, child)
                 split = find_split(rows, lo, hi, child_impurity, tables, rules, scratch, ordered)
                 n_bitsets, splittable = _record_split(
@@ -888,7 +1073,51 @@ def _grow_nodes(
     return n_nodes, n_bitsets, n_split, n_frontier, w_root
 
 
-def grow(codes, y, w, sample_indices, bin_arrays, params, n_classes, seed, candidates, workspace):
+class SubtreeRoot(NamedTuple):
+    """Where the tree ``grow`` grows sits in a larger tree, when it is the subtree under one
+    node of it (``distributed/levels.py``); for a whole tree, ``grow``'s default."""
+
+    key: int  # the node's random key (``rng.child_key`` from the root's, the tree seed)
+    depth: int  # its depth in the whole tree
+    w_root: float  # the whole tree's root weight, which scales every improvement; 0: this root's
+    total_weight: float  # the whole tree's total row weight (``min_weight_fraction_leaf``)
+    tree_keys: np.ndarray | None  # the whole tree's ``tree_category_keys``; None: computed here
+
+
+def growth_rules(params, n_classes, total_weight, root_key, root_depth):
+    """The ``Rules`` of a tree under ``params`` (``GrowthParams``) on rows weighing
+    ``total_weight`` in all, its root's random key and depth given, with the types the loop
+    kernel was compiled for."""
+    return Rules(
+        int(params.criterion),
+        int(n_classes),
+        bool(params.random_splitter),
+        int(params.max_features),
+        int(params.max_depth),
+        int(params.min_samples_split),
+        int(params.min_samples_leaf),
+        float(params.min_weight_fraction_leaf * total_weight),
+        float(params.min_impurity_decrease),
+        float(params.min_samples_category),
+        bool(params.tree_order),
+        np.uint64(root_key),
+        int(root_depth),
+    )
+
+
+def grow(
+    codes,
+    y,
+    w,
+    sample_indices,
+    bin_arrays,
+    params,
+    n_classes,
+    seed,
+    candidates,
+    workspace,
+    root=None,
+):
     """Grow a tree on the rows ``sample_indices`` (reordered in place so that leaves own slices,
     except when every node keeps its codes in node order, ``NodeRows.all_ordered``).
 
@@ -914,6 +1143,10 @@ def grow(codes, y, w, sample_indices, bin_arrays, params, n_classes, seed, candi
     workspace : Workspace
         Room for the node records and the per-row buffers (``Workspace.for_rows``), at least
         ``_node_capacity`` nodes and ``n_in_bag`` rows.
+    root : SubtreeRoot, optional
+        The subtree of a larger tree these rows grow (its root's key and depth, the whole
+        tree's weights and category orders); by default a whole tree, whose root's key is
+        ``seed``.
 
     Returns
     -------
@@ -930,19 +1163,9 @@ def grow(codes, y, w, sample_indices, bin_arrays, params, n_classes, seed, candi
     # Python, not a kernel: a kernel calling ``_grow_nodes`` would link the loop kernel's code
     # and optimise and compile it all over again. The bundles get the types the kernel was
     # compiled for, so that no other input compiles it again.
-    rules = Rules(
-        int(params.criterion),
-        int(n_classes),
-        bool(params.random_splitter),
-        int(params.max_features),
-        int(params.max_depth),
-        int(params.min_samples_split),
-        int(params.min_samples_leaf),
-        float(params.min_weight_fraction_leaf * w.sum()),
-        float(params.min_impurity_decrease),
-        float(params.min_samples_category),
-        bool(params.tree_order),
-    )
+    if root is None:
+        root = SubtreeRoot(int(seed), 0, 0.0, float(w.sum()), None)
+    rules = growth_rules(params, n_classes, root.total_weight, root.key, root.depth)
     n_channels = rules.n_classes + 1 if rules.criterion != SQUARED_ERROR else 4
     n_rows = len(sample_indices)
     sample_indices = np.ascontiguousarray(sample_indices, dtype=np.int64)
@@ -953,9 +1176,11 @@ def grow(codes, y, w, sample_indices, bin_arrays, params, n_classes, seed, candi
     np.take(np.asarray(w, dtype=np.float64), sample_indices, out=node_w, mode="clip")
     codes = np.ascontiguousarray(codes, dtype=np.uint8)
     kept = workspace.buffers  # the search's scratch, kept from tree to tree (``buffers``)
-    category_keys = tree_category_keys(
-        codes, sample_indices, node_y, node_w, bin_arrays.is_categorical, rules, kept
-    )
+    category_keys = root.tree_keys
+    if category_keys is None:
+        category_keys = tree_category_keys(
+            codes, sample_indices, node_y, node_w, bin_arrays.is_categorical, rules, kept
+        )
     if rules.criterion != SQUARED_ERROR and rules.n_classes == 2:
         # Two classes: y becomes the signed weight (w for class 1, -w for class 0), the only
         # array the kernels then read and the partitions move (``NodeRows``).
@@ -973,12 +1198,7 @@ def grow(codes, y, w, sample_indices, bin_arrays, params, n_classes, seed, candi
         node_codes.view(np.uint64),
         code_rows > 0 and _n_words(codes.shape[1]) <= _ALL_ORDERED_MAX_WORDS,
     )
-    tables = BinTables(
-        np.ascontiguousarray(bin_arrays.n_bins, dtype=np.int32),
-        np.ascontiguousarray(bin_arrays.is_categorical, dtype=np.bool_),
-        np.ascontiguousarray(bin_arrays.bin_values, dtype=np.float64),
-        np.ascontiguousarray(bin_arrays.thresholds, dtype=np.float64),
-    )
+    tables = bin_tables(bin_arrays)
     scratch = Scratch(
         new_state(int(seed)),
         np.ascontiguousarray(candidates, dtype=np.int64),
@@ -999,6 +1219,7 @@ def grow(codes, y, w, sample_indices, bin_arrays, params, n_classes, seed, candi
         ),
         workspace.identity[:code_rows],
         category_keys,
+        workspace.node_keys,
     )
     nodes, values = workspace.nodes, workspace.values
     bitsets = kept.table("grow.bitsets", 16, (BITSET_WORDS,), BITSET_DTYPE)
@@ -1006,7 +1227,7 @@ def grow(codes, y, w, sample_indices, bin_arrays, params, n_classes, seed, candi
     frontier = Frontier(params.max_leaf_nodes > 0, np.empty(64, dtype=np.int64), np.empty(64))
     frontier.ids[0] = -1
     max_splits = int(params.max_leaf_nodes) - 1 if frontier.best_first else len(nodes)
-    progress = Progress(0, 0, 0, 1, 0.0)
+    progress = Progress(0, 0, 0, 1, float(root.w_root))
     while progress.n_frontier > 0 and progress.n_split < max_splits:
         if len(bitsets) < progress.n_bitsets + 2:
             bitsets = _grown(bitsets, progress.n_bitsets)
@@ -1028,15 +1249,15 @@ def grow(codes, y, w, sample_indices, bin_arrays, params, n_classes, seed, candi
     for name, value in _LEAF_RECORD.items():
         nodes[name][left_over] = value
     nodes = nodes[: progress.n_nodes]
-    bitsets = _shared_bitsets(nodes, bitsets[: progress.n_bitsets], kept)
+    bitsets = share_bitsets(nodes, bitsets[: progress.n_bitsets], kept)
     return nodes, values[: progress.n_nodes], bitsets
 
 
-# Odd 64-bit multipliers, one per bitset word: a row's key for ``_shared_bitsets``.
+# Odd 64-bit multipliers, one per bitset word: a row's key for ``share_bitsets``.
 _ROW_KEY = np.random.default_rng(20261124).integers(0, 2**63, BITSET_WORDS, dtype=np.uint64) * 2 + 1
 
 
-def _shared_bitsets(nodes, bitsets, buffers=None):
+def share_bitsets(nodes, bitsets, buffers=None):
     """The tree's bitset table with each distinct row once, in order of first use, and the
     categorical splits' ``bitset_idx`` (in ``nodes``, rewritten) pointing into it.
 
@@ -1058,7 +1279,7 @@ def _shared_bitsets(nodes, bitsets, buffers=None):
 
 @njit(cache=True, nogil=True)
 def _share_rows(nodes, bitsets, row_key, slots, shift, number, distinct):
-    """``_shared_bitsets``' kernel: write each distinct row of ``bitsets`` once into
+    """``share_bitsets``' kernel: write each distinct row of ``bitsets`` once into
     ``distinct``, in order of first use, its number into ``number`` for every row, and rewrite
     the categorical splits' ``nodes["bitset_idx"]`` with it. Returns the number of distinct rows.
 

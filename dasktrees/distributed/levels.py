@@ -1,0 +1,892 @@
+"""Distributed mode: trees on more rows than a worker holds, their tops grown from summed
+histograms.
+
+A tree's top nodes hold too many rows for one worker. They are split level by level, in rounds
+of tasks, for a batch of trees at once; the binned blocks never move:
+
+    round r, every block (where it lives)           reduction (workers)     client
+    ---------------------------------------         -------------------     -------------
+    route its rows down round r-1's splits  ──┐
+    hand over the rows of gathered nodes      ├──>  sum the blocks'    ──>  split each node
+    add its rows to the open nodes' histograms┘     histograms, choose      (small records)
+                                                    the splits
+
+* **Open nodes** (more in-bag rows than ``budget_rows``) are split from histograms summed over
+  the blocks (``learner/block_histograms.py``), of the features the node's split search draws
+  (``grower.first_drawn_features``; all of them for the random splitter), by the grower's own
+  search (``grower.split_from_histograms``).
+* **Gathered nodes** (at most ``budget_rows`` in-bag rows, decided per node when its parent is
+  split) have their rows, in row order with their weights, handed over by every block and
+  stacked in one task, which grows the node's subtree with the grower (``grower.grow`` from a
+  ``SubtreeRoot``): several subtrees a task, the largest first.
+* The client joins each tree's top and subtrees (``learner/assembly.py``) into the records a
+  whole tree grown in one task would have, and ships them as every mode does (``wire``).
+
+A node's random draws are keyed by its path from the root (``rng.child_key``), and the summed
+histograms do not depend on how the rows are cut into blocks, so the trees are the same on any
+cluster. They are the same trees as the other modes' wherever the sums are exact in float64 in
+both (counts; whole weights, as bootstrap counts on unweighted rows; integer targets); else a
+top node's sums are rounded once where the one-task grower rounds at every row
+(docs/algorithms.md).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import math
+import pickle
+import uuid
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..core.criteria import SQUARED_ERROR, impurity, stats_weight
+from ..core.dtypes import BITSET_DTYPE, BITSET_WORDS, N_BIN_CODES, NODE_DTYPE
+from ..core.rng import child_key
+from ..learner import assembly, wire
+from ..learner.block_histograms import (
+    N_FOLDS,
+    NO_NODE,
+    fill_histograms,
+    fold_quanta,
+    route_rows,
+    unfold,
+    unfold_histograms,
+)
+from ..learner.grower import (
+    NODE_LEAF,
+    NODE_NEEDS_FEATURES,
+    SubtreeRoot,
+    Workspace,
+    bin_tables,
+    first_drawn_features,
+    grow,
+    growth_rules,
+    search_scratch,
+    split_node,
+)
+from ..learner.histogram import TRACK_TOUCHED_BELOW
+from ..learner.sampling import tree_counts, tree_seed, tree_subspace
+from ..learner.tree import Tree
+from .client import Client, as_completed, is_in_process
+
+# The smallest node grown from summed histograms: the split search takes the large-node path
+# (``grower.split_from_histograms``) above TRACK_TOUCHED_BELOW rows.
+MIN_BUDGET_ROWS = 4 * TRACK_TOUCHED_BELOW
+# The share of a worker's memory limit a fit plans to use (Dask starts spilling at 0.6 and
+# pauses at 0.8 by default).
+MEMORY_SHARE = 0.5
+# Histograms of one round on one block, at most (the rest of the open nodes wait a round).
+MAX_ROUND_HISTOGRAM_BYTES = 64 << 20
+# Blocks summed by one reduction task.
+REDUCTION_FAN_IN = 4
+
+
+_budget_rows: contextvars.ContextVar[int | None] = contextvars.ContextVar(
+    "dasktrees_budget_rows", default=None
+)
+
+
+@contextlib.contextmanager
+def gathered_rows(n_rows: int) -> Iterator[None]:
+    """Within the block, distributed fits gather a node to grow its subtree in one task once it
+    has at most ``n_rows`` in-bag rows, whatever the workers' memory (at least
+    ``MIN_BUDGET_ROWS``): how the tests grow small tables across workers, and how to bound the
+    tasks' memory by hand."""
+    if n_rows < MIN_BUDGET_ROWS:
+        raise ValueError(f"n_rows must be at least {MIN_BUDGET_ROWS}, got {n_rows}")
+    token = _budget_rows.set(int(n_rows))
+    try:
+        yield
+    finally:
+        _budget_rows.reset(token)
+
+
+def budget_override() -> int | None:
+    """The ``gathered_rows`` in force, if any."""
+    return _budget_rows.get()
+
+
+def supports(spec) -> bool:
+    """Whether distributed mode grows this forest's trees (``grow_forest_levels``' refusals)."""
+    return spec.params.max_leaf_nodes == 0 and not spec.balanced_subsample
+
+
+@dataclass(frozen=True)
+class LevelPlan:
+    """The memory plan of a distributed fit (``plan_levels``)."""
+
+    budget_rows: int  # a node of at most this many in-bag rows grows its subtree in one task
+    trees_per_batch: int  # trees whose tops grow together, in the same rounds
+    block_bytes: int  # binned blocks per worker
+    state_bytes: int  # the rows' nodes per worker (a batch, twice during a round)
+    subtree_bytes: int  # one subtree task at ``budget_rows`` rows
+    threads: int  # tasks a worker runs at once
+    worker_memory: int  # the smallest memory limit of a worker
+
+    @property
+    def peak_bytes(self) -> int:
+        """The estimated peak of a worker: its blocks, the rows' nodes, a subtree task a
+        thread."""
+        return self.block_bytes + self.state_bytes + self.threads * self.subtree_bytes
+
+
+def bytes_per_gathered_row(n_features: int, n_values: int, max_leaf_nodes: int = 0) -> int:
+    """What a subtree task holds per row it grows on: the blocks' pieces and their stack (codes,
+    target, weight), the grower's workspace (``grower.Workspace.for_rows``: row buffers, codes
+    in node order, two node records a row at most), and the records it ships (a node a row at
+    most)."""
+    words = max(1, -(-n_features // 8))
+    rows = 2 * (n_features + 16)
+    workspace = 7 * 8 + 16 * words + 2 * (NODE_DTYPE.itemsize + 8 * n_values + 8)
+    shipped = NODE_DTYPE.itemsize + 8 * n_values
+    return rows + workspace + shipped
+
+
+def plan_levels(
+    n_rows: int,
+    n_features: int,
+    n_values: int,
+    n_trees: int,
+    workers: dict,
+    budget_rows: int | None = None,
+) -> LevelPlan:
+    """Plan a distributed fit on the cluster's ``workers`` (``scheduler_info()["workers"]``).
+
+    Each worker is planned to hold its share of the binned blocks (codes, target and weight:
+    ``n_features + 16`` bytes a row), the node of each of its rows for a batch of trees (4 bytes
+    a row and tree, twice while a round replaces it), and one subtree task per thread, within
+    ``MEMORY_SHARE`` of its memory limit. ``budget_rows`` is the most in-bag rows a node may
+    have to grow its subtree in one task: what is left for a task's ``bytes_per_gathered_row``.
+
+    Raises
+    ------
+    MemoryError
+        When a worker cannot hold its blocks and a subtree task of ``MIN_BUDGET_ROWS`` rows.
+    """
+    n_workers = max(1, len(workers))
+    limits = [w.get("memory_limit") or 0 for w in workers.values()]
+    memory = min(limits) if limits and all(limits) else 0
+    threads = max([w.get("nthreads", 1) or 1 for w in workers.values()] or [1])
+    per_row = bytes_per_gathered_row(n_features, n_values)
+    block_bytes = -(-n_rows * (n_features + 16) // n_workers)
+    trees_per_batch = max(1, min(n_trees, 2 * n_workers))
+    state_bytes = 2 * 4 * trees_per_batch * -(-n_rows // n_workers)
+    if budget_rows is None:
+        if memory:
+            room = MEMORY_SHARE * memory - block_bytes - state_bytes
+            budget_rows = int(room / threads / per_row)
+        else:
+            budget_rows = n_rows  # no limit: every tree grows whole in one task
+    plan = LevelPlan(
+        max(int(budget_rows), 0),
+        trees_per_batch,
+        block_bytes,
+        state_bytes,
+        max(int(budget_rows), MIN_BUDGET_ROWS) * per_row,
+        threads,
+        memory,
+    )
+    if plan.budget_rows < MIN_BUDGET_ROWS:
+        needed = block_bytes + state_bytes + threads * MIN_BUDGET_ROWS * per_row
+        raise MemoryError(
+            f'mode="distributed" needs about {_mib(needed / MEMORY_SHARE)} of memory per worker '
+            f"for {n_rows} rows of {n_features} features on {n_workers} worker(s) of "
+            f"{threads} thread(s) ({_mib(block_bytes)} of binned rows and {_mib(state_bytes)} "
+            f"of node ids each, and {_mib(MIN_BUDGET_ROWS * per_row)} for a task growing a "
+            f"subtree, within {MEMORY_SHARE:.0%} of the limit); the workers' memory_limit is "
+            f"{_mib(memory)}: add workers or memory, or use max_samples"
+        )
+    return plan
+
+
+def _mib(n_bytes: float) -> str:
+    return f"{n_bytes / 2**20:,.0f} MiB"
+
+
+# --- on the workers: the blocks' part of a round ----------------------------------------------
+
+
+@dataclass
+class BlockNodes:
+    """A block's rows' nodes for a batch of trees: what a round's block task takes and returns."""
+
+    node_of_row: np.ndarray  # int32 (n_trees, n_rows): each tree's node of each row (top ids)
+
+
+def _tree_weights(spec, tree, block, out):
+    tree_counts(spec.seed, tree, block.first_row, spec.lam, out)
+    return np.multiply(block.w, out, out=out)
+
+
+def start_block(spec, trees: Sequence[int], block) -> tuple[BlockNodes, np.ndarray]:
+    """The block's rows' nodes at the start (the root for in-bag rows), and per tree its
+    summary: in-bag rows, the largest weight and weighted target, and whether every weight is
+    whole."""
+    n = len(block.y)
+    node_of_row = np.full((len(trees), n), NO_NODE, dtype=np.int32)
+    summary = np.zeros((len(trees), 4))
+    w = np.empty(n)
+    y_max = float(np.abs(block.y).max()) if n else 0.0
+    for k, t in enumerate(trees):
+        _tree_weights(spec, t, block, w)
+        in_bag = w > 0
+        node_of_row[k, in_bag] = 0
+        summary[k, 0] = np.count_nonzero(in_bag)
+        summary[k, 1] = w.max() if n else 0.0
+        summary[k, 2] = summary[k, 1] * y_max
+        summary[k, 3] = float(np.array_equal(w, np.floor(w)))
+    return BlockNodes(node_of_row), summary
+
+
+@dataclass
+class RoundOrders:
+    """What every block does in a round, for each tree of the batch (lists indexed by tree)."""
+
+    routes: list  # (split_feature, split_bin, split_flags, bitsets, children) or None
+    slot_of_node: list  # int64 (n_top,): the open nodes' slots, -1 for the others
+    features: list  # int64 (n_slots, n_kept): the features of each slot's histograms
+    means: list  # float64 (n_slots,): regression: the open nodes' means (NaN: not known)
+    gather_of_node: list  # int64 (n_top,): the group gathering the node this round, else -1
+    quanta: list  # float64 (n_folds,): the tree's fold quanta
+    is_leaf: list  # bool (n_top,): the nodes whose rows drop out (leaves and split nodes)
+    trees: list  # the batch's tree indices
+    n_channels: int  # of a histogram, folded
+    n_total_channels: int
+
+
+def block_round(spec, orders: RoundOrders, nodes: BlockNodes, block):
+    """One round on one block: route the rows down the last round's splits, hand over the rows
+    of the nodes gathered now, and fill the open nodes' histograms.
+
+    Returns
+    -------
+    nodes : BlockNodes
+        The rows' nodes after the round (a new array: a task's inputs stay as they were, so a
+        lost result is recomputed from them).
+    sums : list of (hists, totals)
+        Per tree, the histograms and totals of its open nodes (``fill_histograms``).
+    handed : dict
+        group -> list of (tree position, top id, codes, y, w), the rows of each gathered node.
+    """
+    node_of_row = nodes.node_of_row.copy()
+    w = np.empty(len(block.y))
+    sums = []
+    handed: dict = {}
+    for k, t in enumerate(orders.trees):
+        rows = node_of_row[k]
+        if orders.routes[k] is not None:
+            route_rows(block.codes, rows, *orders.routes[k])
+        gather_of_node = orders.gather_of_node[k]
+        slot_of_node = orders.slot_of_node[k]
+        tracked = rows >= 0
+        if gather_of_node is not None and np.any(gather_of_node >= 0):
+            gathered = np.flatnonzero(tracked & (gather_of_node[np.maximum(rows, 0)] >= 0))
+            if len(gathered):
+                _tree_weights(spec, t, block, w)
+                node = rows[gathered]
+                order = np.argsort(node, kind="stable")  # by node, each in row order
+                gathered, node = gathered[order], node[order]
+                starts = np.flatnonzero(np.r_[True, node[1:] != node[:-1]])
+                for a, b in zip(starts, np.r_[starts[1:], len(node)]):
+                    top_id = int(node[a])
+                    picked = gathered[a:b]
+                    handed.setdefault(int(gather_of_node[top_id]), []).append(
+                        (k, top_id, block.codes[picked], block.y[picked], w[picked])
+                    )
+                rows[gathered] = NO_NODE
+        # Rows of nodes neither open nor gathered (leaves of the top) drop out.
+        open_or_waiting = tracked & (rows >= 0)
+        leaves = open_or_waiting & (orders.is_leaf[k][np.maximum(rows, 0)])
+        rows[leaves] = NO_NODE
+        n_slots, n_kept = orders.features[k].shape
+        hists = np.zeros((n_slots, n_kept, N_BIN_CODES, orders.n_channels))
+        totals = np.zeros((n_slots, orders.n_total_channels))
+        if n_slots:
+            _tree_weights(spec, t, block, w)
+            fill_histograms(
+                block.codes,
+                block.y,
+                w,
+                rows,
+                slot_of_node,
+                orders.features[k],
+                orders.means[k],
+                spec.n_classes,
+                orders.quanta[k],
+                hists,
+                totals,
+            )
+        sums.append((hists, totals))
+    return BlockNodes(node_of_row), sums, handed
+
+
+def sum_blocks(*parts):
+    """The blocks' ``block_round`` sums added up, tree by tree (exact: any grouping)."""
+    total = [(h.copy(), t.copy()) for h, t in parts[0]]
+    for part in parts[1:]:
+        for (h, t), (h2, t2) in zip(total, part):
+            h += h2
+            t += t2
+    return total
+
+
+def round_output(result, which):
+    """A part of ``block_round``'s result: 0 the nodes, 1 the sums, 2 the handed rows."""
+    return result[which]
+
+
+def handed_group(result, group):
+    """The rows ``block_round`` handed over for ``group``."""
+    return result[2].get(group, [])
+
+
+# --- deciding the splits ----------------------------------------------------------------------
+
+
+@dataclass
+class TreeState:
+    """The client's view of one tree's top while its rounds run."""
+
+    tree: int
+    key: int  # the root's random key (the tree seed)
+    candidates: np.ndarray
+    quanta: np.ndarray = field(default_factory=lambda: np.zeros(1))
+    n_in_bag: int = 0
+    w_root: float = 0.0
+    total_weight: float = 0.0
+    tree_keys: np.ndarray | None = None
+    # Top nodes, by top id
+    nodes: list = field(default_factory=list)  # NODE_DTYPE records (numpy void), or None
+    values: list = field(default_factory=list)
+    kind: list = field(default_factory=list)
+    keys: list = field(default_factory=list)
+    depth: list = field(default_factory=list)
+    parent: list = field(default_factory=list)
+    n_rows: list = field(default_factory=list)
+    mean: list = field(default_factory=list)
+    bitsets: list = field(default_factory=list)
+    subtree: list = field(default_factory=list)  # (group, index in group) of a gathered node
+    open: list = field(default_factory=list)  # top ids still to split, in order
+    all_features: set = field(default_factory=set)  # open ids whose every feature is needed
+
+    def add(self, parent, depth, key, n_rows, mean):
+        self.nodes.append(None)
+        self.values.append(None)
+        self.kind.append(-1)
+        self.keys.append(key)
+        self.depth.append(depth)
+        self.parent.append(parent)
+        self.n_rows.append(n_rows)
+        self.mean.append(mean)
+        self.subtree.append(None)
+        return len(self.kind) - 1
+
+
+def decide(spec, infos: list, sums: list) -> list:
+    """Choose the splits of every open node of a round from its summed histograms.
+
+    ``infos[k]``: per tree, (top ids of its slots, each slot's features, depth, parent, key,
+    n_folds, w_root, total_weight, tree_keys, candidates, root slot features for the order of
+    categories). Returns per tree and slot: (status, record, values, bitset row, left stats,
+    right stats, the node's own statistics, impurity).
+    """
+    params = spec.params
+    n_values = max(1, spec.n_classes)
+    tables = bin_tables(spec.bins)
+    n_features = len(spec.bins.n_bins)
+    out = []
+    for info, (hists, totals) in zip(infos, sums):
+        decided = []
+        tree_keys = info["tree_keys"]
+        candidates = info["candidates"]
+        n_folds = info["n_folds"]
+        n_channels = n_values + 1 if params.criterion != SQUARED_ERROR else 4
+        for s, top_id in enumerate(info["top_ids"]):
+            total = _unfold_totals(totals[s], n_folds, spec.n_classes, n_channels)
+            if spec.n_classes == 1:
+                w_node = total[1]
+                node_impurity = (
+                    unfold(totals[s], 1 + 2 * n_folds, n_folds) / w_node if w_node > 0 else 0.0
+                )
+                if np.isnan(info["means"][s]):  # the root: its mean first
+                    decided.append(("mean", total[2] / w_node if w_node > 0 else 0.0))
+                    continue
+            else:
+                node_impurity = impurity(total, params.criterion)
+            grown = np.zeros((hists.shape[1], N_BIN_CODES, n_channels))
+            unfold_histograms(hists[s], n_folds, grown)
+            features = info["features"][s]
+            slot_of_feature = np.full(n_features, -1, dtype=np.int64)
+            for r, f in enumerate(features):
+                if f >= 0:
+                    slot_of_feature[f] = r
+            w_root = info["w_root"]
+            total_weight = info["total_weight"]
+            if top_id == 0:
+                w_root = total_weight = stats_weight(total, params.criterion)
+                if params.tree_order and np.any(spec.bins.is_categorical):
+                    tree_keys = _tree_keys(grown, slot_of_feature, spec)
+                else:
+                    tree_keys = np.zeros((n_values, n_features, 0))
+            rules = growth_rules(params, spec.n_classes, total_weight, info["key"], 0)
+            scratch = search_scratch(candidates, n_features, n_values, params.criterion, tree_keys)
+            split = split_node(
+                grown, slot_of_feature, total, node_impurity, info["keys"][s],
+                info["depths"][s], info["parents"][s], w_root, tables, rules, scratch,
+            )  # fmt: skip
+            root_info = (w_root, total_weight, tree_keys) if top_id == 0 else None
+            decided.append((split, root_info))
+        out.append(decided)
+    return out
+
+
+def _unfold_totals(totals, n_folds, n_classes, n_channels):
+    total = np.zeros(n_channels)
+    total[0] = totals[0]
+    n_sums = 2 if n_classes == 1 else n_classes
+    for c in range(n_sums):
+        total[1 + c] = unfold(totals, 1 + c * n_folds, n_folds)
+    return total
+
+
+def _tree_keys(hists, slot_of_feature, spec):
+    """``grower.tree_category_keys`` from the root's summed histograms (whole: of every
+    categorical feature the tree may split on)."""
+    n_features = len(spec.bins.n_bins)
+    regression = spec.n_classes == 1
+    n_orders = 1 if regression else spec.n_classes
+    keys = np.zeros((n_orders, n_features, N_BIN_CODES))
+    for f in np.flatnonzero(spec.bins.is_categorical):
+        r = slot_of_feature[f]
+        if r < 0:
+            continue
+        h = hists[r]
+        if regression:
+            weight = h[:, 1]
+            sums = h[:, 2][None, :]
+        else:
+            weight = np.zeros(N_BIN_CODES)
+            for c in range(spec.n_classes):
+                weight += h[:, 1 + c]
+            sums = h[:, 1 : 1 + spec.n_classes].T
+        with np.errstate(invalid="ignore", divide="ignore"):
+            keys[:, f, :] = np.where(weight > 0, sums / np.where(weight > 0, weight, 1), np.nan)
+    return keys
+
+
+# --- subtrees ---------------------------------------------------------------------------------
+
+
+def grow_subtrees(spec, nodes_info: list, ship: bool, *handed_parts):
+    """Grow the subtree of each gathered node of a group on its rows, stacked in block order.
+
+    ``nodes_info``: (tree position, top id, tree, key, depth, w_root, total_weight, tree_keys)
+    per node. Returns per node ``grower.grow``'s records, pickled as a tree task's trees are.
+    """
+    pieces: dict = {}
+    for part in handed_parts:
+        for k, top_id, codes, y, w in part:
+            pieces.setdefault((k, top_id), []).append((codes, y, w))
+    n_features = len(spec.bins.n_bins)
+    n_values = max(1, spec.n_classes)
+    out = []
+    workspace = None
+    for k, top_id, tree, key, depth, w_root, total_weight, tree_keys in nodes_info:
+        parts = pieces[(k, top_id)]
+        codes, y, w = (
+            np.concatenate([p[i] for p in parts]) if len(parts) > 1 else parts[0][i]
+            for i in range(3)
+        )
+        if workspace is None or not workspace.fits(len(y), n_values, n_features, spec.params):
+            workspace = Workspace.for_rows(len(y), n_values, n_features, spec.params)
+        candidates = tree_subspace(spec.seed, tree, n_features, spec.n_features_tree)
+        if depth == 0:  # the whole tree: its own root weight, totals and category orders
+            total_weight = float(w.sum())
+        root = SubtreeRoot(key, depth, w_root, total_weight, tree_keys)
+        records = grow(
+            codes, y, w, np.arange(len(y), dtype=np.int64), spec.bins, spec.params,
+            spec.n_classes, 0, candidates, workspace, root,
+        )  # fmt: skip
+        out.append(tuple(np.array(r) for r in records))  # out of the reused workspace
+    if not ship:
+        return out
+    return np.frombuffer(pickle.dumps(out, protocol=pickle.HIGHEST_PROTOCOL), dtype=np.uint8)
+
+
+# --- the driver -------------------------------------------------------------------------------
+
+
+def grow_forest_levels(
+    client: Client,
+    data,
+    spec,
+    tree_ids: list[int],
+    plan: LevelPlan,
+    retries: int = 1,
+    progress=None,
+) -> list[Tree]:
+    """Grow ``tree_ids`` in distributed mode under ``plan``; the trees in tree order."""
+    if spec.params.max_leaf_nodes > 0:
+        raise ValueError(
+            'mode="distributed" grows trees depth first: max_leaf_nodes must be None '
+            "(best-first growth needs every node's improvement before the first split)"
+        )
+    if spec.balanced_subsample:
+        raise ValueError(
+            'mode="distributed" does not support class_weight="balanced_subsample" (its '
+            "weights need each tree's class totals before its root is summed)"
+        )
+    ship = not is_in_process(client)
+    token = uuid.uuid4().hex[:8]
+    trees: dict[int, Tree] = {}
+    n_done = 0
+    for start in range(0, len(tree_ids), plan.trees_per_batch):
+        batch = tree_ids[start : start + plan.trees_per_batch]
+        for tree in _grow_batch(client, data, spec, batch, plan, retries, ship, token):
+            trees[tree[0]] = tree[1]
+            n_done += 1
+            if progress is not None:
+                progress(n_done, len(tree_ids))
+    return [trees[t] for t in tree_ids]
+
+
+def _grow_batch(client, data, spec, batch, plan, retries, ship, token):
+    """Grow one batch of trees; yields (tree index, Tree) as each tree is joined."""
+    n_features = len(spec.bins.n_bins)
+    n_values = max(1, spec.n_classes)
+    regression = spec.n_classes == 1
+    tag = f"{batch[0]}-{token}"
+
+    def submit(fn, *args, key, priority=0):
+        return client.submit(
+            fn, *args, key=f"dasktrees-{key}-{tag}", retries=retries, pure=False,
+            priority=priority,
+        )  # fmt: skip
+
+    starts = [
+        submit(start_block, spec, batch, part, key=f"levels-start-{i}")
+        for i, part in enumerate(data.parts)
+    ]
+    nodes_f = [submit(round_output, s, 0, key=f"levels-nodes-0-{i}") for i, s in enumerate(starts)]
+    summaries = client.gather([submit(round_output, s, 1, key=f"levels-sum-0-{i}")
+                               for i, s in enumerate(starts)])  # fmt: skip
+    del starts
+    states = []
+    for k, t in enumerate(batch):
+        n_in_bag = int(sum(s[k, 0] for s in summaries))
+        w_max = max(s[k, 1] for s in summaries)
+        wy_max = max(s[k, 2] for s in summaries)
+        whole = all(s[k, 3] for s in summaries)
+        if regression:
+            y_span = 2 * wy_max / max(w_max, 1e-300)  # |y - mean| <= 2 max|y|
+            bound = max(w_max, wy_max, w_max * y_span * y_span)
+            quanta = fold_quanta(bound, n_in_bag, N_FOLDS)
+        else:
+            quanta = fold_quanta(w_max, n_in_bag, 1 if whole else N_FOLDS)
+        state = TreeState(
+            t,
+            tree_seed(spec.seed, t),
+            tree_subspace(spec.seed, t, n_features, spec.n_features_tree),
+            quanta,
+            n_in_bag,
+        )
+        root = state.add(-1, 0, state.key, n_in_bag, np.nan)
+        if n_in_bag <= plan.budget_rows:
+            state.kind[root] = assembly.TOP_SUBTREE
+        else:
+            state.open.append(root)
+        states.append(state)
+    n_folds = [len(s.quanta) for s in states]
+    # One channel layout for the batch: the most folds any of its trees needs.
+    folds = max(n_folds)
+    for s in states:
+        if len(s.quanta) < folds:
+            s.quanta = np.concatenate([s.quanta, np.zeros(folds - len(s.quanta))])
+    n_channels = 1 + (2 if regression else spec.n_classes) * folds
+    n_total = n_channels + (folds if regression else 0)
+    routes: list = [None] * len(batch)
+    subtree_futures: list = []  # (future, [(k, top_id), ...])
+    round_no = 0
+    pending_gather = [[x for x in range(len(s.kind)) if s.kind[x] == assembly.TOP_SUBTREE]
+                      for s in states]  # fmt: skip
+    while True:
+        round_no += 1
+        # This round's groups of gathered nodes, largest first, packed up to the budget.
+        gathered = sorted(
+            ((states[k].n_rows[x], k, x) for k in range(len(batch)) for x in pending_gather[k]),
+            key=lambda item: (-item[0], item[1], item[2]),
+        )
+        groups: list[list] = []
+        group_rows: list[int] = []
+        gather_of_node = [np.full(len(s.kind), -1, dtype=np.int64) for s in states]
+        for n_rows, k, x in gathered:
+            fitting = [g for g, rows in enumerate(group_rows) if rows + n_rows <= plan.budget_rows]
+            g = fitting[0] if fitting else len(groups)
+            if not fitting:
+                groups.append([])
+                group_rows.append(0)
+            groups[g].append((k, x))
+            group_rows[g] += n_rows
+            gather_of_node[k][x] = len(subtree_futures) + g
+            states[k].subtree[x] = (len(subtree_futures) + g, len(groups[g]) - 1)
+        # This round's open nodes, within the histograms' memory.
+        slot_of_node, features, means, infos = [], [], [], []
+        n_kept = _features_per_node(spec, states)
+        per_node = n_kept * N_BIN_CODES * n_channels * 8
+        room = max(1, MAX_ROUND_HISTOGRAM_BYTES // per_node)
+        for s in states:
+            now = s.open[:room]
+            room = max(0, room - len(now))
+            slots = np.full(len(s.kind), -1, dtype=np.int64)
+            feats = np.full((len(now), n_kept), -1, dtype=np.int64)
+            for j, x in enumerate(now):
+                slots[x] = j
+                chosen = _node_features(spec, s, x, n_kept)
+                feats[j, : len(chosen)] = chosen
+            slot_of_node.append(slots)
+            features.append(feats)
+            means.append(np.array([s.mean[x] for x in now], dtype=np.float64))
+            infos.append(now)
+        is_leaf = [np.array([kd == assembly.TOP_LEAF or kd == assembly.TOP_SPLIT
+                             for kd in s.kind], dtype=bool) for s in states]  # fmt: skip
+        orders = RoundOrders(
+            routes,
+            slot_of_node,
+            features,
+            means,
+            gather_of_node,
+            [s.quanta for s in states],
+            is_leaf,
+            list(batch),
+            n_channels,
+            n_total,
+        )
+        results = [
+            submit(block_round, spec, orders, nf, part, key=f"levels-round-{round_no}-{i}")
+            for i, (nf, part) in enumerate(zip(nodes_f, data.parts))
+        ]
+        nodes_f = [
+            submit(round_output, r, 0, key=f"levels-nodes-{round_no}-{i}")
+            for i, r in enumerate(results)
+        ]
+        for g, members in enumerate(groups):
+            info = []
+            for k, x in members:
+                s = states[k]
+                info.append((k, x, s.tree, s.keys[x], s.depth[x], s.w_root, s.total_weight,
+                             s.tree_keys))  # fmt: skip
+            handed = [
+                submit(handed_group, r, len(subtree_futures), key=f"levels-hand-{round_no}-{g}-{i}")
+                for i, r in enumerate(results)
+            ]
+            future = submit(
+                grow_subtrees, spec, info, ship, *handed,
+                key=f"levels-subtrees-{round_no}-{g}", priority=group_rows[g],
+            )  # fmt: skip
+            subtree_futures.append((future, members))
+        pending_gather = [[] for _ in states]
+        routes = [None] * len(batch)
+        if not any(infos):
+            del results
+            break
+        sums = [submit(round_output, r, 1, key=f"levels-sums-{round_no}-{i}")
+                for i, r in enumerate(results)]  # fmt: skip
+        del results
+        level = 0
+        while len(sums) > 1:
+            sums = [
+                submit(
+                    sum_blocks,
+                    *sums[i : i + REDUCTION_FAN_IN],
+                    key=f"levels-reduce-{round_no}-{level}-{i}",
+                )  # fmt: skip
+                for i in range(0, len(sums), REDUCTION_FAN_IN)
+            ]
+            level += 1
+        decide_infos = []
+        for k, s in enumerate(states):
+            now = infos[k]
+            decide_infos.append(
+                {
+                    "top_ids": now,
+                    "features": features[k],
+                    "means": means[k],
+                    "depths": [s.depth[x] for x in now],
+                    "parents": [s.parent[x] for x in now],
+                    "keys": [s.keys[x] for x in now],
+                    "n_folds": folds,
+                    "w_root": s.w_root,
+                    "total_weight": s.total_weight,
+                    "tree_keys": s.tree_keys,
+                    "candidates": s.candidates,
+                    "key": s.key,
+                }
+            )
+        decided = submit(decide, spec, decide_infos, sums[0], key=f"levels-decide-{round_no}")
+        decisions = decided.result()
+        del decided, sums
+        for k, s in enumerate(states):
+            now = infos[k]
+            s.open = s.open[len(now) :]
+            split_feature = np.full(len(s.kind), -1, dtype=np.int64)
+            split_bin = np.zeros(len(s.kind), dtype=np.int64)
+            split_flags = np.zeros(len(s.kind), dtype=np.int64)
+            bitset_rows = []
+            children = []
+            reopen = []
+            for x, outcome in zip(now, decisions[k]):
+                if outcome[0] == "mean":
+                    s.mean[x] = outcome[1]
+                    reopen.append(x)
+                    continue
+                split, root_info = outcome
+                status, record, values, bitset, left, right = split
+                if root_info is not None:
+                    s.w_root, s.total_weight, s.tree_keys = root_info
+                if status == NODE_NEEDS_FEATURES:
+                    s.all_features.add(x)
+                    reopen.append(x)
+                    continue
+                record = record.copy()
+                s.values[x] = values
+                if status == NODE_LEAF:
+                    s.kind[x] = assembly.TOP_LEAF
+                    s.nodes[x] = record
+                    continue
+                s.kind[x] = assembly.TOP_SPLIT
+                pair = []
+                for side, stats in ((0, left), (1, right)):
+                    n_rows = int(stats[0])
+                    mean = stats[2] / stats[1] if regression and stats[1] > 0 else np.nan
+                    c = s.add(x, s.depth[x] + 1, int(child_key(np.uint64(s.keys[x]), side)),
+                              n_rows, mean)  # fmt: skip
+                    pair.append(c)
+                    if n_rows <= plan.budget_rows:
+                        s.kind[c] = assembly.TOP_SUBTREE
+                        pending_gather[k].append(c)
+                    else:
+                        reopen.append(c)
+                record["left"], record["right"] = pair
+                if record["is_categorical"]:
+                    record["bitset_idx"] = len(s.bitsets)
+                    s.bitsets.append(bitset)
+                    split_bin[x] = len(bitset_rows)
+                    bitset_rows.append(bitset)
+                else:
+                    split_bin[x] = record["bin_threshold"]
+                split_feature[x] = record["feature"]
+                split_flags[x] = int(record["missing_go_to_left"]) | (
+                    2 * int(record["is_categorical"])
+                )
+                s.nodes[x] = record
+                children.append((x, pair))
+            s.open = s.open + reopen
+            if children:
+                n_top = len(s.kind)
+                child_table = np.full((n_top, 2), -1, dtype=np.int64)
+                for x, pair in children:
+                    child_table[x] = pair
+                pad = n_top - len(split_feature)
+                routes[k] = (
+                    np.r_[split_feature, np.full(pad, -1, dtype=np.int64)],
+                    np.r_[split_bin, np.zeros(pad, dtype=np.int64)],
+                    np.r_[split_flags, np.zeros(pad, dtype=np.int64)],
+                    np.array(bitset_rows, dtype=BITSET_DTYPE).reshape(-1, BITSET_WORDS)
+                    if bitset_rows
+                    else np.zeros((1, BITSET_WORDS), dtype=BITSET_DTYPE),
+                    child_table,
+                )
+    del nodes_f
+    yield from _join_trees(client, spec, states, subtree_futures, ship, n_values)
+
+
+def _join_trees(client, spec, states, subtree_futures, ship, n_values):
+    """Fetch the subtrees as their tasks end; join and ship each tree once it has them all."""
+    needed = [
+        {s.subtree[x][0] for x in range(len(s.kind)) if s.kind[x] == assembly.TOP_SUBTREE}
+        for s in states
+    ]
+    results: dict = {}
+    by_future = {future: g for g, (future, _) in enumerate(subtree_futures)}
+    done = set()
+    for future in as_completed(client, [f for f, _ in subtree_futures]):
+        g = by_future[future]
+        records = future.result()
+        results[g] = pickle.loads(records) if ship else records
+        for k, s in enumerate(states):
+            if k in done or not needed[k] <= set(results):
+                continue
+            done.add(k)
+            yield s.tree, _join_tree(spec, s, results, n_values)
+    for k, s in enumerate(states):
+        if k not in done:  # no subtree at all: the top alone
+            yield s.tree, _join_tree(spec, s, results, n_values)
+
+
+def _join_tree(spec, s, results, n_values):
+    n_top = len(s.kind)
+    nodes = np.zeros(n_top, dtype=NODE_DTYPE)
+    values = np.zeros((n_top, n_values))
+    subtree_index = np.full(n_top, -1, dtype=np.int64)
+    subtrees = []
+    for x in range(n_top):
+        if s.kind[x] == assembly.TOP_SUBTREE:
+            g, position = s.subtree[x]
+            subtree_index[x] = len(subtrees)
+            subtrees.append(results[g][position])
+        else:
+            nodes[x] = s.nodes[x]
+            values[x] = s.values[x]
+    bitsets = (
+        np.array(s.bitsets, dtype=BITSET_DTYPE).reshape(-1, BITSET_WORDS)
+        if s.bitsets
+        else np.zeros((0, BITSET_WORDS), dtype=BITSET_DTYPE)
+    )
+    top = assembly.TreeTop(nodes, values, bitsets, np.array(s.kind, dtype=np.int64), subtree_index)
+    records = assembly.join(top, subtrees)
+    state = wire.encode(
+        *records, spec.bins.thresholds, len(spec.bins.n_bins), spec.params.criterion,
+        depth_first=True,
+    )  # fmt: skip
+    return wire.decode(state, spec.bins.thresholds)
+
+
+def _features_per_node(spec, states) -> int:
+    """Histograms a node of this round gets: the features its search draws first (every
+    candidate for the random splitter, or once a node's first draws were all constant), and
+    at the root every categorical candidate (whose per-tree order is summed there)."""
+    n_features = len(spec.bins.n_bins)
+    params = spec.params
+    n = max(len(s.candidates) for s in states)
+    if params.random_splitter or any(s.all_features for s in states):
+        return n
+    kept = min(params.max_features, n)
+    n_categorical = int(np.count_nonzero(spec.bins.is_categorical))
+    if params.tree_order and n_categorical and any(0 in s.open for s in states):
+        kept = min(n_features, kept + n_categorical)
+    return kept
+
+
+def _node_features(spec, s, x, n_kept) -> np.ndarray:
+    """The features of node ``x``'s histograms (``_features_per_node``)."""
+    params = spec.params
+    if params.random_splitter or x in s.all_features:
+        return s.candidates
+    drawn = np.empty(min(params.max_features, len(s.candidates)), dtype=np.int64)
+    first_drawn_features(np.uint64(s.keys[x]), s.candidates, len(drawn), drawn)
+    if x == 0 and params.tree_order:
+        extra = [
+            f for f in s.candidates if spec.bins.is_categorical[f] and f not in set(drawn.tolist())
+        ]
+        drawn = np.r_[drawn, np.array(extra, dtype=np.int64)]
+    return drawn[:n_kept]
+
+
+def estimate_tree_rows(n_rows: int, lam: float) -> int:
+    """In-bag rows of a tree on ``n_rows`` rows with Poisson mean ``lam`` (0: all)."""
+    if lam <= 0:
+        return n_rows
+    return int(math.ceil(n_rows * (1 - math.exp(-lam))))

@@ -1,0 +1,245 @@
+"""Distributed mode: trees whose top nodes grow from histograms summed across the row blocks.
+
+Small tables are forced into it with a small node budget (``levels.gathered_rows``): every node
+of more rows than the budget is split from summed histograms, the others grow their subtrees
+where their rows are gathered. The oracle is replicated mode, which grows each tree whole in one
+task: on exact sums (counts, whole weights, integer targets) the trees must be the same, bit for
+bit, array by array.
+"""
+
+import dask.array as da
+import numpy as np
+import pandas as pd
+import pytest
+from sklearn.datasets import make_classification, make_regression
+
+from dasktrees import (
+    ExtraTreesClassifier,
+    ExtraTreesRegressor,
+    RandomForestClassifier,
+    RandomForestRegressor,
+)
+from dasktrees.distributed import levels
+from dasktrees.distributed.levels import gathered_rows
+
+TREE_ARRAYS = (
+    "children_left",
+    "children_right",
+    "feature",
+    "threshold",
+    "missing_go_to_left",
+    "value",
+    "impurity",
+    "n_node_samples",
+    "weighted_n_node_samples",
+)
+
+
+def assert_same_trees(a, b, X, arrays=TREE_ARRAYS):
+    assert len(a.estimators_) == len(b.estimators_)
+    for ta, tb in zip(a.estimators_, b.estimators_):
+        for name in arrays:
+            np.testing.assert_array_equal(
+                getattr(ta.tree_, name), getattr(tb.tree_, name), err_msg=name
+            )
+        np.testing.assert_array_equal(
+            ta.tree_.categorical_bitsets if hasattr(ta.tree_, "categorical_bitsets") else 0,
+            tb.tree_.categorical_bitsets if hasattr(tb.tree_, "categorical_bitsets") else 0,
+        )
+    predict = "predict_proba" if hasattr(a, "predict_proba") else "predict"
+    np.testing.assert_array_equal(getattr(a, predict)(X), getattr(b, predict)(X))
+    np.testing.assert_array_equal(a.apply(X), b.apply(X))
+    np.testing.assert_array_equal(a.feature_importances_, b.feature_importances_)
+    if getattr(a, "oob_score", False):
+        assert a.oob_score_ == b.oob_score_
+        np.testing.assert_array_equal(a.oob_curve_, b.oob_curve_)
+
+
+def fit_both(cls, X, y, budget=levels.MIN_BUDGET_ROWS, client=None, **params):
+    params = dict(n_estimators=3, random_state=3, client=client, **params)
+    params.setdefault("oob_score", params.get("bootstrap", True))
+    replicated = cls(mode="replicated", **params).fit(X, y)
+    with gathered_rows(budget):
+        spread = cls(mode="distributed", **params).fit(X, y)
+    assert replicated.mode_ == "replicated" and spread.mode_ == "distributed"
+    return replicated, spread
+
+
+def _with_missing(X, rate, seed):
+    X = X.copy()
+    X[np.random.default_rng(seed).random(X.shape) < rate] = np.nan
+    return X
+
+
+@pytest.fixture(scope="module")
+def binary():
+    X, y = make_classification(
+        n_samples=16_000, n_features=8, n_informative=5, flip_y=0.05, random_state=0
+    )
+    return _with_missing(X, 0.05, 1), y
+
+
+def test_top_nodes_really_grow_from_summed_histograms(binary, monkeypatch):
+    """The oracle must not be met trivially: the budget leaves several levels to the rounds."""
+    decided = []
+    original = levels.decide
+
+    def counting(spec, infos, sums):
+        decided.append(sum(len(info["top_ids"]) for info in infos))
+        return original(spec, infos, sums)
+
+    monkeypatch.setattr(levels, "decide", counting)
+    X, y = binary
+    replicated, spread = fit_both(RandomForestClassifier, X, y)
+    assert len(decided) >= 3 and sum(decided) >= 3 * 3, decided
+    assert_same_trees(replicated, spread, X)
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        {"criterion": "entropy", "max_features": 3},
+        {"max_features": None, "min_samples_leaf": 3},
+        {"max_depth": 3},  # the whole tree is its top: every leaf decided from histograms
+        {"max_depth": 9, "min_weight_fraction_leaf": 0.001, "bootstrap": False},
+    ],
+)
+def test_classifier_matches_replicated_mode(binary, params):
+    X, y = binary
+    assert_same_trees(*fit_both(RandomForestClassifier, X, y, **params), X)
+
+
+def test_multiclass_extra_trees_match_replicated_mode():
+    X, y = make_classification(
+        n_samples=14_000, n_features=10, n_informative=6, n_classes=4, random_state=2
+    )
+    X = _with_missing(X, 0.02, 3)
+    assert_same_trees(*fit_both(ExtraTreesClassifier, X, y, bootstrap=True), X)
+
+
+@pytest.mark.parametrize("order", ["tree", "node"])
+def test_categorical_features_match_replicated_mode(order):
+    rng = np.random.default_rng(4)
+    n = 15_000
+    frame = pd.DataFrame(
+        {
+            "city": pd.Categorical(rng.choice([f"c{i}" for i in range(30)], n)),
+            "kind": pd.Categorical(rng.choice(list("abcdef"), n)),
+            "x": rng.normal(size=n),
+            "z": rng.normal(size=n),
+        }
+    )
+    effect = frame["city"].cat.codes.to_numpy() % 7 + (frame["kind"] == "c") * 3
+    logits = effect - 3 + frame["x"].to_numpy()
+    y = (logits + rng.logistic(size=n) > 0).astype(int)
+    frame.loc[rng.random(n) < 0.03, "x"] = np.nan
+    replicated, spread = fit_both(
+        RandomForestClassifier, frame, y, categorical_order=order, max_features=2
+    )
+    assert_same_trees(replicated, spread, frame)
+    assert any(t.tree_.categorical_bitsets.shape[0] for t in spread.estimators_)
+
+
+def test_regression_on_integer_targets_matches_replicated_mode():
+    """Sums of whole weights times integer targets are exact in either mode."""
+    X, y = make_regression(n_samples=15_000, n_features=8, noise=10.0, random_state=5)
+    y = np.round(y)
+    X = _with_missing(X, 0.03, 6)
+    assert_same_trees(*fit_both(RandomForestRegressor, X, y, max_features=0.5), X)
+    assert_same_trees(*fit_both(ExtraTreesRegressor, X, y, bootstrap=True), X)
+
+
+def test_regression_on_real_targets_grows_the_same_splits():
+    """Real targets: a top node's sums are rounded once instead of row by row, so its
+    statistics may differ in the last bits (split nodes' are their leaves' pooled, so they do
+    not); the splits, the rows of every node and the predictions agree."""
+    X, y = make_regression(n_samples=15_000, n_features=8, noise=10.0, random_state=7)
+    y = y / 7.3
+    replicated, spread = fit_both(RandomForestRegressor, X, y)
+    structure = ("children_left", "feature", "threshold", "n_node_samples")
+    assert_close = np.testing.assert_allclose
+    for ta, tb in zip(replicated.estimators_, spread.estimators_):
+        for name in structure:
+            np.testing.assert_array_equal(getattr(ta.tree_, name), getattr(tb.tree_, name))
+        assert_close(ta.tree_.value, tb.tree_.value, rtol=1e-12, atol=1e-12)
+    assert_close(replicated.predict(X), spread.predict(X), rtol=1e-12, atol=1e-12)
+
+
+def test_fractional_weights_give_the_same_forest_on_any_partitioning(client):
+    """Fractional weights are summed in folds, the same in any order: one forest for one to
+    seven blocks, in this process and on a cluster of two workers."""
+    X, y = make_classification(n_samples=14_000, n_features=6, random_state=8)
+    weight = np.random.default_rng(9).uniform(0.2, 3.0, len(y))
+    params = dict(n_estimators=2, random_state=1, mode="distributed", oob_score=True)
+    forests = []
+    with gathered_rows(levels.MIN_BUDGET_ROWS):
+        for chunks, on in ((14_000, None), (4_700, None), (2_000, client)):
+            Xd, yd = da.from_array(X, chunks=(chunks, 6)), da.from_array(y, chunks=chunks)
+            wd = da.from_array(weight, chunks=chunks)
+            forests.append(
+                RandomForestClassifier(client=on, **params).fit(Xd, yd, sample_weight=wd)
+            )
+    for other in forests[1:]:
+        assert_same_trees(forests[0], other, X)
+
+
+def test_cluster_and_partitions_give_the_replicated_forest(client, binary):
+    X, y = binary
+    Xd, yd = da.from_array(X, chunks=(2_300, 8)), da.from_array(y, chunks=2_300)
+    replicated = RandomForestClassifier(n_estimators=4, random_state=2, oob_score=True).fit(X, y)
+    with gathered_rows(6_000):
+        spread = RandomForestClassifier(
+            n_estimators=4, random_state=2, oob_score=True, mode="distributed", client=client
+        ).fit(Xd, yd)
+    assert_same_trees(replicated, spread, X)
+
+
+def test_best_first_trees_are_refused(binary):
+    X, y = binary
+    with pytest.raises(ValueError, match="max_leaf_nodes"):
+        RandomForestClassifier(n_estimators=1, mode="distributed", max_leaf_nodes=8).fit(X, y)
+
+
+def test_a_fit_that_cannot_fit_fails_at_once_saying_how_much_memory_it_needs():
+    workers = {f"w{i}": {"memory_limit": 64 << 20, "nthreads": 1} for i in range(2)}
+    with pytest.raises(MemoryError, match=r"needs about [\d,]+ MiB of memory per worker"):
+        levels.plan_levels(10_000_000, 50, 2, 4, workers)
+    with pytest.raises(MemoryError, match="memory_limit is 64 MiB"):  # the smallest decides
+        levels.plan_levels(10_000_000, 50, 2, 4, {**workers, "w0": {"memory_limit": 4 << 30}})
+
+
+def test_plan_leaves_room_for_the_blocks_and_a_subtree_per_thread():
+    workers = {f"w{i}": {"memory_limit": 1 << 30, "nthreads": 1} for i in range(2)}
+    plan = levels.plan_levels(10_000_000, 50, 2, 4, workers)
+    assert levels.MIN_BUDGET_ROWS <= plan.budget_rows < 10_000_000
+    assert plan.peak_bytes <= levels.MEMORY_SHARE * (1 << 30) * 1.01
+    threaded = levels.plan_levels(
+        10_000_000, 50, 2, 4, {w: {**v, "nthreads": 2} for w, v in workers.items()}
+    )
+    assert threaded.budget_rows < plan.budget_rows / 1.9
+
+
+def test_auto_mode_grows_across_workers_only_when_a_tree_does_not_fit(binary):
+    from dasktrees.distributed.train import choose_mode
+
+    class Data:
+        n_rows = 10_000_000
+
+        class bin_mapper:
+            n_features_in_ = 50
+
+    class Spec:
+        lam = 1.0
+        n_classes = 2
+        balanced_subsample = False
+
+        class params:
+            max_leaf_nodes = 0
+
+    small = {"w": {"memory_limit": 1 << 30}}
+    large = {"w": {"memory_limit": 64 << 30}}
+    assert choose_mode("auto", Data, Spec, small) == "distributed"
+    assert choose_mode("auto", Data, Spec, large) == "replicated"
+    assert choose_mode("auto", Data, Spec, {"w": {"memory_limit": 0}}) == "replicated"
+    Spec.lam = 0.1
+    assert choose_mode("auto", Data, Spec, small) == "sampled"
