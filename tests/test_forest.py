@@ -248,7 +248,7 @@ def test_oob_permutation_importance_finds_the_informative_features(client):
     model = dt.RandomForestClassifier(n_estimators=20, random_state=0, client=client).fit(X, y)
     result = model.oob_permutation_importance(X, y, n_repeats=2, random_state=0)
     assert result.importances.shape == (6, 40)
-    assert result.importances_mean[:2].min() > 0.05
+    assert result.importances_mean[:2].min() > 0.03
     assert np.abs(result.importances_mean[2:]).max() < 0.02
     np.testing.assert_allclose(result.importances_mean, result.importances.mean(axis=1))
     again = model.oob_permutation_importance(X, y, n_repeats=2, random_state=0)

@@ -75,9 +75,12 @@ from .client import Client, as_completed, is_in_process
 # The smallest node grown from summed histograms: the split search takes the large-node path
 # (``grower.split_from_histograms``) above TRACK_TOUCHED_BELOW rows.
 MIN_BUDGET_ROWS = 4 * TRACK_TOUCHED_BELOW
-# The share of a worker's memory limit a fit plans to use (Dask starts spilling at 0.6 and
-# pauses at 0.8 by default).
-MEMORY_SHARE = 0.5
+# The share of a worker's memory limit a fit plans to use: Dask's target, above which it starts
+# moving data to disk (it pauses a worker at 0.8 and restarts it at 0.95, by default).
+MEMORY_SHARE = 0.6
+# Rows handed over to subtree tasks and not yet grown, at most, per row a task may grow
+# (``LevelPlan.handed_rows``): the tasks running and as many waiting.
+HANDED_PER_TASK = 2
 # Histograms of one round on one block, at most (the rest of the open nodes wait a round).
 MAX_ROUND_HISTOGRAM_BYTES = 64 << 20
 # Blocks summed by one reduction task.
@@ -119,18 +122,23 @@ class LevelPlan:
     """The memory plan of a distributed fit (``plan_levels``)."""
 
     budget_rows: int  # a node of at most this many in-bag rows grows its subtree in one task
+    handed_rows: int  # rows handed over to subtree tasks not yet done, at most (the cluster's)
     trees_per_batch: int  # trees whose tops grow together, in the same rounds
     block_bytes: int  # binned blocks per worker
     state_bytes: int  # the rows' nodes per worker (a batch, twice during a round)
     subtree_bytes: int  # one subtree task at ``budget_rows`` rows
+    handed_bytes: int  # a worker's share of the rows handed over
     threads: int  # tasks a worker runs at once
     worker_memory: int  # the smallest memory limit of a worker
 
     @property
     def peak_bytes(self) -> int:
         """The estimated peak of a worker: its blocks, the rows' nodes, a subtree task a
-        thread."""
-        return self.block_bytes + self.state_bytes + self.threads * self.subtree_bytes
+        thread, its share of the rows handed over."""
+        return (
+            self.block_bytes + self.state_bytes + self.threads * self.subtree_bytes
+            + self.handed_bytes
+        )  # fmt: skip
 
 
 def bytes_per_gathered_row(n_features: int, n_values: int, max_leaf_nodes: int = 0) -> int:
@@ -156,10 +164,12 @@ def plan_levels(
     """Plan a distributed fit on the cluster's ``workers`` (``scheduler_info()["workers"]``).
 
     Each worker is planned to hold its share of the binned blocks (codes, target and weight:
-    ``n_features + 16`` bytes a row), the node of each of its rows for a batch of trees (4 bytes
-    a row and tree, twice while a round replaces it), and one subtree task per thread, within
-    ``MEMORY_SHARE`` of its memory limit. ``budget_rows`` is the most in-bag rows a node may
-    have to grow its subtree in one task: what is left for a task's ``bytes_per_gathered_row``.
+    ``n_features + 16`` bytes a row), the node of each of its rows for a batch of trees (one
+    tree a worker; 4 bytes a row and tree, twice while a round replaces it), one subtree task
+    per thread and its share of the rows handed over to the tasks (``HANDED_PER_TASK`` tasks'
+    rows a thread, ``n_features + 24`` bytes a row), within ``MEMORY_SHARE`` of its memory
+    limit. ``budget_rows``, the most in-bag rows a node may have to grow its subtree in one
+    task, is what is left for a task's ``bytes_per_gathered_row`` and its handed rows.
 
     Raises
     ------
@@ -171,33 +181,40 @@ def plan_levels(
     memory = min(limits) if limits and all(limits) else 0
     threads = max([w.get("nthreads", 1) or 1 for w in workers.values()] or [1])
     per_row = bytes_per_gathered_row(n_features, n_values)
+    # A worker holds the rows it handed over to the tasks of HANDED_PER_TASK budgets a thread.
+    handed_per_row = HANDED_PER_TASK * (n_features + 24)
     block_bytes = -(-n_rows * (n_features + 16) // n_workers)
-    trees_per_batch = max(1, min(n_trees, 2 * n_workers))
+    trees_per_batch = max(1, min(n_trees, n_workers))
     state_bytes = 2 * 4 * trees_per_batch * -(-n_rows // n_workers)
     if budget_rows is None:
         if memory:
             room = MEMORY_SHARE * memory - block_bytes - state_bytes
-            budget_rows = int(room / threads / per_row)
+            budget_rows = int(room / threads / (per_row + handed_per_row))
         else:
             budget_rows = n_rows  # no limit: every tree grows whole in one task
+    budget = max(int(budget_rows), 0)
+    task_rows = max(budget, MIN_BUDGET_ROWS)
     plan = LevelPlan(
-        max(int(budget_rows), 0),
+        budget,
+        HANDED_PER_TASK * task_rows * n_workers * threads,
         trees_per_batch,
         block_bytes,
         state_bytes,
-        max(int(budget_rows), MIN_BUDGET_ROWS) * per_row,
+        task_rows * per_row,
+        threads * task_rows * handed_per_row,
         threads,
         memory,
     )
     if plan.budget_rows < MIN_BUDGET_ROWS:
-        needed = block_bytes + state_bytes + threads * MIN_BUDGET_ROWS * per_row
+        needed = block_bytes + state_bytes + threads * MIN_BUDGET_ROWS * (per_row + handed_per_row)
         raise MemoryError(
             f'mode="distributed" needs about {_mib(needed / MEMORY_SHARE)} of memory per worker '
             f"for {n_rows} rows of {n_features} features on {n_workers} worker(s) of "
             f"{threads} thread(s) ({_mib(block_bytes)} of binned rows and {_mib(state_bytes)} "
-            f"of node ids each, and {_mib(MIN_BUDGET_ROWS * per_row)} for a task growing a "
-            f"subtree, within {MEMORY_SHARE:.0%} of the limit); the workers' memory_limit is "
-            f"{_mib(memory)}: add workers or memory, or use max_samples"
+            f"of node ids each, and {_mib(MIN_BUDGET_ROWS * (per_row + handed_per_row))} a "
+            f"thread for the smallest subtree tasks, within {MEMORY_SHARE:.0%} of the limit); "
+            f"the workers' memory_limit is {_mib(memory)}: add workers or memory, or use "
+            "max_samples"
         )
     return plan
 
@@ -369,6 +386,7 @@ class TreeState:
     mean: list = field(default_factory=list)
     bitsets: list = field(default_factory=list)
     subtree: list = field(default_factory=list)  # (group, index in group) of a gathered node
+    groups: set = field(default_factory=set)  # the groups growing its subtrees
     open: list = field(default_factory=list)  # top ids still to split, in order
     all_features: set = field(default_factory=set)  # open ids whose every feature is needed
 
@@ -539,24 +557,76 @@ def grow_forest_levels(
             'mode="distributed" does not support class_weight="balanced_subsample" (its '
             "weights need each tree's class totals before its root is summed)"
         )
-    ship = not is_in_process(client)
+    pool = _SubtreePool(client, not is_in_process(client), plan.handed_rows)
     token = uuid.uuid4().hex[:8]
     trees: dict[int, Tree] = {}
-    n_done = 0
+    waiting: list[TreeState] = []  # trees whose subtrees are still growing
+
+    def join_ready():
+        for s in [s for s in waiting if s.groups <= pool.results.keys()]:
+            waiting.remove(s)
+            trees[s.tree] = _join_tree(spec, s, pool.take(s.groups))
+            if progress is not None:
+                progress(len(trees), len(tree_ids))
+
+    # The rounds of a batch of trees go on while the subtrees of the earlier batches grow.
     for start in range(0, len(tree_ids), plan.trees_per_batch):
         batch = tree_ids[start : start + plan.trees_per_batch]
-        for tree in _grow_batch(client, data, spec, batch, plan, retries, ship, token):
-            trees[tree[0]] = tree[1]
-            n_done += 1
-            if progress is not None:
-                progress(n_done, len(tree_ids))
+        waiting.extend(_grow_tops(client, data, spec, batch, plan, retries, pool, token))
+        join_ready()
+    while waiting:
+        pool.wait()
+        join_ready()
     return [trees[t] for t in tree_ids]
 
 
-def _grow_batch(client, data, spec, batch, plan, retries, ship, token):
-    """Grow one batch of trees; yields (tree index, Tree) as each tree is joined."""
+class _SubtreePool:
+    """The subtree tasks in flight, the rows handed over to them held to ``max_rows`` (a
+    round gathers no more nodes than that allows), their results fetched as they end."""
+
+    def __init__(self, client, ship: bool, max_rows: int):
+        self.client, self.ship, self.max_rows = client, ship, max_rows
+        self.futures: dict = {}  # future -> (group, rows)
+        self.results: dict = {}  # group -> the records of its subtrees
+        self.users: dict = {}  # group -> trees still to join with it
+        self.n_groups = 0
+
+    def rows_in_flight(self) -> int:
+        self.collect()
+        return sum(rows for _, rows in self.futures.values())
+
+    def add(self, future, rows: int, n_trees: int) -> None:
+        self.futures[future] = (self.n_groups, rows)
+        self.users[self.n_groups] = n_trees
+        self.n_groups += 1
+
+    def collect(self) -> None:
+        for future in [f for f in self.futures if f.done()]:
+            group, _ = self.futures.pop(future)
+            records = future.result()
+            self.results[group] = pickle.loads(records) if self.ship else records
+
+    def wait(self) -> None:
+        """Until one more task has ended (or none is left)."""
+        if self.futures:
+            next(iter(as_completed(self.client, list(self.futures))))
+        self.collect()
+
+    def take(self, groups: set) -> dict:
+        """The results of ``groups`` for one tree; a group's are dropped once its last tree
+        has them."""
+        taken = {g: self.results[g] for g in groups}
+        for g in groups:
+            self.users[g] -= 1
+            if not self.users[g]:
+                del self.results[g], self.users[g]
+        return taken
+
+
+def _grow_tops(client, data, spec, batch, plan, retries, pool, token):
+    """Grow the tops of a batch of trees, round by round, their subtrees submitted to ``pool``;
+    returns the trees' ``TreeState``."""
     n_features = len(spec.bins.n_bins)
-    n_values = max(1, spec.n_classes)
     regression = spec.n_classes == 1
     tag = f"{batch[0]}-{token}"
 
@@ -608,21 +678,24 @@ def _grow_batch(client, data, spec, batch, plan, retries, ship, token):
     n_channels = 1 + (2 if regression else spec.n_classes) * folds
     n_total = n_channels + (folds if regression else 0)
     routes: list = [None] * len(batch)
-    subtree_futures: list = []  # (future, [(k, top_id), ...])
     round_no = 0
-    pending_gather = [[x for x in range(len(s.kind)) if s.kind[x] == assembly.TOP_SUBTREE]
-                      for s in states]  # fmt: skip
+    pending = [(states[k].n_rows[x], k, x) for k, s in enumerate(states)
+               for x in range(len(s.kind)) if s.kind[x] == assembly.TOP_SUBTREE]  # fmt: skip
     while True:
         round_no += 1
-        # This round's groups of gathered nodes, largest first, packed up to the budget.
-        gathered = sorted(
-            ((states[k].n_rows[x], k, x) for k in range(len(batch)) for x in pending_gather[k]),
-            key=lambda item: (-item[0], item[1], item[2]),
-        )
+        # This round's groups of gathered nodes: the largest first, as many as the rows in
+        # flight allow (at least one group when none is), packed up to the budget a task.
+        pending.sort(key=lambda item: (-item[0], item[1], item[2]))
+        room_rows = plan.handed_rows - pool.rows_in_flight()
         groups: list[list] = []
         group_rows: list[int] = []
         gather_of_node = [np.full(len(s.kind), -1, dtype=np.int64) for s in states]
-        for n_rows, k, x in gathered:
+        later = []
+        for n_rows, k, x in pending:
+            if n_rows > room_rows and (groups or pool.futures):
+                later.append((n_rows, k, x))
+                continue
+            room_rows -= n_rows
             fitting = [g for g, rows in enumerate(group_rows) if rows + n_rows <= plan.budget_rows]
             g = fitting[0] if fitting else len(groups)
             if not fitting:
@@ -630,8 +703,10 @@ def _grow_batch(client, data, spec, batch, plan, retries, ship, token):
                 group_rows.append(0)
             groups[g].append((k, x))
             group_rows[g] += n_rows
-            gather_of_node[k][x] = len(subtree_futures) + g
-            states[k].subtree[x] = (len(subtree_futures) + g, len(groups[g]) - 1)
+            gather_of_node[k][x] = pool.n_groups + g
+            states[k].subtree[x] = (pool.n_groups + g, len(groups[g]) - 1)
+            states[k].groups.add(pool.n_groups + g)
+        pending = later
         # This round's open nodes, within the histograms' memory.
         slot_of_node, features, means, infos = [], [], [], []
         n_kept = _features_per_node(spec, states)
@@ -679,19 +754,21 @@ def _grow_batch(client, data, spec, batch, plan, retries, ship, token):
                 info.append((k, x, s.tree, s.keys[x], s.depth[x], s.w_root, s.total_weight,
                              s.tree_keys))  # fmt: skip
             handed = [
-                submit(handed_group, r, len(subtree_futures), key=f"levels-hand-{round_no}-{g}-{i}")
+                submit(handed_group, r, pool.n_groups, key=f"levels-hand-{round_no}-{g}-{i}")
                 for i, r in enumerate(results)
             ]
             future = submit(
-                grow_subtrees, spec, info, ship, *handed,
-                key=f"levels-subtrees-{round_no}-{g}", priority=group_rows[g],
+                grow_subtrees, spec, info, pool.ship, *handed,
+                key=f"levels-subtrees-{round_no}-{g}", priority=-1,
             )  # fmt: skip
-            subtree_futures.append((future, members))
-        pending_gather = [[] for _ in states]
+            pool.add(future, group_rows[g], len({k for k, _ in members}))
         routes = [None] * len(batch)
         if not any(infos):
             del results
-            break
+            if not pending:
+                break
+            pool.wait()  # for room to gather the rest
+            continue
         sums = [submit(round_output, r, 1, key=f"levels-sums-{round_no}-{i}")
                 for i, r in enumerate(results)]  # fmt: skip
         del results
@@ -766,7 +843,7 @@ def _grow_batch(client, data, spec, batch, plan, retries, ship, token):
                     pair.append(c)
                     if n_rows <= plan.budget_rows:
                         s.kind[c] = assembly.TOP_SUBTREE
-                        pending_gather[k].append(c)
+                        pending.append((n_rows, k, c))
                     else:
                         reopen.append(c)
                 record["left"], record["right"] = pair
@@ -800,33 +877,12 @@ def _grow_batch(client, data, spec, batch, plan, retries, ship, token):
                     child_table,
                 )
     del nodes_f
-    yield from _join_trees(client, spec, states, subtree_futures, ship, n_values)
+    return states
 
 
-def _join_trees(client, spec, states, subtree_futures, ship, n_values):
-    """Fetch the subtrees as their tasks end; join and ship each tree once it has them all."""
-    needed = [
-        {s.subtree[x][0] for x in range(len(s.kind)) if s.kind[x] == assembly.TOP_SUBTREE}
-        for s in states
-    ]
-    results: dict = {}
-    by_future = {future: g for g, (future, _) in enumerate(subtree_futures)}
-    done = set()
-    for future in as_completed(client, [f for f, _ in subtree_futures]):
-        g = by_future[future]
-        records = future.result()
-        results[g] = pickle.loads(records) if ship else records
-        for k, s in enumerate(states):
-            if k in done or not needed[k] <= set(results):
-                continue
-            done.add(k)
-            yield s.tree, _join_tree(spec, s, results, n_values)
-    for k, s in enumerate(states):
-        if k not in done:  # no subtree at all: the top alone
-            yield s.tree, _join_tree(spec, s, results, n_values)
-
-
-def _join_tree(spec, s, results, n_values):
+def _join_tree(spec, s, results):
+    """Tree ``s`` from its top and its subtrees' records (``results``: by group)."""
+    n_values = max(1, spec.n_classes)
     n_top = len(s.kind)
     nodes = np.zeros(n_top, dtype=NODE_DTYPE)
     values = np.zeros((n_top, n_values))

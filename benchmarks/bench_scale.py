@@ -1,0 +1,233 @@
+"""Forests on tables larger than a worker: full-data bootstrap trees grown across the workers
+(``mode="distributed"``) against ``max_samples`` forests that fit a worker, and against
+replicated mode on unlimited memory.
+
+    python benchmarks/bench_scale.py --rows 10000000 --table signal
+    python benchmarks/bench_scale.py --rows 10000000 --table noisy
+    python benchmarks/bench_scale.py --rows 30000000 --table noisy --runs distributed sampled
+
+Each run is its own process with its own ``LocalCluster`` of two one-thread workers. The table
+(50 float32 features) is generated block by block on the workers as a dask array, so no process
+holds it whole; a held-out table of 200,000 rows from another seed scores the forests. Two
+targets: ``signal``, a deterministic function of twenty features (no label noise), and
+``noisy``, the same function plus logistic noise of twice its scale.
+
+Runs: ``distributed`` (the default bootstrap forest, on workers whose memory limit is below the
+binned table), ``sampled`` (``max_samples`` rows a tree, the same trees), ``sampled-time`` (as
+many ``max_samples`` trees as fit in the distributed forest's time) and ``replicated`` (the
+default forest in replicated mode, on workers with room for the whole table). Each reports the
+fit time, the mode, the out-of-bag and held-out accuracy, each worker's peak memory (RSS polled
+every 0.25 s) and the workers restarted. Writes ``benchmarks/results/scale_<rows>_<table>.json``.
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+N_FEATURES = 50
+BLOCK_ROWS = 500_000
+TEST_ROWS = 200_000
+RESULTS = Path(__file__).parent / "results"
+
+
+def _weights():
+    rng = np.random.default_rng(12345)
+    return rng.normal(size=20)
+
+
+def make_block(seed, n_rows, table):
+    """One block of the table: (X float32, y int8), a pure function of its seed."""
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n_rows, N_FEATURES)).astype(np.float32)
+    logit = X[:, :20] @ _weights() + 2.0 * X[:, 20] * X[:, 21] + np.abs(X[:, 22]) * 1.5 - 1.2
+    if table == "noisy":
+        logit = logit + 2.0 * np.std(logit) * rng.logistic(size=n_rows) / 1.8
+    return X, (logit > 0).astype(np.int8)
+
+
+def dask_table(n_rows, table):
+    import dask
+    import dask.array as da
+
+    blocks = [
+        dask.delayed(make_block, pure=True)(i, min(BLOCK_ROWS, n_rows - start), table)
+        for i, start in enumerate(range(0, n_rows, BLOCK_ROWS))
+    ]
+    sizes = [min(BLOCK_ROWS, n_rows - start) for start in range(0, n_rows, BLOCK_ROWS)]
+    X = da.concatenate(
+        [da.from_delayed(b[0], (n, N_FEATURES), np.float32) for b, n in zip(blocks, sizes)]
+    )
+    y = da.concatenate([da.from_delayed(b[1], (n,), np.int8) for b, n in zip(blocks, sizes)])
+    return X, y
+
+
+class WorkerMemory:
+    """Polls each worker process's RSS; ``peaks`` by worker name, ``pids`` every process seen."""
+
+    def __init__(self, client, interval=0.25):
+        self.client, self.interval = client, interval
+        self.peaks, self.pids = {}, set()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+
+    def _poll(self):
+        import psutil
+
+        def probe():
+            process = psutil.Process()
+            return process.pid, process.memory_info().rss
+
+        while not self._stop.is_set():
+            try:
+                for address, (pid, rss) in self.client.run(probe).items():
+                    self.pids.add(pid)
+                    self.peaks[address] = max(self.peaks.get(address, 0), rss)
+            except Exception:  # noqa: BLE001 - a worker restarting
+                pass
+            self._stop.wait(self.interval)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+
+
+def run_one(args):
+    """One run, in this process: prints its JSON result on the last line."""
+    from distributed import Client, LocalCluster
+
+    import dasktrees
+
+    params = dict(n_estimators=args.trees, oob_score=True, random_state=0)
+    if args.run.startswith("sampled"):
+        params["max_samples"] = args.max_samples
+    if args.run == "replicated":
+        params["mode"] = "replicated"
+    limit = args.memory_limit if args.run != "replicated" else "11GiB"
+    cluster = LocalCluster(
+        n_workers=2,
+        threads_per_worker=1,
+        processes=True,
+        memory_limit=limit,
+        dashboard_address=":0",
+    )
+    result = {"run": args.run, "rows": args.rows, "table": args.table, "memory_limit": limit}
+    with cluster, Client(cluster) as client:
+        X, y = dask_table(args.rows, args.table)
+        X_test, y_test = make_block(10**6, TEST_ROWS, args.table)
+        model = dasktrees.RandomForestClassifier(client=client, **params)
+        # Compilation (or loading from numba's cache) is not what is measured: a small fit of
+        # each mode first, on the workers.
+        from dasktrees.distributed.levels import gathered_rows
+
+        X_warm, y_warm = make_block(7, 20_000, args.table)
+        with gathered_rows(5_000):
+            for mode in ("distributed", "replicated"):
+                dasktrees.RandomForestClassifier(
+                    n_estimators=2, mode=mode, oob_score=True, client=client
+                ).fit(X_warm, y_warm)
+        with WorkerMemory(client) as memory:
+            start = time.perf_counter()
+            try:
+                model.fit(X, y)
+                result["fit_s"] = round(time.perf_counter() - start, 1)
+            except Exception as error:  # noqa: BLE001 - reported: the point of the benchmark
+                result["fit_s"] = round(time.perf_counter() - start, 1)
+                result["error"] = f"{type(error).__name__}: {error}"[:300]
+        result["worker_peak_rss_mib"] = sorted(round(p / 2**20) for p in memory.peaks.values())
+        result["worker_restarts"] = len(memory.pids) - 2
+        if "error" not in result:
+            result.update(
+                mode=model.mode_,
+                n_trees=args.trees,
+                max_samples=params.get("max_samples"),
+                oob_accuracy=round(float(model.oob_score_), 4),
+                test_accuracy=round(float((model.predict(X_test) == y_test).mean()), 4),
+                nodes=int(sum(t.tree_.node_count for t in model.estimators_)),
+            )
+    print(json.dumps(result), flush=True)
+
+
+def spawn(args, run, trees):
+    command = [
+        sys.executable,
+        __file__,
+        "--one",
+        run,
+        "--rows",
+        str(args.rows),
+        "--table",
+        args.table,
+        "--trees",
+        str(trees),
+        "--max-samples",
+        str(args.max_samples),
+        "--memory-limit",
+        args.memory_limit,
+    ]
+    print("+", " ".join(command[2:]), flush=True)
+    done = subprocess.run(command, capture_output=True, text=True, env=os.environ)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    if not lines:
+        print(done.stdout[-2000:], done.stderr[-4000:])
+        return {"run": run, "error": f"exit {done.returncode}"}
+    result = json.loads(lines[-1])
+    print(json.dumps(result), flush=True)
+    return result
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=10_000_000)
+    parser.add_argument("--table", choices=["signal", "noisy"], default="noisy")
+    parser.add_argument("--trees", type=int, default=4)
+    parser.add_argument("--max-samples", type=int, default=1_000_000)
+    parser.add_argument(
+        "--memory-limit", default="1GiB", help="of each worker, below the binned table"
+    )
+    parser.add_argument(
+        "--runs",
+        nargs="*",
+        default=["distributed", "sampled", "sampled-time", "replicated"],
+        choices=["distributed", "sampled", "sampled-time", "replicated"],
+    )
+    parser.add_argument("--one", help=argparse.SUPPRESS)
+    parser.add_argument("--output", default=None)
+    args = parser.parse_args()
+    if args.one:
+        args.run = args.one
+        run_one(args)
+        return
+    results = {}
+    for run in args.runs:
+        trees = args.trees
+        if run == "sampled-time":
+            spread, sampled = results.get("distributed", {}), results.get("sampled", {})
+            if "fit_s" not in spread or "fit_s" not in sampled:
+                continue
+            per_tree = sampled["fit_s"] / args.trees
+            trees = max(args.trees, int(spread["fit_s"] / per_tree))
+        results[run] = spawn(args, run, trees)
+    binned = args.rows * (N_FEATURES + 16)
+    output = {
+        "command": "python benchmarks/bench_scale.py " + " ".join(sys.argv[1:]),
+        "binned_table_mib": round(binned / 2**20),
+        "runs": list(results.values()),
+    }
+    path = Path(args.output or RESULTS / f"scale_{args.rows // 1_000_000}m_{args.table}.json")
+    path.write_text(json.dumps(output, indent=1) + "\n")
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
