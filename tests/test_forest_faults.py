@@ -11,6 +11,7 @@ from distributed import KilledWorker
 from sklearn.datasets import make_classification
 
 from dasktrees import RandomForestClassifier
+from dasktrees.distributed.levels import gathered_rows
 
 from .conftest import local_client
 
@@ -21,12 +22,13 @@ def fault_cluster():
         yield client
 
 
-def kill_a_worker_once_trees_run(client, done, killed):
-    """Wait until a tree task is running, then os._exit the worker running it."""
+def kill_a_worker_once_trees_run(client, done, killed, marker="dasktrees-trees"):
+    """Wait until a tree task (a task whose key holds ``marker``) is running, then os._exit
+    the worker running it."""
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and not done.is_set():
         processing = client.processing()
-        busy = [w for w, keys in processing.items() if any("dasktrees-trees" in k for k in keys)]
+        busy = [w for w, keys in processing.items() if any(marker in k for k in keys)]
         if busy:
             time.sleep(0.3)  # let the task get into the growth
             killed.append(busy[0])
@@ -55,6 +57,32 @@ def test_fit_survives_a_killed_worker_and_equals_the_fit_without_fault(fault_clu
     killer.join()
     assert killed, "the test must really kill a worker mid-fit"
     clean = RandomForestClassifier(**params).fit(X, y)
+    for a, b in zip(faulty.estimators_, clean.estimators_):
+        np.testing.assert_array_equal(a.tree_.threshold, b.tree_.threshold)
+        np.testing.assert_array_equal(a.tree_.value, b.tree_.value)
+    assert faulty.oob_score_ == clean.oob_score_
+    np.testing.assert_array_equal(faulty.predict_proba(X), clean.predict_proba(X))
+
+
+@pytest.mark.slow
+def test_distributed_mode_survives_a_killed_worker_with_the_replicated_forest(fault_cluster):
+    """A worker killed while subtrees grow loses blocks, node ids of a round and subtrees: all
+    are recomputed from their tasks, and the forest is still replicated mode's."""
+    X, y = make_classification(n_samples=60_000, n_features=12, random_state=1)
+    params = dict(n_estimators=4, oob_score=True, random_state=0, client=fault_cluster)
+    done = threading.Event()
+    killed = []
+    killer = threading.Thread(
+        target=kill_a_worker_once_trees_run,
+        args=(fault_cluster, done, killed, "dasktrees-levels-subtrees"),
+    )
+    killer.start()
+    with gathered_rows(8_000):
+        faulty = RandomForestClassifier(mode="distributed", **params).fit(X, y)
+    done.set()
+    killer.join()
+    assert killed, "the test must really kill a worker mid-fit"
+    clean = RandomForestClassifier(mode="replicated", **params).fit(X, y)
     for a, b in zip(faulty.estimators_, clean.estimators_):
         np.testing.assert_array_equal(a.tree_.threshold, b.tree_.threshold)
         np.testing.assert_array_equal(a.tree_.value, b.tree_.value)

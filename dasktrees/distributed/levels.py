@@ -32,8 +32,10 @@ top node's sums are rounded once where the one-task grower rounds at every row
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import contextvars
+import logging
 import math
 import pickle
 import uuid
@@ -71,6 +73,8 @@ from ..learner.histogram import TRACK_TOUCHED_BELOW
 from ..learner.sampling import tree_counts, tree_seed, tree_subspace
 from ..learner.tree import Tree
 from .client import Client, as_completed, is_in_process
+
+logger = logging.getLogger(__name__)
 
 # The smallest node grown from summed histograms: the split search takes the large-node path
 # (``grower.split_from_histograms``) above TRACK_TOUCHED_BELOW rows.
@@ -231,6 +235,10 @@ class BlockNodes:
     """A block's rows' nodes for a batch of trees: what a round's block task takes and returns."""
 
     node_of_row: np.ndarray  # int32 (n_trees, n_rows): each tree's node of each row (top ids)
+    # (tree position, top id) -> (rows, weights): the block's rows of a node to gather (int64,
+    # in row order) and their weights, set aside until its subtree task takes them
+    # (``hand_over``)
+    set_aside: dict
 
 
 def _tree_weights(spec, tree, block, out):
@@ -255,69 +263,63 @@ def start_block(spec, trees: Sequence[int], block) -> tuple[BlockNodes, np.ndarr
         summary[k, 1] = w.max() if n else 0.0
         summary[k, 2] = summary[k, 1] * y_max
         summary[k, 3] = float(np.array_equal(w, np.floor(w)))
-    return BlockNodes(node_of_row), summary
+    return BlockNodes(node_of_row, {}), summary
+
+
+# What a round does with the rows of a node (``RoundOrders.fate``).
+KEEP, DROP, SET_ASIDE = 0, 1, 2
 
 
 @dataclass
 class RoundOrders:
     """What every block does in a round, for each tree of the batch (lists indexed by tree)."""
 
+    trees: list  # the batch's tree indices
     routes: list  # (split_feature, split_bin, split_flags, bitsets, children) or None
+    # int8 (n_top,): per node, KEEP its rows (open), DROP them (a leaf or split node) or
+    # SET_ASIDE them (gathered)
+    fate: list
+    released: set  # (tree position, top id) of set-aside rows taken by a subtree task
     slot_of_node: list  # int64 (n_top,): the open nodes' slots, -1 for the others
     features: list  # int64 (n_slots, n_kept): the features of each slot's histograms
     means: list  # float64 (n_slots,): regression: the open nodes' means (NaN: not known)
-    gather_of_node: list  # int64 (n_top,): the group gathering the node this round, else -1
     quanta: list  # float64 (n_folds,): the tree's fold quanta
-    is_leaf: list  # bool (n_top,): the nodes whose rows drop out (leaves and split nodes)
-    trees: list  # the batch's tree indices
     n_channels: int  # of a histogram, folded
     n_total_channels: int
 
 
 def block_round(spec, orders: RoundOrders, nodes: BlockNodes, block):
-    """One round on one block: route the rows down the last round's splits, hand over the rows
-    of the nodes gathered now, and fill the open nodes' histograms.
+    """One round on one block: route the rows down the last round's splits, set aside the rows
+    of the nodes to gather and drop those of the leaves, and fill the open nodes' histograms.
 
     Returns
     -------
     nodes : BlockNodes
-        The rows' nodes after the round (a new array: a task's inputs stay as they were, so a
+        The rows' nodes after the round (new arrays: a task's inputs stay as they were, so a
         lost result is recomputed from them).
     sums : list of (hists, totals)
         Per tree, the histograms and totals of its open nodes (``fill_histograms``).
-    handed : dict
-        group -> list of (tree position, top id, codes, y, w), the rows of each gathered node.
     """
     node_of_row = nodes.node_of_row.copy()
+    set_aside = {key: rows for key, rows in nodes.set_aside.items() if key not in orders.released}
     w = np.empty(len(block.y))
     sums = []
-    handed: dict = {}
     for k, t in enumerate(orders.trees):
         rows = node_of_row[k]
         if orders.routes[k] is not None:
             route_rows(block.codes, rows, *orders.routes[k])
-        gather_of_node = orders.gather_of_node[k]
-        slot_of_node = orders.slot_of_node[k]
-        tracked = rows >= 0
-        if gather_of_node is not None and np.any(gather_of_node >= 0):
-            gathered = np.flatnonzero(tracked & (gather_of_node[np.maximum(rows, 0)] >= 0))
-            if len(gathered):
-                _tree_weights(spec, t, block, w)
-                node = rows[gathered]
-                order = np.argsort(node, kind="stable")  # by node, each in row order
-                gathered, node = gathered[order], node[order]
-                starts = np.flatnonzero(np.r_[True, node[1:] != node[:-1]])
-                for a, b in zip(starts, np.r_[starts[1:], len(node)]):
-                    top_id = int(node[a])
-                    picked = gathered[a:b]
-                    handed.setdefault(int(gather_of_node[top_id]), []).append(
-                        (k, top_id, block.codes[picked], block.y[picked], w[picked])
-                    )
-                rows[gathered] = NO_NODE
-        # Rows of nodes neither open nor gathered (leaves of the top) drop out.
-        open_or_waiting = tracked & (rows >= 0)
-        leaves = open_or_waiting & (orders.is_leaf[k][np.maximum(rows, 0)])
-        rows[leaves] = NO_NODE
+        tracked = np.flatnonzero(rows >= 0)
+        fate = orders.fate[k][rows[tracked]]
+        aside = tracked[fate == SET_ASIDE]
+        if len(aside):
+            _tree_weights(spec, t, block, w)
+            node = rows[aside]
+            order = np.argsort(node, kind="stable")  # by node, each in row order
+            aside, node = aside[order], node[order]
+            starts = np.flatnonzero(np.r_[True, node[1:] != node[:-1]])
+            for a, b in zip(starts, np.r_[starts[1:], len(node)]):
+                set_aside[(k, int(node[a]))] = (aside[a:b], w[aside[a:b]])
+        rows[tracked[fate != KEEP]] = NO_NODE
         n_slots, n_kept = orders.features[k].shape
         hists = np.zeros((n_slots, n_kept, N_BIN_CODES, orders.n_channels))
         totals = np.zeros((n_slots, orders.n_total_channels))
@@ -328,7 +330,7 @@ def block_round(spec, orders: RoundOrders, nodes: BlockNodes, block):
                 block.y,
                 w,
                 rows,
-                slot_of_node,
+                orders.slot_of_node[k],
                 orders.features[k],
                 orders.means[k],
                 spec.n_classes,
@@ -337,7 +339,18 @@ def block_round(spec, orders: RoundOrders, nodes: BlockNodes, block):
                 totals,
             )
         sums.append((hists, totals))
-    return BlockNodes(node_of_row), sums, handed
+    return BlockNodes(node_of_row, set_aside), sums
+
+
+def hand_over(nodes: BlockNodes, block, members: list) -> list:
+    """The block's rows of the gathered nodes ``members`` ((tree position, top id) pairs), as
+    (tree position, top id, codes, y, weights), each in row order."""
+    handed = []
+    for k, x in members:
+        rows, weights = nodes.set_aside.get((k, x), (None, None))
+        if rows is not None and len(rows):
+            handed.append((k, x, block.codes[rows], block.y[rows], weights))
+    return handed
 
 
 def sum_blocks(*parts):
@@ -351,13 +364,8 @@ def sum_blocks(*parts):
 
 
 def round_output(result, which):
-    """A part of ``block_round``'s result: 0 the nodes, 1 the sums, 2 the handed rows."""
+    """A part of ``start_block``'s or ``block_round``'s result: 0 the nodes, 1 the sums."""
     return result[which]
-
-
-def handed_group(result, group):
-    """The rows ``block_round`` handed over for ``group``."""
-    return result[2].get(group, [])
 
 
 # --- deciding the splits ----------------------------------------------------------------------
@@ -389,6 +397,14 @@ class TreeState:
     groups: set = field(default_factory=set)  # the groups growing its subtrees
     open: list = field(default_factory=list)  # top ids still to split, in order
     all_features: set = field(default_factory=set)  # open ids whose every feature is needed
+
+    def pending_groups(self, pool) -> bool:
+        """Whether a gathered node of the tree still waits for its subtree task or result."""
+        return any(
+            self.subtree[x] is None or self.subtree[x][0] not in pool.results
+            for x in range(len(self.kind))
+            if self.kind[x] == assembly.TOP_SUBTREE
+        )
 
     def add(self, parent, depth, key, n_rows, mean):
         self.nodes.append(None)
@@ -557,13 +573,12 @@ def grow_forest_levels(
             'mode="distributed" does not support class_weight="balanced_subsample" (its '
             "weights need each tree's class totals before its root is summed)"
         )
-    pool = _SubtreePool(client, not is_in_process(client), plan.handed_rows)
-    token = uuid.uuid4().hex[:8]
+    pool = _SubtreePool(client, data, spec, plan, retries, uuid.uuid4().hex[:8])
     trees: dict[int, Tree] = {}
     waiting: list[TreeState] = []  # trees whose subtrees are still growing
 
     def join_ready():
-        for s in [s for s in waiting if s.groups <= pool.results.keys()]:
+        for s in [s for s in waiting if not s.pending_groups(pool)]:
             waiting.remove(s)
             trees[s.tree] = _join_tree(spec, s, pool.take(s.groups))
             if progress is not None:
@@ -572,38 +587,120 @@ def grow_forest_levels(
     # The rounds of a batch of trees go on while the subtrees of the earlier batches grow.
     for start in range(0, len(tree_ids), plan.trees_per_batch):
         batch = tree_ids[start : start + plan.trees_per_batch]
-        waiting.extend(_grow_tops(client, data, spec, batch, plan, retries, pool, token))
+        waiting.extend(_grow_tops(pool, batch))
         join_ready()
     while waiting:
         pool.wait()
+        pool.dispatch()
         join_ready()
+    logger.info(
+        "distributed mode: %d trees, budget %d rows: %s", len(tree_ids), plan.budget_rows,
+        dict(pool.stats),
+    )  # fmt: skip
     return [trees[t] for t in tree_ids]
 
 
-class _SubtreePool:
-    """The subtree tasks in flight, the rows handed over to them held to ``max_rows`` (a
-    round gathers no more nodes than that allows), their results fetched as they end."""
+@dataclass
+class _Batch:
+    """A batch of trees whose gathered nodes wait for a subtree task."""
 
-    def __init__(self, client, ship: bool, max_rows: int):
-        self.client, self.ship, self.max_rows = client, ship, max_rows
+    trees: list  # tree indices
+    states: list  # their TreeState
+    nodes: list  # futures of the blocks' latest BlockNodes
+    tag: str
+    pending: list = field(default_factory=list)  # (rows, tree position, top id), set aside
+    released: set = field(default_factory=set)  # taken since the last round
+
+
+class _SubtreePool:
+    """The subtree tasks: the gathered nodes waiting for one (set aside on their blocks), the
+    tasks in flight, the rows handed over to them held to ``plan.handed_rows``, their results
+    fetched as they end."""
+
+    def __init__(self, client, data, spec, plan, retries, token):
+        self.client, self.data, self.spec, self.plan = client, data, spec, plan
+        self.retries, self.token = retries, token
+        self.ship = not is_in_process(client)
+        self.batches: list[_Batch] = []
         self.futures: dict = {}  # future -> (group, rows)
         self.results: dict = {}  # group -> the records of its subtrees
         self.users: dict = {}  # group -> trees still to join with it
         self.n_groups = 0
+        # What the fit did (logged): rounds, tasks, subtree tasks, bytes of histograms, of rows
+        # handed over and of subtree records received
+        self.stats: collections.Counter = collections.Counter()
+
+    def submit(self, fn, *args, key, priority=0):
+        self.stats["tasks"] += 1
+        return self.client.submit(
+            fn, *args, key=f"dasktrees-{key}-{self.token}", retries=self.retries, pure=False,
+            priority=priority,
+        )  # fmt: skip
 
     def rows_in_flight(self) -> int:
         self.collect()
         return sum(rows for _, rows in self.futures.values())
 
-    def add(self, future, rows: int, n_trees: int) -> None:
-        self.futures[future] = (self.n_groups, rows)
-        self.users[self.n_groups] = n_trees
+    def dispatch(self) -> None:
+        """Submit subtree tasks for the waiting nodes, the largest first (the earliest batch
+        first), as many as the rows in flight allow (one group at least when none is in
+        flight), packed up to the budget a task."""
+        room = self.plan.handed_rows - self.rows_in_flight()
+        for batch in self.batches:
+            batch.pending.sort(key=lambda item: (-item[0], item[1], item[2]))
+            groups: list[list] = []
+            group_rows: list[int] = []
+            later = []
+            for n_rows, k, x in batch.pending:
+                if n_rows > room and (groups or self.futures):
+                    later.append((n_rows, k, x))
+                    continue
+                room -= n_rows
+                fitting = [
+                    g for g, rows in enumerate(group_rows) if rows + n_rows <= self.plan.budget_rows
+                ]
+                g = fitting[0] if fitting else len(groups)
+                if not fitting:
+                    groups.append([])
+                    group_rows.append(0)
+                groups[g].append((k, x))
+                group_rows[g] += n_rows
+            batch.pending = later
+            for members, n_rows in zip(groups, group_rows):
+                self._submit_group(batch, members, n_rows)
+        self.batches = [b for b in self.batches if b.pending]
+
+    def _submit_group(self, batch, members, n_rows):
+        group = self.n_groups
+        info = []
+        for position, (k, x) in enumerate(members):
+            s = batch.states[k]
+            s.subtree[x] = (group, position)
+            s.groups.add(group)
+            info.append((k, x, s.tree, s.keys[x], s.depth[x], s.w_root, s.total_weight,
+                         s.tree_keys))  # fmt: skip
+        handed = [
+            self.submit(
+                hand_over, nodes, part, members, key=f"levels-hand-{group}-{i}"
+            )  # fmt: skip
+            for i, (nodes, part) in enumerate(zip(batch.nodes, self.data.parts))
+        ]
+        future = self.submit(
+            grow_subtrees, self.spec, info, self.ship, *handed,
+            key=f"levels-subtrees-{group}", priority=-1,
+        )  # fmt: skip
+        batch.released.update(members)
+        self.futures[future] = (group, n_rows)
+        self.users[group] = len({k for k, _ in members})
         self.n_groups += 1
+        self.stats["subtree_tasks"] += 1
+        self.stats["handed_bytes"] += n_rows * (len(self.spec.bins.n_bins) + 16)
 
     def collect(self) -> None:
         for future in [f for f in self.futures if f.done()]:
             group, _ = self.futures.pop(future)
             records = future.result()
+            self.stats["records_bytes"] += records.nbytes if self.ship else 0
             self.results[group] = pickle.loads(records) if self.ship else records
 
     def wait(self) -> None:
@@ -623,28 +720,26 @@ class _SubtreePool:
         return taken
 
 
-def _grow_tops(client, data, spec, batch, plan, retries, pool, token):
-    """Grow the tops of a batch of trees, round by round, their subtrees submitted to ``pool``;
-    returns the trees' ``TreeState``."""
+def _grow_tops(pool, batch):
+    """Grow the tops of a batch of trees, round by round, their gathered nodes left to
+    ``pool``; returns the trees' ``TreeState``."""
+    client, data, spec, plan = pool.client, pool.data, pool.spec, pool.plan
     n_features = len(spec.bins.n_bins)
     regression = spec.n_classes == 1
-    tag = f"{batch[0]}-{token}"
-
-    def submit(fn, *args, key, priority=0):
-        return client.submit(
-            fn, *args, key=f"dasktrees-{key}-{tag}", retries=retries, pure=False,
-            priority=priority,
-        )  # fmt: skip
-
+    tag = f"{batch[0]}"
     starts = [
-        submit(start_block, spec, batch, part, key=f"levels-start-{i}")
+        pool.submit(start_block, spec, batch, part, key=f"levels-start-{tag}-{i}")
         for i, part in enumerate(data.parts)
     ]
-    nodes_f = [submit(round_output, s, 0, key=f"levels-nodes-0-{i}") for i, s in enumerate(starts)]
-    summaries = client.gather([submit(round_output, s, 1, key=f"levels-sum-0-{i}")
+    nodes_f = [
+        pool.submit(round_output, s, 0, key=f"levels-nodes-{tag}-0-{i}")
+        for i, s in enumerate(starts)
+    ]
+    summaries = client.gather([pool.submit(round_output, s, 1, key=f"levels-sum-{tag}-0-{i}")
                                for i, s in enumerate(starts)])  # fmt: skip
     del starts
     states = []
+    deciding = []  # gathered nodes whose rows the next round sets aside
     for k, t in enumerate(batch):
         n_in_bag = int(sum(s[k, 0] for s in summaries))
         w_max = max(s[k, 1] for s in summaries)
@@ -666,47 +761,23 @@ def _grow_tops(client, data, spec, batch, plan, retries, pool, token):
         root = state.add(-1, 0, state.key, n_in_bag, np.nan)
         if n_in_bag <= plan.budget_rows:
             state.kind[root] = assembly.TOP_SUBTREE
+            deciding.append((n_in_bag, k, root))
         else:
             state.open.append(root)
         states.append(state)
-    n_folds = [len(s.quanta) for s in states]
     # One channel layout for the batch: the most folds any of its trees needs.
-    folds = max(n_folds)
+    folds = max(len(s.quanta) for s in states)
     for s in states:
         if len(s.quanta) < folds:
             s.quanta = np.concatenate([s.quanta, np.zeros(folds - len(s.quanta))])
     n_channels = 1 + (2 if regression else spec.n_classes) * folds
     n_total = n_channels + (folds if regression else 0)
+    this = _Batch(list(batch), states, nodes_f, tag)
+    pool.batches.append(this)
     routes: list = [None] * len(batch)
     round_no = 0
-    pending = [(states[k].n_rows[x], k, x) for k, s in enumerate(states)
-               for x in range(len(s.kind)) if s.kind[x] == assembly.TOP_SUBTREE]  # fmt: skip
     while True:
         round_no += 1
-        # This round's groups of gathered nodes: the largest first, as many as the rows in
-        # flight allow (at least one group when none is), packed up to the budget a task.
-        pending.sort(key=lambda item: (-item[0], item[1], item[2]))
-        room_rows = plan.handed_rows - pool.rows_in_flight()
-        groups: list[list] = []
-        group_rows: list[int] = []
-        gather_of_node = [np.full(len(s.kind), -1, dtype=np.int64) for s in states]
-        later = []
-        for n_rows, k, x in pending:
-            if n_rows > room_rows and (groups or pool.futures):
-                later.append((n_rows, k, x))
-                continue
-            room_rows -= n_rows
-            fitting = [g for g, rows in enumerate(group_rows) if rows + n_rows <= plan.budget_rows]
-            g = fitting[0] if fitting else len(groups)
-            if not fitting:
-                groups.append([])
-                group_rows.append(0)
-            groups[g].append((k, x))
-            group_rows[g] += n_rows
-            gather_of_node[k][x] = pool.n_groups + g
-            states[k].subtree[x] = (pool.n_groups + g, len(groups[g]) - 1)
-            states[k].groups.add(pool.n_groups + g)
-        pending = later
         # This round's open nodes, within the histograms' memory.
         slot_of_node, features, means, infos = [], [], [], []
         n_kept = _features_per_node(spec, states)
@@ -725,72 +796,74 @@ def _grow_tops(client, data, spec, batch, plan, retries, pool, token):
             features.append(feats)
             means.append(np.array([s.mean[x] for x in now], dtype=np.float64))
             infos.append(now)
-        is_leaf = [np.array([kd == assembly.TOP_LEAF or kd == assembly.TOP_SPLIT
-                             for kd in s.kind], dtype=bool) for s in states]  # fmt: skip
+        fate = [
+            np.array(
+                [
+                    SET_ASIDE if kd == assembly.TOP_SUBTREE else DROP if kd >= 0 else KEEP
+                    for kd in s.kind
+                ],
+                dtype=np.int8,
+            )  # fmt: skip
+            for s in states
+        ]
         orders = RoundOrders(
+            list(batch),
             routes,
+            fate,
+            set(this.released),
             slot_of_node,
             features,
             means,
-            gather_of_node,
             [s.quanta for s in states],
-            is_leaf,
-            list(batch),
             n_channels,
             n_total,
         )
+        this.released.clear()
+        pool.stats["rounds"] += 1
+        pool.stats["histogram_bytes"] += len(data.parts) * sum(
+            f.shape[0] * f.shape[1] * N_BIN_CODES * n_channels * 8 for f in features
+        )
         results = [
-            submit(block_round, spec, orders, nf, part, key=f"levels-round-{round_no}-{i}")
+            pool.submit(
+                block_round, spec, orders, nf, part, key=f"levels-round-{tag}-{round_no}-{i}"
+            )  # fmt: skip
             for i, (nf, part) in enumerate(zip(nodes_f, data.parts))
         ]
         nodes_f = [
-            submit(round_output, r, 0, key=f"levels-nodes-{round_no}-{i}")
+            pool.submit(round_output, r, 0, key=f"levels-nodes-{tag}-{round_no}-{i}")
             for i, r in enumerate(results)
         ]
-        for g, members in enumerate(groups):
-            info = []
-            for k, x in members:
-                s = states[k]
-                info.append((k, x, s.tree, s.keys[x], s.depth[x], s.w_root, s.total_weight,
-                             s.tree_keys))  # fmt: skip
-            handed = [
-                submit(handed_group, r, pool.n_groups, key=f"levels-hand-{round_no}-{g}-{i}")
-                for i, r in enumerate(results)
-            ]
-            future = submit(
-                grow_subtrees, spec, info, pool.ship, *handed,
-                key=f"levels-subtrees-{round_no}-{g}", priority=-1,
-            )  # fmt: skip
-            pool.add(future, group_rows[g], len({k for k, _ in members}))
+        this.nodes = nodes_f
+        # The nodes gathered by the last decisions are set aside by this round.
+        this.pending.extend(deciding)
+        deciding = []
+        if this not in pool.batches:
+            pool.batches.append(this)
+        pool.dispatch()
         routes = [None] * len(batch)
         if not any(infos):
-            del results
-            if not pending:
-                break
-            pool.wait()  # for room to gather the rest
-            continue
-        sums = [submit(round_output, r, 1, key=f"levels-sums-{round_no}-{i}")
+            break
+        sums = [pool.submit(round_output, r, 1, key=f"levels-sums-{tag}-{round_no}-{i}")
                 for i, r in enumerate(results)]  # fmt: skip
         del results
         level = 0
         while len(sums) > 1:
             sums = [
-                submit(
+                pool.submit(
                     sum_blocks,
                     *sums[i : i + REDUCTION_FAN_IN],
-                    key=f"levels-reduce-{round_no}-{level}-{i}",
+                    key=f"levels-reduce-{tag}-{round_no}-{level}-{i}",
                 )  # fmt: skip
                 for i in range(0, len(sums), REDUCTION_FAN_IN)
             ]
             level += 1
         decide_infos = []
-        for k, s in enumerate(states):
-            now = infos[k]
+        for s, now, feats, node_means in zip(states, infos, features, means):
             decide_infos.append(
                 {
                     "top_ids": now,
-                    "features": features[k],
-                    "means": means[k],
+                    "features": feats,
+                    "means": node_means,
                     "depths": [s.depth[x] for x in now],
                     "parents": [s.parent[x] for x in now],
                     "keys": [s.keys[x] for x in now],
@@ -802,82 +875,86 @@ def _grow_tops(client, data, spec, batch, plan, retries, pool, token):
                     "key": s.key,
                 }
             )
-        decided = submit(decide, spec, decide_infos, sums[0], key=f"levels-decide-{round_no}")
+        decided = pool.submit(decide, spec, decide_infos, sums[0],
+                              key=f"levels-decide-{tag}-{round_no}")  # fmt: skip
         decisions = decided.result()
         del decided, sums
         for k, s in enumerate(states):
-            now = infos[k]
-            s.open = s.open[len(now) :]
-            split_feature = np.full(len(s.kind), -1, dtype=np.int64)
-            split_bin = np.zeros(len(s.kind), dtype=np.int64)
-            split_flags = np.zeros(len(s.kind), dtype=np.int64)
-            bitset_rows = []
-            children = []
-            reopen = []
-            for x, outcome in zip(now, decisions[k]):
-                if outcome[0] == "mean":
-                    s.mean[x] = outcome[1]
-                    reopen.append(x)
-                    continue
-                split, root_info = outcome
-                status, record, values, bitset, left, right = split
-                if root_info is not None:
-                    s.w_root, s.total_weight, s.tree_keys = root_info
-                if status == NODE_NEEDS_FEATURES:
-                    s.all_features.add(x)
-                    reopen.append(x)
-                    continue
-                record = record.copy()
-                s.values[x] = values
-                if status == NODE_LEAF:
-                    s.kind[x] = assembly.TOP_LEAF
-                    s.nodes[x] = record
-                    continue
-                s.kind[x] = assembly.TOP_SPLIT
-                pair = []
-                for side, stats in ((0, left), (1, right)):
-                    n_rows = int(stats[0])
-                    mean = stats[2] / stats[1] if regression and stats[1] > 0 else np.nan
-                    c = s.add(x, s.depth[x] + 1, int(child_key(np.uint64(s.keys[x]), side)),
-                              n_rows, mean)  # fmt: skip
-                    pair.append(c)
-                    if n_rows <= plan.budget_rows:
-                        s.kind[c] = assembly.TOP_SUBTREE
-                        pending.append((n_rows, k, c))
-                    else:
-                        reopen.append(c)
-                record["left"], record["right"] = pair
-                if record["is_categorical"]:
-                    record["bitset_idx"] = len(s.bitsets)
-                    s.bitsets.append(bitset)
-                    split_bin[x] = len(bitset_rows)
-                    bitset_rows.append(bitset)
-                else:
-                    split_bin[x] = record["bin_threshold"]
-                split_feature[x] = record["feature"]
-                split_flags[x] = int(record["missing_go_to_left"]) | (
-                    2 * int(record["is_categorical"])
-                )
-                s.nodes[x] = record
-                children.append((x, pair))
-            s.open = s.open + reopen
-            if children:
-                n_top = len(s.kind)
-                child_table = np.full((n_top, 2), -1, dtype=np.int64)
-                for x, pair in children:
-                    child_table[x] = pair
-                pad = n_top - len(split_feature)
-                routes[k] = (
-                    np.r_[split_feature, np.full(pad, -1, dtype=np.int64)],
-                    np.r_[split_bin, np.zeros(pad, dtype=np.int64)],
-                    np.r_[split_flags, np.zeros(pad, dtype=np.int64)],
-                    np.array(bitset_rows, dtype=BITSET_DTYPE).reshape(-1, BITSET_WORDS)
-                    if bitset_rows
-                    else np.zeros((1, BITSET_WORDS), dtype=BITSET_DTYPE),
-                    child_table,
-                )
-    del nodes_f
+            routes[k] = _apply_decisions(s, k, infos[k], decisions[k], plan, regression, deciding)
     return states
+
+
+def _apply_decisions(s, k, now, decisions, plan, regression, deciding):
+    """Record a round's decisions on tree ``s``'s open nodes ``now``: leaves, splits and their
+    children (open, or gathered: appended to ``deciding``), nodes to sum again. Returns the
+    routes the next round moves the rows by, or None."""
+    s.open = s.open[len(now) :]
+    split_feature = np.full(len(s.kind), -1, dtype=np.int64)
+    split_bin = np.zeros(len(s.kind), dtype=np.int64)
+    split_flags = np.zeros(len(s.kind), dtype=np.int64)
+    bitset_rows = []
+    children = []
+    reopen = []
+    for x, outcome in zip(now, decisions):
+        if outcome[0] == "mean":
+            s.mean[x] = outcome[1]
+            reopen.append(x)
+            continue
+        split, root_info = outcome
+        status, record, values, bitset, left, right = split
+        if root_info is not None:
+            s.w_root, s.total_weight, s.tree_keys = root_info
+        if status == NODE_NEEDS_FEATURES:
+            s.all_features.add(x)
+            reopen.append(x)
+            continue
+        record = record.copy()
+        s.values[x] = values
+        if status == NODE_LEAF:
+            s.kind[x] = assembly.TOP_LEAF
+            s.nodes[x] = record
+            continue
+        s.kind[x] = assembly.TOP_SPLIT
+        pair = []
+        for side, stats in ((0, left), (1, right)):
+            n_rows = int(stats[0])
+            mean = stats[2] / stats[1] if regression and stats[1] > 0 else np.nan
+            c = s.add(x, s.depth[x] + 1, int(child_key(np.uint64(s.keys[x]), side)), n_rows, mean)
+            pair.append(c)
+            if n_rows <= plan.budget_rows:
+                s.kind[c] = assembly.TOP_SUBTREE
+                deciding.append((n_rows, k, c))
+            else:
+                reopen.append(c)
+        record["left"], record["right"] = pair
+        if record["is_categorical"]:
+            record["bitset_idx"] = len(s.bitsets)
+            s.bitsets.append(bitset)
+            split_bin[x] = len(bitset_rows)
+            bitset_rows.append(bitset)
+        else:
+            split_bin[x] = record["bin_threshold"]
+        split_feature[x] = record["feature"]
+        split_flags[x] = int(record["missing_go_to_left"]) | (2 * int(record["is_categorical"]))
+        s.nodes[x] = record
+        children.append((x, pair))
+    s.open = s.open + reopen
+    if not children:
+        return None
+    n_top = len(s.kind)
+    child_table = np.full((n_top, 2), -1, dtype=np.int64)
+    for x, pair in children:
+        child_table[x] = pair
+    pad = n_top - len(split_feature)
+    return (
+        np.r_[split_feature, np.full(pad, -1, dtype=np.int64)],
+        np.r_[split_bin, np.zeros(pad, dtype=np.int64)],
+        np.r_[split_flags, np.zeros(pad, dtype=np.int64)],
+        np.array(bitset_rows, dtype=BITSET_DTYPE).reshape(-1, BITSET_WORDS)
+        if bitset_rows
+        else np.zeros((1, BITSET_WORDS), dtype=BITSET_DTYPE),
+        child_table,
+    )
 
 
 def _join_tree(spec, s, results):

@@ -682,10 +682,14 @@ FOREST_DOC = """
     n_blocks : int, default=None
         Blocks to cut numpy / pandas input into; None: one per worker. Dask input keeps its
         partitions.
-    mode : {"auto", "replicated", "sampled"}, default="auto"
-        How tree tasks get their rows (see docs/forests.md): every binned block, or only the
-        rows each tree draws, extracted where the blocks live. "auto" samples when trees draw
-        under half the rows or the binned table would take over a quarter of a worker's memory.
+    mode : {"auto", "replicated", "sampled", "distributed"}, default="auto"
+        How tree tasks get their rows (see docs/forests.md): every binned block; only the rows
+        each tree draws, extracted where the blocks live; or, for trees on more rows than a
+        worker holds, the top of each tree split from histograms summed across the blocks and
+        each node small enough for a task grown there from its gathered rows (depth-first
+        trees: no ``max_leaf_nodes``). "auto" samples when trees draw under half the rows, and
+        otherwise picks the first mode whose tree task fits in 60 % of the smallest worker
+        memory limit: replicated, sampled, distributed. Every mode grows the same trees.
 
     Attributes
     ----------

@@ -83,6 +83,7 @@ def _warm_forests():
     import numpy as np
     from distributed import Client, LocalCluster
 
+    from ..distributed.levels import MIN_BUDGET_ROWS, gathered_rows
     from ..estimators.forests import ExtraTreesRegressor, RandomForestClassifier
     from ..estimators.quantile_forests import RandomForestQuantileRegressor
 
@@ -127,6 +128,21 @@ def _warm_forests():
             quantile.fit(data, y.astype(float))
             quantile.predict(data, quantiles=[0.1, 0.9])
             quantile.predict(data, return_std=True)
+        # Distributed mode: the tops of the trees split from summed histograms, on a table of
+        # more rows than the smallest node budget, numeric and categorical.
+        X_large, y_large, frame_large = _data(n_rows=3 * MIN_BUDGET_ROWS, seed=1)
+        with gathered_rows(MIN_BUDGET_ROWS):
+            for data in (X_large, frame_large):
+                RandomForestClassifier(
+                    n_estimators=1, mode="distributed", random_state=0, client=client
+                ).fit(data, y_large)
+                ExtraTreesRegressor(
+                    n_estimators=1,
+                    bootstrap=True,
+                    mode="distributed",
+                    random_state=0,
+                    client=client,
+                ).fit(data, y_large.astype(float))
 
 
 # Groups of kernels compiled together, in the order one process warms them. Separate groups can
