@@ -243,3 +243,35 @@ def test_auto_mode_grows_across_workers_only_when_a_tree_does_not_fit(binary):
     assert choose_mode("auto", Data, Spec, {"w": {"memory_limit": 0}}) == "replicated"
     Spec.lam = 0.1
     assert choose_mode("auto", Data, Spec, small) == "sampled"
+
+
+def test_folded_sums_do_not_depend_on_how_the_values_are_grouped():
+    """Three partial sums of values rounded to fixed powers of two: the same totals in any
+    grouping, within 2^-60 of the exact sum; whole numbers summed exactly."""
+    import math
+
+    from numba import njit
+
+    from dasktrees.learner.block_histograms import N_FOLDS, fold_add, fold_quanta, unfold
+
+    @njit
+    def folded(values, quanta):
+        out = np.zeros(quanta.shape[0])
+        for x in values:
+            fold_add(out, 0, x, quanta)
+        return out
+
+    rng = np.random.default_rng(11)
+    values = rng.lognormal(0, 3, 5000) * rng.choice([-1, 1], 5000)
+    quanta = fold_quanta(np.abs(values).max(), len(values), N_FOLDS)
+    whole = folded(values, quanta)
+    for _ in range(5):
+        cut = np.sort(rng.choice(np.arange(1, len(values)), 6, replace=False))
+        order = rng.permutation(len(values))
+        parts = [folded(part, quanta) for part in np.split(values[order], cut)]
+        np.testing.assert_array_equal(np.sum(parts[::-1], axis=0), whole)
+    exact = math.fsum(values)
+    assert abs(unfold(whole, 0, N_FOLDS) - exact) <= 2**-60 * np.abs(values).sum()
+    integers = rng.integers(-(10**6), 10**6, 5000).astype(float)
+    q = fold_quanta(np.abs(integers).max(), len(integers), N_FOLDS)
+    assert unfold(folded(integers, q), 0, N_FOLDS) == integers.sum()

@@ -531,13 +531,24 @@ _NON_NEGATIVE = (
 )
 
 
+# Arrays of each node's (or leaf's) weight, or its weight by class: a fitted tree's nodes all
+# hold rows of positive weight.
+_POSITIVE_NODES = (
+    "weighted_n_node_samples",
+    "leaf_weighted_n_node_samples",
+    "weighted_class_counts",
+    "leaf_class_counts",
+)
+
+
 def check_numbers(a: Arrays, bins: Manifest, npz: Path) -> None:
     """Check the numbers the trees and bins of a file predict with, as fitting makes them: every
     floating-point array finite (but ``oob_curve``, a report that prediction never reads, and a
     quantile forest's leaf targets, which ``check_leaf_targets`` checks), weights and
     impurities not negative, and each numeric feature's bin edges and values increasing. A file
     that breaks this would not crash the kernels, but would predict NaN or infinity, or bin the
-    rows it predicts on wrongly, without a word."""
+    rows it predicts on wrongly, without a word. A node's weight is positive: a leaf of no weight
+    would vote nothing (class fractions of zero) where fitting never makes one."""
     for name, array in a.items():
         if name == "oob_curve" or name in LEAF_TARGET_ARRAYS:
             continue
@@ -545,6 +556,10 @@ def check_numbers(a: Arrays, bins: Manifest, npz: Path) -> None:
             raise ValueError(f"{npz}: array {name!r} holds NaN or infinity")
         if name in _NON_NEGATIVE and np.any(array < 0):
             raise ValueError(f"{npz}: array {name!r} holds a negative weight or impurity")
+        if name in _POSITIVE_NODES and array.size:
+            weights = array.reshape(len(array), -1).sum(axis=1) if array.ndim > 1 else array
+            if np.any(weights <= 0):
+                raise ValueError(f"{npz}: array {name!r} gives a node a weight of zero")
     numeric = [j for j, f in enumerate(bins["features"]) if f["kind"] == "numeric"]
     for name, key in (("bin_edges", "n_edges"), ("bin_values", "n_values")):
         # The lengths add up (``expected_shapes``).
