@@ -56,7 +56,7 @@ def assert_same_trees(a, b, X, arrays=TREE_ARRAYS):
 
 
 def fit_both(cls, X, y, budget=levels.MIN_BUDGET_ROWS, client=None, **params):
-    params = dict(n_estimators=3, random_state=3, client=client, **params)
+    params = {"n_estimators": 3, "random_state": 3, "client": client, **params}
     params.setdefault("oob_score", params.get("bootstrap", True))
     replicated = cls(mode="replicated", **params).fit(X, y)
     with gathered_rows(budget):
@@ -275,3 +275,37 @@ def test_folded_sums_do_not_depend_on_how_the_values_are_grouped():
     integers = rng.integers(-(10**6), 10**6, 5000).astype(float)
     q = fold_quanta(np.abs(integers).max(), len(integers), N_FOLDS)
     assert unfold(folded(integers, q), 0, N_FOLDS) == integers.sum()
+
+
+def test_everything_built_on_the_trees_works_on_a_distributed_forest(tmp_path):
+    """Out-of-bag results, importances, quantiles, n_estimators="auto", warm start, SHAP and
+    model files of a distributed forest: those of the replicated one."""
+    import dasktrees
+    from dasktrees import RandomForestQuantileRegressor
+
+    X, y = make_regression(n_samples=12_000, n_features=6, noise=5.0, random_state=12)
+    y = np.round(y)
+    quantile = dict(n_estimators=2, random_state=4, oob_score=True)
+    replicated, spread = fit_both(RandomForestQuantileRegressor, X, y, **quantile)
+    rows = X[:50]
+    np.testing.assert_array_equal(
+        replicated.predict(rows, quantiles=[0.1, 0.9]), spread.predict(rows, quantiles=[0.1, 0.9])
+    )
+    np.testing.assert_array_equal(replicated.shap_values(rows), spread.shap_values(rows))
+    np.testing.assert_array_equal(
+        replicated.oob_impurity_importance(X, y), spread.oob_impurity_importance(X, y)
+    )
+    spread.save(tmp_path / "model")
+    np.testing.assert_array_equal(dasktrees.load(tmp_path / "model").predict(X), spread.predict(X))
+    auto = dict(n_estimators="auto", max_n_estimators=4, random_state=4, oob_score=True)
+    replicated, spread = fit_both(RandomForestRegressor, X, y, **auto)
+    assert replicated.n_estimators_ == spread.n_estimators_
+    assert_same_trees(replicated, spread, X)
+    grown = {}
+    for mode in ("replicated", "distributed"):
+        model = RandomForestRegressor(n_estimators=2, warm_start=True, random_state=4, mode=mode)
+        with gathered_rows(levels.MIN_BUDGET_ROWS):
+            model.fit(X, y)
+            model.set_params(n_estimators=3).fit(X, y)
+        grown[mode] = model
+    assert_same_trees(grown["replicated"], grown["distributed"], X)

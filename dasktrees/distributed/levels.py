@@ -892,7 +892,7 @@ def _apply_decisions(s, k, now, decisions, plan, regression, deciding):
     split_feature = np.full(len(s.kind), -1, dtype=np.int64)
     split_bin = np.zeros(len(s.kind), dtype=np.int64)
     split_flags = np.zeros(len(s.kind), dtype=np.int64)
-    bitset_rows = []
+    bitset_rows: list[np.ndarray] = []
     children = []
     reopen = []
     for x, outcome in zip(now, decisions):
@@ -964,7 +964,7 @@ def _join_tree(spec, s, results):
     nodes = np.zeros(n_top, dtype=NODE_DTYPE)
     values = np.zeros((n_top, n_values))
     subtree_index = np.full(n_top, -1, dtype=np.int64)
-    subtrees = []
+    subtrees: list[tuple] = []
     for x in range(n_top):
         if s.kind[x] == assembly.TOP_SUBTREE:
             g, position = s.subtree[x]
@@ -979,10 +979,10 @@ def _join_tree(spec, s, results):
         else np.zeros((0, BITSET_WORDS), dtype=BITSET_DTYPE)
     )
     top = assembly.TreeTop(nodes, values, bitsets, np.array(s.kind, dtype=np.int64), subtree_index)
-    records = assembly.join(top, subtrees)
+    joined_nodes, joined_values, joined_bitsets = assembly.join(top, subtrees)
     state = wire.encode(
-        *records, spec.bins.thresholds, len(spec.bins.n_bins), spec.params.criterion,
-        depth_first=True,
+        joined_nodes, joined_values, joined_bitsets, spec.bins.thresholds,
+        len(spec.bins.n_bins), spec.params.criterion, depth_first=True,
     )  # fmt: skip
     return wire.decode(state, spec.bins.thresholds)
 
