@@ -11,8 +11,11 @@ import socket
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 
+import dask
+import dask.dataframe as dd
 import numpy as np
 import pandas as pd
 import pytest
@@ -161,6 +164,74 @@ def test_flights_config_on_a_parquet_subsample(capsys, tmp_path, client):
     metrics = check_run_dir(Path(out.split()[-1]), "classification", 10)
     assert metrics["rows"]["train"] + metrics["rows"]["test"] == 20_000
     assert metrics["test"]["roc_auc"] > 0.7  # dep_delay tells most of it
+
+
+# ---- where the tables are read -------------------------------------------------------------------
+
+
+def test_a_builtin_dataset_is_read_by_the_workers_not_sent_with_the_graphs(
+    capsys, tmp_path, client
+):
+    """digits (1,797 x 65, 0.9 MB as a pandas frame) through every graph of a run: the task
+    inference, the fit, the test split, predictions, metrics, OOB and both importances. With
+    distributed's large-graph warning lowered from 10 MB to 100 kB, no graph reaches it: the
+    table is read by the tasks that use it, not embedded in the graphs the client sends (as
+    ``dd.from_pandas`` of the loaded frame did, in every graph of a run).
+
+    Eight features: every tree task carries the bins' tables, 4 kB a feature (``ForestSpec``),
+    which would pass 100 kB with all 64 pixels."""
+    pixels = [f"pixel_{i}_{j}" for i in (2, 5) for j in (2, 3, 4, 5)]
+    config = {
+        "name": "digits",
+        "cluster": {"address": client.scheduler.address},
+        "data": {
+            "train": {"builtin": "digits"},
+            "features": pixels,
+            "test": {"fraction": 0.25},
+            "npartitions": 3,
+        },
+        "model": {"params": {"n_estimators": 5}},
+        "evaluation": {"permutation_importance": True},
+    }
+    path = tmp_path / "digits.yaml"
+    path.write_text(yaml.safe_dump(config))
+    with (
+        dask.config.set({"distributed.admin.large-graph-warning-threshold": "100kB"}),
+        warnings.catch_warnings(record=True) as caught,
+    ):
+        warnings.simplefilter("always")
+        code, out, err = run_cli(capsys, "run", path, "--output", tmp_path / "run")
+    assert code == 0, err
+    large = [str(w.message) for w in caught if "Sending large graph" in str(w.message)]
+    assert not large, large
+    metrics = check_run_dir(tmp_path / "run", "classification", 5, permutation=True)
+    assert metrics["rows"]["train"] + metrics["rows"]["test"] == 1797
+
+
+@pytest.mark.parametrize("name", ["golf", "breast_cancer"])
+def test_a_builtin_dataset_is_cut_and_split_as_the_embedded_frame_was(name):
+    """read_builtin's partitions are the rows, divisions and dtypes of ``dd.from_pandas`` of
+    the loaded frame, so a seed's test split holds the same rows; and its graph holds no table."""
+    import cloudpickle
+
+    from dasktrees.command.io import read_builtin
+
+    full = dasktrees.datasets.load_builtin(name)
+    for npartitions in (1, 2, 3, 7):
+        frame = read_builtin(name, npartitions)
+        embedded = dd.from_pandas(full, npartitions=npartitions, sort=False)
+        assert frame.divisions == embedded.divisions
+        pd.testing.assert_series_equal(frame.dtypes, embedded.dtypes)
+        for k in range(frame.npartitions):
+            pd.testing.assert_frame_equal(
+                frame.get_partition(k).compute(), embedded.get_partition(k).compute()
+            )
+        for part, before in zip(
+            frame.random_split([0.75, 0.25], random_state=3),
+            embedded.random_split([0.75, 0.25], random_state=3),
+        ):
+            pd.testing.assert_frame_equal(part.compute(), before.compute())
+        assert len(cloudpickle.dumps(frame.expr)) < 10_000
 
 
 def test_csv_data_with_test_file_and_decision_tree(capsys, tmp_path):

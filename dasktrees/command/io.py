@@ -1,10 +1,11 @@
 """Tables in and out of the ``dasktrees`` command: formats, reading, splitting, writing.
 
-Every table is a dask dataframe, so a file larger than memory is read partition by partition
-where it is used:
+Every table is a dask dataframe whose partitions are read where they are used, by the workers:
+a file larger than memory is read partition by partition, and no table travels inside a task
+graph through the scheduler:
 
-    CSV / Parquet path or glob --read_table--> dask dataframe --split--> train, test
-    builtin dataset           --read_train--/
+    CSV / Parquet path or glob   --read_table--> dask dataframe --split--> train, test
+    builtin dataset --read_builtin-/  (each partition a task that loads the dataset and slices it)
     predictions (dask frame)  --write_table--> one CSV file or a Parquet dataset directory,
                                                written under a temporary name, then renamed
 """
@@ -18,7 +19,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from .datasets import load_builtin
+from .datasets import builtin_layout, builtin_rows
 
 # A dask dataframe (``dask.dataframe.DataFrame``).
 DaskFrame = Any
@@ -68,14 +69,42 @@ def read_table(path: str, blocksize: Any = None, npartitions: int | None = None)
     return frame
 
 
+def read_builtin(name: str, npartitions: int) -> DaskFrame:
+    """The builtin dataset ``name`` as a dask dataframe of ``npartitions`` partitions, each read
+    by the task that computes it (``datasets.builtin_rows``), never embedded in a graph.
+
+    The columns and the number of rows come from one task too (with a client, on a worker).
+    The partitions are the rows ``dd.from_pandas(frame, npartitions, sort=False)`` cuts (the
+    frame's index is its row numbers), with the same divisions, so that ``split`` draws the
+    same test rows as when the table was sent with the graph.
+    """
+    import dask
+    import dask.dataframe as dd
+    import pandas as pd
+
+    meta, n_rows = dask.delayed(builtin_layout, pure=True)(name).compute()
+    # The cut of an index alone: no table built or sent.
+    rows = pd.DataFrame(index=pd.RangeIndex(n_rows))
+    divisions = dd.from_pandas(rows, npartitions=npartitions, sort=False).divisions
+    starts = list(divisions[:-1])
+    stops = [*starts[1:], n_rows]
+    return dd.from_map(
+        builtin_rows,
+        [name] * len(starts),
+        starts,
+        stops,
+        meta=meta,
+        divisions=divisions,
+        label=f"builtin-{name}",
+        enforce_metadata=False,
+    )
+
+
 def read_train(data: Any) -> DaskFrame:
     """The training table of a config's ``data`` section (before the test split), as a dask
     dataframe: a builtin dataset (``{"builtin": name}``) or a CSV / Parquet path."""
-    import dask.dataframe as dd
-
     if isinstance(data.train, dict):
-        frame = load_builtin(data.train["builtin"])
-        return dd.from_pandas(frame, npartitions=data.npartitions or 2, sort=False)
+        return read_builtin(data.train["builtin"], data.npartitions or 2)
     return read_table(data.train, data.blocksize, data.npartitions)
 
 
