@@ -147,6 +147,8 @@ def run_one(args):
                 dasktrees.RandomForestClassifier(
                     n_estimators=2, mode=mode, oob_score=True, client=client
                 ).fit(X_warm, y_warm)
+        result.pop("levels", None)  # the warm-up's
+        result.pop("budget_rows", None)
         with WorkerMemory(client) as memory:
             start = time.perf_counter()
             try:

@@ -209,10 +209,13 @@ def test_a_fit_that_cannot_fit_fails_at_once_saying_how_much_memory_it_needs():
 
 
 def test_plan_leaves_room_for_the_blocks_and_a_subtree_per_thread():
-    workers = {f"w{i}": {"memory_limit": 1 << 30, "nthreads": 1} for i in range(2)}
+    own = {"memory": 300 << 20, "managed_bytes": 100 << 20}  # 200 MiB outside Dask's data
+    workers = {f"w{i}": {"memory_limit": 1 << 30, "nthreads": 1, "metrics": own} for i in range(2)}
     plan = levels.plan_levels(10_000_000, 50, 2, 4, workers)
+    assert plan.baseline_bytes == 200 << 20
     assert levels.MIN_BUDGET_ROWS <= plan.budget_rows < 10_000_000
     assert plan.peak_bytes <= levels.MEMORY_SHARE * (1 << 30) * 1.01
+    assert plan.peak_bytes >= levels.MEMORY_SHARE * (1 << 30) * 0.95  # the room is used
     threaded = levels.plan_levels(
         10_000_000, 50, 2, 4, {w: {**v, "nthreads": 2} for w, v in workers.items()}
     )

@@ -79,9 +79,12 @@ logger = logging.getLogger(__name__)
 # The smallest node grown from summed histograms: the split search takes the large-node path
 # (``grower.split_from_histograms``) above TRACK_TOUCHED_BELOW rows.
 MIN_BUDGET_ROWS = 4 * TRACK_TOUCHED_BELOW
-# The share of a worker's memory limit a fit plans to use: Dask's target, above which it starts
-# moving data to disk (it pauses a worker at 0.8 and restarts it at 0.95, by default).
-MEMORY_SHARE = 0.6
+# The share of a worker's memory limit a fit plans its process to use: below Dask's default
+# "spill" threshold (0.7), above which a worker moves its data to disk by its process memory; it
+# pauses a worker at 0.8 and restarts it at 0.95. (A fit planned to 0.6 of 1 GiB workers,
+# without their own memory counted, peaked at 0.77, near the pause, and took 4.6 times
+# replicated mode's time: docs/benchmarks.md.)
+MEMORY_SHARE = 0.7
 # Rows handed over to subtree tasks and not yet grown, at most, per row a task may grow
 # (``LevelPlan.handed_rows``): the tasks running and as many waiting.
 HANDED_PER_TASK = 2
@@ -134,14 +137,15 @@ class LevelPlan:
     handed_bytes: int  # a worker's share of the rows handed over
     threads: int  # tasks a worker runs at once
     worker_memory: int  # the smallest memory limit of a worker
+    baseline_bytes: int  # a worker's own memory before the fit: the process, its kernels
 
     @property
     def peak_bytes(self) -> int:
-        """The estimated peak of a worker: its blocks, the rows' nodes, a subtree task a
-        thread, its share of the rows handed over."""
+        """The estimated peak of a worker: its own memory, its blocks, the rows' nodes, a
+        subtree task a thread, its share of the rows handed over."""
         return (
-            self.block_bytes + self.state_bytes + self.threads * self.subtree_bytes
-            + self.handed_bytes
+            self.baseline_bytes + self.block_bytes + self.state_bytes
+            + self.threads * self.subtree_bytes + self.handed_bytes
         )  # fmt: skip
 
 
@@ -167,9 +171,11 @@ def plan_levels(
 ) -> LevelPlan:
     """Plan a distributed fit on the cluster's ``workers`` (``scheduler_info()["workers"]``).
 
-    Each worker is planned to hold its share of the binned blocks (codes, target and weight:
-    ``n_features + 16`` bytes a row), the node of each of its rows for a batch of trees (one
-    tree a worker; 4 bytes a row and tree, twice while a round replaces it), one subtree task
+    Each worker is planned to hold its own memory (its process's memory outside the data Dask
+    manages, from its last heartbeat: the interpreter, the libraries, the compiled kernels), its
+    share of the binned blocks (codes, target and weight: ``n_features + 16`` bytes a row), the
+    node of each of its rows for the tree whose top grows (4 bytes a row, twice while a round
+    replaces it), one subtree task
     per thread and its share of the rows handed over to the tasks (``HANDED_PER_TASK`` tasks'
     rows a thread, ``n_features + 24`` bytes a row), within ``MEMORY_SHARE`` of its memory
     limit. ``budget_rows``, the most in-bag rows a node may have to grow its subtree in one
@@ -184,15 +190,18 @@ def plan_levels(
     limits = [w.get("memory_limit") or 0 for w in workers.values()]
     memory = min(limits) if limits and all(limits) else 0
     threads = max([w.get("nthreads", 1) or 1 for w in workers.values()] or [1])
+    metrics = [w.get("metrics", {}) for w in workers.values()]
+    baseline = max([max(0, m.get("memory", 0) - m.get("managed_bytes", 0)) for m in metrics] or [0])
     per_row = bytes_per_gathered_row(n_features, n_values)
     # A worker holds the rows it handed over to the tasks of HANDED_PER_TASK budgets a thread.
     handed_per_row = HANDED_PER_TASK * (n_features + 24)
     block_bytes = -(-n_rows * (n_features + 16) // n_workers)
-    trees_per_batch = max(1, min(n_trees, n_workers))
+    # One tree's top at a time: its rounds overlap the last tree's subtree tasks.
+    trees_per_batch = 1
     state_bytes = 2 * 4 * trees_per_batch * -(-n_rows // n_workers)
     if budget_rows is None:
         if memory:
-            room = MEMORY_SHARE * memory - block_bytes - state_bytes
+            room = MEMORY_SHARE * memory - baseline - block_bytes - state_bytes
             budget_rows = int(room / threads / (per_row + handed_per_row))
         else:
             budget_rows = n_rows  # no limit: every tree grows whole in one task
@@ -208,15 +217,17 @@ def plan_levels(
         threads * task_rows * handed_per_row,
         threads,
         memory,
+        baseline,
     )
     if plan.budget_rows < MIN_BUDGET_ROWS:
-        needed = block_bytes + state_bytes + threads * MIN_BUDGET_ROWS * (per_row + handed_per_row)
+        smallest = MIN_BUDGET_ROWS * (per_row + handed_per_row)
+        needed = baseline + block_bytes + state_bytes + threads * smallest
         raise MemoryError(
             f'mode="distributed" needs about {_mib(needed / MEMORY_SHARE)} of memory per worker '
             f"for {n_rows} rows of {n_features} features on {n_workers} worker(s) of "
-            f"{threads} thread(s) ({_mib(block_bytes)} of binned rows and {_mib(state_bytes)} "
-            f"of node ids each, and {_mib(MIN_BUDGET_ROWS * (per_row + handed_per_row))} a "
-            f"thread for the smallest subtree tasks, within {MEMORY_SHARE:.0%} of the limit); "
+            f"{threads} thread(s) ({_mib(baseline)} of its own, {_mib(block_bytes)} of binned "
+            f"rows and {_mib(state_bytes)} of node ids each, and {_mib(smallest)} a thread "
+            f"for the smallest subtree tasks, within {MEMORY_SHARE:.0%} of the limit); "
             f"the workers' memory_limit is {_mib(memory)}: add workers or memory, or use "
             "max_samples"
         )
