@@ -43,20 +43,28 @@ def timed(fn, *args, **kwargs):
 
 
 class PeakWorkerMemory:
-    """Polls every worker's process RSS in a thread; ``peak`` is the largest seen, in bytes."""
+    """Polls every worker's process RSS in a thread; ``peak`` is the largest seen, in bytes,
+    ``peaks`` each worker's, and ``pids`` every worker process seen (restarts add new ones)."""
 
     def __init__(self, client, interval=0.25):
         self.client, self.interval, self.peak = client, interval, 0
+        self.peaks, self.pids = {}, set()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._poll, daemon=True)
 
     def _poll(self):
         import psutil
 
+        def probe():
+            process = psutil.Process()
+            return process.pid, process.memory_info().rss
+
         while not self._stop.is_set():
             try:
-                rss = self.client.run(lambda: psutil.Process().memory_info().rss)
-                self.peak = max([self.peak, *rss.values()])
+                for address, (pid, rss) in self.client.run(probe).items():
+                    self.pids.add(pid)
+                    self.peaks[address] = max(self.peaks.get(address, 0), rss)
+                    self.peak = max(self.peak, rss)
             except Exception:  # noqa: BLE001 - a worker restarting
                 pass
             self._stop.wait(self.interval)

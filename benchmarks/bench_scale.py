@@ -25,11 +25,11 @@ import json
 import os
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
 import numpy as np
+from bench_forest import PeakWorkerMemory
 
 N_FEATURES = 50
 BLOCK_ROWS = 500_000
@@ -66,40 +66,6 @@ def dask_table(n_rows, table):
     )
     y = da.concatenate([da.from_delayed(b[1], (n,), np.int8) for b, n in zip(blocks, sizes)])
     return X, y
-
-
-class WorkerMemory:
-    """Polls each worker process's RSS; ``peaks`` by worker name, ``pids`` every process seen."""
-
-    def __init__(self, client, interval=0.25):
-        self.client, self.interval = client, interval
-        self.peaks, self.pids = {}, set()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._poll, daemon=True)
-
-    def _poll(self):
-        import psutil
-
-        def probe():
-            process = psutil.Process()
-            return process.pid, process.memory_info().rss
-
-        while not self._stop.is_set():
-            try:
-                for address, (pid, rss) in self.client.run(probe).items():
-                    self.pids.add(pid)
-                    self.peaks[address] = max(self.peaks.get(address, 0), rss)
-            except Exception:  # noqa: BLE001 - a worker restarting
-                pass
-            self._stop.wait(self.interval)
-
-    def __enter__(self):
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        self._thread.join()
 
 
 def run_one(args):
@@ -149,7 +115,7 @@ def run_one(args):
                 ).fit(X_warm, y_warm)
         result.pop("levels", None)  # the warm-up's
         result.pop("budget_rows", None)
-        with WorkerMemory(client) as memory:
+        with PeakWorkerMemory(client) as memory:
             start = time.perf_counter()
             try:
                 model.fit(X, y)
