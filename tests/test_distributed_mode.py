@@ -296,7 +296,8 @@ def test_everything_built_on_the_trees_works_on_a_distributed_forest(tmp_path):
     )
     np.testing.assert_array_equal(replicated.shap_values(rows), spread.shap_values(rows))
     np.testing.assert_array_equal(
-        replicated.oob_impurity_importance(X, y), spread.oob_impurity_importance(X, y)
+        replicated.oob_impurity_importance(X, y).importances,
+        spread.oob_impurity_importance(X, y).importances,
     )
     spread.save(tmp_path / "model")
     np.testing.assert_array_equal(dasktrees.load(tmp_path / "model").predict(X), spread.predict(X))
