@@ -149,7 +149,7 @@ class LevelPlan:
         )  # fmt: skip
 
 
-def bytes_per_gathered_row(n_features: int, n_values: int, max_leaf_nodes: int = 0) -> int:
+def bytes_per_gathered_row(n_features: int, n_values: int) -> int:
     """What a subtree task holds per row it grows on: the blocks' pieces and their stack (codes,
     target, weight), the grower's workspace (``grower.Workspace.for_rows``: row buffers, codes
     in node order, two node records a row at most), and the records it ships (a node a row at
@@ -322,8 +322,10 @@ def block_round(spec, orders: RoundOrders, nodes: BlockNodes, block):
         tracked = np.flatnonzero(rows >= 0)
         fate = orders.fate[k][rows[tracked]]
         aside = tracked[fate == SET_ASIDE]
-        if len(aside):
+        n_slots, n_kept = orders.features[k].shape
+        if len(aside) or n_slots:  # the tree's weights, once for both
             _tree_weights(spec, t, block, w)
+        if len(aside):
             node = rows[aside]
             order = np.argsort(node, kind="stable")  # by node, each in row order
             aside, node = aside[order], node[order]
@@ -331,11 +333,9 @@ def block_round(spec, orders: RoundOrders, nodes: BlockNodes, block):
             for a, b in zip(starts, np.r_[starts[1:], len(node)]):
                 set_aside[(k, int(node[a]))] = (aside[a:b], w[aside[a:b]])
         rows[tracked[fate != KEEP]] = NO_NODE
-        n_slots, n_kept = orders.features[k].shape
         hists = np.zeros((n_slots, n_kept, N_BIN_CODES, orders.n_channels))
         totals = np.zeros((n_slots, orders.n_total_channels))
         if n_slots:
-            _tree_weights(spec, t, block, w)
             fill_histograms(
                 block.codes,
                 block.y,
