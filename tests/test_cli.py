@@ -6,6 +6,7 @@ starts a real ``dask scheduler`` and two ``dask worker`` processes.
 """
 
 import json
+import re
 import shutil
 import socket
 import subprocess
@@ -136,34 +137,79 @@ def test_diamonds_config(capsys, tmp_path, client):
     assert metrics["test"]["rmse"] > 0 and metrics["test"]["mae"] > 0
 
 
-def test_flights_config_on_a_parquet_subsample(capsys, tmp_path, client):
-    """configs/flights.yaml with its data replaced by 20,000 flights written to Parquet files
-    (categoricals and missing values kept)."""
-    flights = dasktrees.datasets.load_builtin("flights").sample(20_000, random_state=0)
+def flights_parquet(directory, n_rows):
+    """``n_rows`` flights (categoricals and missing values kept) in three Parquet files."""
+    flights = dasktrees.datasets.load_builtin("flights").sample(n_rows, random_state=0)
     assert flights["dep_delay"].isna().any()
-    parquet = tmp_path / "flights"
-    parquet.mkdir()
+    directory.mkdir()
     for i, rows in enumerate(np.array_split(np.arange(len(flights)), 3)):
-        flights.iloc[rows].to_parquet(parquet / f"part-{i}.parquet")
-    code, out, err = run_cli(
+        flights.iloc[rows].to_parquet(directory / f"part-{i}.parquet")
+    return f"{directory}/*.parquet"
+
+
+def run_flights(capsys, client, parquet, output, *settings):
+    """configs/flights.yaml on ``parquet``, 10 trees and no permutation importance, on the
+    session's cluster."""
+    return run_cli(
         capsys,
         "run",
         CONFIGS / "flights.yaml",
         "--set",
         f"cluster={{address: {client.scheduler.address}}}",
         "--set",
-        f"data.train={parquet}/*.parquet",
+        f"data.train={parquet}",
         "--set",
         "model.params.n_estimators=10",
         "--set",
         "evaluation.permutation_importance=false",
+        *settings,
         "--output",
-        tmp_path / "run",
+        output,
     )
+
+
+def test_flights_config_on_a_parquet_subsample(capsys, tmp_path, client):
+    """configs/flights.yaml with its data replaced by 20,000 flights written to Parquet files."""
+    parquet = flights_parquet(tmp_path / "flights", 20_000)
+    code, out, err = run_flights(capsys, client, parquet, tmp_path / "run")
     assert code == 0, err
     metrics = check_run_dir(Path(out.split()[-1]), "classification", 10)
     assert metrics["rows"]["train"] + metrics["rows"]["test"] == 20_000
     assert metrics["test"]["roc_auc"] > 0.7  # dep_delay tells most of it
+
+
+def test_distributed_mode_in_an_experiment_file_grows_the_replicated_forest(
+    capsys, tmp_path, client
+):
+    """``model.params.mode: distributed`` (tops from summed histograms, forced by a small node
+    budget) on flights' categoricals and missing values: the progress bar counts its trees, and
+    the run's metrics, importances and saved forest are those of the replicated run."""
+    from dasktrees.distributed.levels import MIN_BUDGET_ROWS, gathered_rows
+
+    parquet = flights_parquet(tmp_path / "flights", 20_000)
+    runs = {}
+    for mode in ("replicated", "distributed"):
+        with gathered_rows(MIN_BUDGET_ROWS):
+            code, out, err = run_flights(
+                capsys, client, parquet, tmp_path / mode, "--set", f"model.params.mode={mode}"
+            )
+        assert code == 0, err
+        assert "trees [" in err and "10/10" in err  # the progress bar
+        runs[mode] = Path(out.split()[-1])
+    log = (runs["distributed"] / "run.log").read_text()
+    rounds = re.search(r"distributed mode: 10 trees, budget 4096 rows: .*'rounds': (\d+)", log)
+    assert rounds and int(rounds.group(1)) >= 10, log  # the tops grew from histograms
+    replicated, spread = (dasktrees.load(runs[m] / "model") for m in runs)
+    assert (replicated.mode_, spread.mode_) == ("replicated", "distributed")
+    metrics = [json.loads((runs[m] / "metrics.json").read_text()) for m in runs]
+    assert metrics[0]["test"] == metrics[1]["test"]
+    assert metrics[0]["oob_score"] == metrics[1]["oob_score"]
+    importances = [(runs[m] / "importances.csv").read_text() for m in runs]
+    assert importances[0] == importances[1]
+    for a, b in zip(replicated.estimators_, spread.estimators_):
+        np.testing.assert_array_equal(a.tree_.feature, b.tree_.feature)
+        np.testing.assert_array_equal(a.tree_.threshold, b.tree_.threshold)
+        np.testing.assert_array_equal(a.tree_.value, b.tree_.value)
 
 
 # ---- where the tables are read -------------------------------------------------------------------
