@@ -102,6 +102,10 @@ def test_top_nodes_really_grow_from_summed_histograms(binary, monkeypatch):
         {"max_features": None, "min_samples_leaf": 3},
         {"max_depth": 3},  # the whole tree is its top: every leaf decided from histograms
         {"max_depth": 9, "min_weight_fraction_leaf": 0.001, "bootstrap": False},
+        # best-first: the top's splits and the subtrees' compete for the leaves
+        {"max_leaf_nodes": 6},
+        {"max_leaf_nodes": 90, "max_features": 3},
+        {"max_leaf_nodes": 900, "min_samples_leaf": 2},
     ],
 )
 def test_classifier_matches_replicated_mode(binary, params):
@@ -133,11 +137,12 @@ def test_categorical_features_match_replicated_mode(order):
     logits = effect - 3 + frame["x"].to_numpy()
     y = (logits + rng.logistic(size=n) > 0).astype(int)
     frame.loc[rng.random(n) < 0.03, "x"] = np.nan
-    replicated, spread = fit_both(
-        RandomForestClassifier, frame, y, categorical_order=order, max_features=2
-    )
-    assert_same_trees(replicated, spread, frame)
-    assert any(t.tree_.categorical_bitsets.shape[0] for t in spread.estimators_)
+    for params in ({}, {"max_leaf_nodes": 50}):
+        replicated, spread = fit_both(
+            RandomForestClassifier, frame, y, categorical_order=order, max_features=2, **params
+        )
+        assert_same_trees(replicated, spread, frame)
+        assert any(t.tree_.categorical_bitsets.shape[0] for t in spread.estimators_)
 
 
 def test_regression_on_integer_targets_matches_replicated_mode():
@@ -147,6 +152,7 @@ def test_regression_on_integer_targets_matches_replicated_mode():
     X = _with_missing(X, 0.03, 6)
     assert_same_trees(*fit_both(RandomForestRegressor, X, y, max_features=0.5), X)
     assert_same_trees(*fit_both(ExtraTreesRegressor, X, y, bootstrap=True), X)
+    assert_same_trees(*fit_both(ExtraTreesRegressor, X, y, bootstrap=True, max_leaf_nodes=70), X)
 
 
 def test_regression_on_real_targets_grows_the_same_splits():
@@ -192,12 +198,6 @@ def test_cluster_and_partitions_give_the_replicated_forest(client, binary):
             n_estimators=4, random_state=2, oob_score=True, mode="distributed", client=client
         ).fit(Xd, yd)
     assert_same_trees(replicated, spread, X)
-
-
-def test_best_first_trees_are_refused(binary):
-    X, y = binary
-    with pytest.raises(ValueError, match="max_leaf_nodes"):
-        RandomForestClassifier(n_estimators=1, mode="distributed", max_leaf_nodes=8).fit(X, y)
 
 
 def test_a_fit_that_cannot_fit_fails_at_once_saying_how_much_memory_it_needs():

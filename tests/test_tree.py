@@ -606,6 +606,39 @@ def test_recorded_improvement_is_the_weighted_impurity_decrease(offset):
     )
 
 
+@pytest.mark.parametrize("kind", ["binary", "regression"])
+@pytest.mark.parametrize("max_leaf_nodes", [2, 7, 64, 1_000])
+def test_best_first_replay_of_a_whole_tree_is_the_best_first_tree(kind, max_leaf_nodes):
+    """``assembly.best_first`` (how a tree grown across workers becomes best-first) on a tree
+    grown depth first in full keeps the records, the numbering and the bitset rows of the tree
+    the grower grows best first on the same rows."""
+    from dasktrees import BinMapper
+    from dasktrees.core.params import check_tree_params
+    from dasktrees.learner import assembly
+    from dasktrees.learner.grower import _grow_records
+
+    X, signal = random_table(12, n=3000)  # a categorical feature, missing values, tied values
+    y, n_values = (signal, 1) if kind == "regression" else ((signal > 1.2) * 1.0, 2)
+    mapper = BinMapper(random_state=0).fit(X)
+    codes, arrays = mapper.transform(X), mapper.kernel_arrays()
+    w = np.random.default_rng(2).poisson(1.0, len(y)).astype(np.float64)
+    cls = DecisionTreeRegressor if kind == "regression" else DecisionTreeClassifier
+
+    def records(**params):
+        model = cls(max_features=2, **params)
+        growth = check_tree_params(model, len(y), X.shape[1], kind != "regression")
+        return tuple(
+            np.array(r) for r in _grow_records(codes, y, w, arrays, growth, n_values, 5, None, None)
+        )
+
+    whole = records()
+    expected = records(max_leaf_nodes=max_leaf_nodes)
+    replayed = assembly.best_first(*whole, max_leaf_nodes)
+    assert len(whole[0]) > 300 and np.count_nonzero(whole[0]["is_categorical"]) > 10
+    for a, b in zip(replayed, expected):
+        np.testing.assert_array_equal(a, b)
+
+
 @pytest.mark.parametrize("kind", ["binary", "multiclass", "regression"])
 def test_codes_kept_in_node_order_at_every_node_grow_the_same_tree(kind, monkeypatch):
     """A table of at most eight features keeps its rows' codes in node order at every node

@@ -20,7 +20,10 @@ of tasks, for a batch of trees at once; the binned blocks never move:
   stacked in one task, which grows the node's subtree with the grower (``grower.grow`` from a
   ``SubtreeRoot``): several subtrees a task, the largest first.
 * The client joins each tree's top and subtrees (``learner/assembly.py``) into the records a
-  whole tree grown in one task would have, and ships them as every mode does (``wire``).
+  whole tree grown in one task would have, and ships them as every mode does (``wire``). A
+  best-first tree (``max_leaf_nodes``) grows its top in full and its subtrees best-first up to
+  ``max_leaf_nodes`` leaves each; the client keeps the splits the grower's heap would have made
+  (``assembly.best_first``).
 
 A node's random draws are keyed by its path from the root (``rng.child_key``), and the summed
 histograms do not depend on how the rows are cut into blocks, so the trees are the same on any
@@ -121,7 +124,7 @@ def budget_override() -> int | None:
 
 def supports(spec) -> bool:
     """Whether distributed mode grows this forest's trees (``grow_forest_levels``' refusals)."""
-    return spec.params.max_leaf_nodes == 0 and not spec.balanced_subsample
+    return not spec.balanced_subsample
 
 
 @dataclass(frozen=True)
@@ -574,11 +577,6 @@ def grow_forest_levels(
     progress=None,
 ) -> list[Tree]:
     """Grow ``tree_ids`` in distributed mode under ``plan``; the trees in tree order."""
-    if spec.params.max_leaf_nodes > 0:
-        raise ValueError(
-            'mode="distributed" grows trees depth first: max_leaf_nodes must be None '
-            "(best-first growth needs every node's improvement before the first split)"
-        )
     if spec.balanced_subsample:
         raise ValueError(
             'mode="distributed" does not support class_weight="balanced_subsample" (its '
@@ -990,10 +988,13 @@ def _join_tree(spec, s, results):
         else np.zeros((0, BITSET_WORDS), dtype=BITSET_DTYPE)
     )
     top = assembly.TreeTop(nodes, values, bitsets, np.array(s.kind, dtype=np.int64), subtree_index)
-    joined_nodes, joined_values, joined_bitsets = assembly.join(top, subtrees)
+    joined = assembly.join(top, subtrees)
+    max_leaf_nodes = spec.params.max_leaf_nodes
+    if max_leaf_nodes > 0:
+        joined = assembly.best_first(*joined, max_leaf_nodes)
     state = wire.encode(
-        joined_nodes, joined_values, joined_bitsets, spec.bins.thresholds,
-        len(spec.bins.n_bins), spec.params.criterion, depth_first=True,
+        *joined, spec.bins.thresholds, len(spec.bins.n_bins), spec.params.criterion,
+        depth_first=max_leaf_nodes == 0,
     )  # fmt: skip
     return wire.decode(state, spec.bins.thresholds)
 

@@ -15,14 +15,23 @@ have returned for the whole tree, numbered as ``grow`` numbers a depth-first tre
   shares them (``grower.share_bitsets``).
 
 So a tree grown in pieces is the same records, bit for bit, as one grown whole.
+
+A best-first tree (``max_leaf_nodes``) is grown whole first, as far as its pieces go: the top
+from histograms, and each subtree best-first up to ``max_leaf_nodes`` leaves. ``best_first``
+then replays the grower's heap over it, keyed by ``(-improvement, node id)`` with the ids given
+in the order of the splits, and keeps the first ``max_leaf_nodes - 1`` splits. The replay needs
+no node a subtree left unsplit: the splits of one subtree that the whole tree makes come in the
+order the subtree's own heap made them (its nodes' keys compare the same way in both heaps), so
+they are the first ones the subtree made, never more than it made.
 """
 
+import heapq
 from typing import NamedTuple
 
 import numpy as np
 
 from ..core.dtypes import BITSET_DTYPE, BITSET_WORDS, NODE_DTYPE, TREE_LEAF
-from .grower import share_bitsets
+from .grower import LEAF_RECORD, share_bitsets
 
 # Kinds of a top node.
 TOP_SPLIT, TOP_LEAF, TOP_SUBTREE = 0, 1, 2
@@ -134,3 +143,39 @@ def join(top, subtrees):
     else:
         table = np.zeros((0, BITSET_WORDS), dtype=BITSET_DTYPE)
     return nodes, values, share_bitsets(nodes, table)
+
+
+def best_first(nodes, values, bitsets, max_leaf_nodes):
+    """The records of the best-first tree of at most ``max_leaf_nodes`` leaves that the grower
+    grows on the rows of the tree ``nodes, values, bitsets`` (``join``'s, grown further): its
+    splits in the grower's heap order, the nodes numbered as they are made (the root 0, a split
+    node's children next, left then right), the nodes left on the heap made leaves, and the
+    bitset rows of the splits made in the order they were made, shared as the grower shares
+    them."""
+    kept = [0]  # final id -> id in ``nodes``
+    split_final = []
+    heap = [] if nodes[0]["left"] == TREE_LEAF else [(-float(nodes[0]["improvement"]), 0)]
+    while heap and len(split_final) < max_leaf_nodes - 1:
+        _, final = heapq.heappop(heap)
+        split_final.append(final)
+        x = kept[final]
+        for child in (int(nodes[x]["left"]), int(nodes[x]["right"])):
+            kept.append(child)
+            if nodes[child]["left"] != TREE_LEAF:
+                heapq.heappush(heap, (-float(nodes[child]["improvement"]), len(kept) - 1))
+    kept_ids = np.array(kept, dtype=np.int64)
+    final_of = np.full(len(nodes), -1, dtype=np.int64)
+    final_of[kept_ids] = np.arange(len(kept_ids))
+    records = nodes[kept_ids].copy()
+    made = np.zeros(len(kept_ids), dtype=bool)
+    made[split_final] = True
+    for name, value in {**LEAF_RECORD, "left": TREE_LEAF, "right": TREE_LEAF}.items():
+        records[name][~made] = value
+    records["left"][made] = final_of[records["left"][made]]
+    records["right"][made] = final_of[records["right"][made]]
+    records["parent"][1:] = final_of[records["parent"][1:]]
+    owner = np.flatnonzero(records["bitset_idx"] >= 0)
+    order = owner[np.argsort(_creation_rank(owner), kind="stable")]
+    table = np.ascontiguousarray(bitsets[records["bitset_idx"][order]], dtype=BITSET_DTYPE)
+    records["bitset_idx"][order] = np.arange(len(order), dtype=records["bitset_idx"].dtype)
+    return records, values[kept_ids], share_bitsets(records, table.reshape(-1, BITSET_WORDS))

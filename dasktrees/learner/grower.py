@@ -1246,11 +1246,28 @@ def grow(
     # they become leaves, with a leaf's split fields (``tree.LEAF_CONSTANTS``, what a pickled tree
     # gives back). Every other leaf has them already.
     left_over = frontier.ids[: progress.n_frontier]
-    for name, value in _LEAF_RECORD.items():
-        nodes[name][left_over] = value
     nodes = nodes[: progress.n_nodes]
-    bitsets = share_bitsets(nodes, bitsets[: progress.n_bitsets], kept)
+    bitsets = bitsets[: progress.n_bitsets]
+    if len(left_over):
+        for name, value in LEAF_RECORD.items():
+            nodes[name][left_over] = value
+        bitsets = _used_rows(nodes, bitsets)
+    bitsets = share_bitsets(nodes, bitsets, kept)
     return nodes, values[: progress.n_nodes], bitsets
+
+
+def _used_rows(nodes, bitsets):
+    """The rows of ``bitsets`` that categorical splits of ``nodes`` use, in their order, with
+    ``bitset_idx`` renumbered: a best-first tree drops the rows written for the splits of the
+    nodes left on its frontier, so that the rows are those of the splits made, whatever else
+    was searched (a tree grown across workers searches more nodes than it splits)."""
+    split = np.flatnonzero(nodes["bitset_idx"] >= 0)
+    used = nodes["bitset_idx"][split]
+    if len(used) == len(bitsets):
+        return bitsets
+    order = np.argsort(used, kind="stable")
+    nodes["bitset_idx"][split[order]] = np.arange(len(used), dtype=nodes["bitset_idx"].dtype)
+    return bitsets[used[order]]
 
 
 # Odd 64-bit multipliers, one per bitset word: a row's key for ``share_bitsets``.
@@ -1391,8 +1408,9 @@ def _category_means(codes, sample_indices, y, w, categorical, regression, keys):
                     keys[t, f, code] = np.nan
 
 
-# A leaf's split fields in a growth record.
-_LEAF_RECORD = {
+# The split fields of a leaf (``tree.LEAF_CONSTANTS``), given to the nodes a best-first tree
+# left unsplit.
+LEAF_RECORD = {
     "feature": TREE_UNDEFINED,
     "bin_threshold": 0,
     "missing_go_to_left": 0,
