@@ -222,6 +222,50 @@ def test_plan_leaves_room_for_the_blocks_and_a_subtree_per_thread():
     assert threaded.budget_rows < plan.budget_rows / 1.9
 
 
+@pytest.mark.parametrize("regression", [False, True])
+@pytest.mark.parametrize("n_features", [8, 30])
+def test_a_subtree_task_peaks_within_its_planned_memory(regression, n_features):
+    """The plan's estimate of a subtree task (``bytes_per_gathered_row`` a row) against the
+    peak of Python's allocations (numpy's, which hold every array of the task) and the handed
+    rows it takes: an upper bound, within 5 %, and at most 1.5 times the peak. Full-depth
+    regression trees on distinct targets are the worst case (a node for nearly every row);
+    classification trees have fewer nodes."""
+    import tracemalloc
+
+    from dasktrees import BinMapper, DecisionTreeClassifier, DecisionTreeRegressor
+    from dasktrees.core.params import check_tree_params
+    from dasktrees.distributed.train import ForestSpec
+
+    rng = np.random.default_rng(13)
+    n = 60_000
+    X = rng.normal(size=(n, n_features)).astype(np.float32)
+    signal = X[:, 0] + X[:, 1] * X[:, 2] + rng.logistic(size=n)
+    y = signal if regression else (signal > 0).astype(np.float64)
+    mapper = BinMapper(random_state=0).fit(X)
+    tree = DecisionTreeRegressor() if regression else DecisionTreeClassifier()
+    params = check_tree_params(tree, n, n_features, not regression)
+    n_values = 1 if regression else 2
+    spec = ForestSpec(params, mapper.kernel_arrays(), n_values, 0, 1.0, n_features, False)
+    w = rng.poisson(1.0, n).astype(np.float64)
+    rows = np.flatnonzero(w > 0)
+    codes = mapper.transform(X)
+    parts = [[(0, 0, codes[r], y[r], w[r])] for r in np.array_split(rows, 6)]
+    handed = sum(c.nbytes + t.nbytes + u.nbytes for [(_, _, c, t, u)] in parts)
+    total = float(w.sum())
+    node = [(0, 0, 0, 99, 1, 2 * total, 2 * total, None)]  # a gathered node at depth 1
+    levels.grow_subtrees(
+        spec, node, True, *[[(0, 0, c[:50], t[:50], u[:50])] for [(_, _, c, t, u)] in parts]
+    )
+    tracemalloc.start()
+    try:
+        levels.grow_subtrees(spec, node, True, *parts)
+        peak = tracemalloc.get_traced_memory()[1] + handed
+    finally:
+        tracemalloc.stop()
+    estimate = levels.bytes_per_gathered_row(n_features, n_values) * len(rows)
+    assert peak <= 1.05 * estimate and estimate <= 1.5 * peak, (peak, estimate)
+
+
 def test_auto_mode_grows_across_workers_only_when_a_tree_does_not_fit(binary):
     from dasktrees.distributed.train import choose_mode
 

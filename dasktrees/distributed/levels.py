@@ -153,15 +153,17 @@ class LevelPlan:
 
 
 def bytes_per_gathered_row(n_features: int, n_values: int) -> int:
-    """What a subtree task holds per row it grows on: the blocks' pieces and their stack (codes,
-    target, weight), the grower's workspace (``grower.Workspace.for_rows``: row buffers, codes
-    in node order, two node records a row at most), and the records it ships (a node a row at
-    most)."""
+    """What a subtree task holds at most per row it grows on, while it grows: the blocks'
+    pieces and their stack (codes, target, weight), the grower's workspace
+    (``grower.Workspace.for_rows``: row buffers, codes in node order, room for two node records
+    a row) and the records grown so far (a tree on n distinct rows has at most 2 n - 1 nodes).
+    Pickling the records for the client comes after the workspace and the stack are freed:
+    the pieces and two copies of the records, less than this."""
     words = max(1, -(-n_features // 8))
     rows = 2 * (n_features + 16)
     workspace = 7 * 8 + 16 * words + 2 * (NODE_DTYPE.itemsize + 8 * n_values + 8)
-    shipped = NODE_DTYPE.itemsize + 8 * n_values
-    return rows + workspace + shipped
+    records = 2 * (NODE_DTYPE.itemsize + 8 * n_values)
+    return rows + workspace + records
 
 
 def plan_levels(
@@ -559,8 +561,10 @@ def grow_subtrees(spec, nodes_info: list, ship: bool, *handed_parts):
             spec.n_classes, 0, candidates, workspace, root,
         )  # fmt: skip
         out.append(tuple(np.array(r) for r in records))  # out of the reused workspace
+        del codes, y, w, records
     if not ship:
         return out
+    del workspace, pieces  # the pickle is a copy of the records: the task's peak is one of two
     return np.frombuffer(pickle.dumps(out, protocol=pickle.HIGHEST_PROTOCOL), dtype=np.uint8)
 
 

@@ -686,9 +686,9 @@ FOREST_DOC = """
         How tree tasks get their rows (see docs/forests.md): every binned block; only the rows
         each tree draws, extracted where the blocks live; or, for trees on more rows than a
         worker holds, the top of each tree split from histograms summed across the blocks and
-        each node small enough for a task grown there from its gathered rows (depth-first
-        trees: no ``max_leaf_nodes``). "auto" samples when trees draw under half the rows, and
-        otherwise picks the first mode whose tree task fits in 60 % of the smallest worker
+        each node small enough for a task grown there from its gathered rows (not with
+        ``class_weight="balanced_subsample"``). "auto" samples when trees draw under half the rows, and
+        otherwise picks the first mode whose tree task fits in 70 % of the smallest worker
         memory limit: replicated, sampled, distributed. Every mode grows the same trees.
 
     Attributes
