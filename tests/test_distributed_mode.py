@@ -95,6 +95,23 @@ def test_top_nodes_really_grow_from_summed_histograms(binary, monkeypatch):
     assert_same_trees(replicated, spread, X)
 
 
+def test_open_nodes_beyond_a_rounds_histograms_wait_and_grow_the_same_trees(binary, monkeypatch):
+    """A round holding one node's histograms: every open node waits its turn, one a round."""
+    decided = []
+    original = levels.decide
+
+    def counting(spec, infos, sums):
+        decided.append(sum(len(info["top_ids"]) for info in infos))
+        return original(spec, infos, sums)
+
+    monkeypatch.setattr(levels, "decide", counting)
+    monkeypatch.setattr(levels, "MAX_ROUND_HISTOGRAM_BYTES", 1)
+    X, y = binary
+    replicated, spread = fit_both(RandomForestClassifier, X, y, n_estimators=2)
+    assert set(decided) == {1} and len(decided) >= 6, decided
+    assert_same_trees(replicated, spread, X)
+
+
 @pytest.mark.parametrize(
     "params",
     [
@@ -216,6 +233,7 @@ def test_plan_leaves_room_for_the_blocks_and_a_subtree_per_thread():
     assert levels.MIN_BUDGET_ROWS <= plan.budget_rows < 10_000_000
     assert plan.peak_bytes <= levels.MEMORY_SHARE * (1 << 30) * 1.01
     assert plan.peak_bytes >= levels.MEMORY_SHARE * (1 << 30) * 0.95  # the room is used
+    assert 0 < plan.histogram_bytes <= levels.HISTOGRAM_SHARE * (1 << 30)
     threaded = levels.plan_levels(
         10_000_000, 50, 2, 4, {w: {**v, "nthreads": 2} for w, v in workers.items()}
     )

@@ -91,8 +91,11 @@ MEMORY_SHARE = 0.7
 # Rows handed over to subtree tasks and not yet grown, at most, per row a task may grow
 # (``LevelPlan.handed_rows``): the tasks running and as many waiting.
 HANDED_PER_TASK = 2
-# Histograms of one round on one block, at most (the rest of the open nodes wait a round).
+# Histograms of one round on one block, at most (the rest of the open nodes wait a round),
+# and the share of a worker's memory limit its rounds' histograms may hold: a chain's running
+# sum and its block's own a thread, and a reduction's inputs and output (``HISTOGRAM_COPIES``).
 MAX_ROUND_HISTOGRAM_BYTES = 64 << 20
+HISTOGRAM_SHARE = 0.05
 # Blocks summed by one reduction task.
 REDUCTION_FAN_IN = 4
 
@@ -138,6 +141,7 @@ class LevelPlan:
     state_bytes: int  # the rows' nodes per worker (a batch, twice during a round)
     subtree_bytes: int  # one subtree task at ``budget_rows`` rows
     handed_bytes: int  # a worker's share of the rows handed over
+    round_histogram_bytes: int  # a round's histograms on a block, at most
     threads: int  # tasks a worker runs at once
     worker_memory: int  # the smallest memory limit of a worker
     baseline_bytes: int  # a worker's own memory before the fit: the process, its kernels
@@ -145,11 +149,17 @@ class LevelPlan:
     @property
     def peak_bytes(self) -> int:
         """The estimated peak of a worker: its own memory, its blocks, the rows' nodes, a
-        subtree task a thread, its share of the rows handed over."""
+        subtree task a thread, its share of the rows handed over, a round's histograms."""
         return (
             self.baseline_bytes + self.block_bytes + self.state_bytes
-            + self.threads * self.subtree_bytes + self.handed_bytes
+            + self.threads * self.subtree_bytes + self.handed_bytes + self.histogram_bytes
         )  # fmt: skip
+
+    @property
+    def histogram_bytes(self) -> int:
+        """A round's histograms on a worker, at most: two a thread (a chain's running sum and
+        its block's own), and a reduction task's inputs and output."""
+        return histogram_copies(self.threads) * self.round_histogram_bytes
 
 
 def bytes_per_gathered_row(n_features: int, n_values: int) -> int:
@@ -164,6 +174,11 @@ def bytes_per_gathered_row(n_features: int, n_values: int) -> int:
     workspace = 7 * 8 + 16 * words + 2 * (NODE_DTYPE.itemsize + 8 * n_values + 8)
     records = 2 * (NODE_DTYPE.itemsize + 8 * n_values)
     return rows + workspace + records
+
+
+def histogram_copies(threads: int) -> int:
+    """Round histograms a worker may hold at once (``LevelPlan.histogram_bytes``)."""
+    return 2 * threads + REDUCTION_FAN_IN + 1
 
 
 def plan_levels(
@@ -204,9 +219,14 @@ def plan_levels(
     # One tree's top at a time: its rounds overlap the last tree's subtree tasks.
     trees_per_batch = 1
     state_bytes = 2 * 4 * trees_per_batch * -(-n_rows // n_workers)
+    copies = histogram_copies(threads)
+    round_histograms = MAX_ROUND_HISTOGRAM_BYTES
+    if memory:
+        round_histograms = min(round_histograms, int(HISTOGRAM_SHARE * memory / copies))
+    histogram_bytes = copies * round_histograms
     if budget_rows is None:
         if memory:
-            room = MEMORY_SHARE * memory - baseline - block_bytes - state_bytes
+            room = MEMORY_SHARE * memory - baseline - block_bytes - state_bytes - histogram_bytes
             budget_rows = int(room / threads / (per_row + handed_per_row))
         else:
             budget_rows = n_rows  # no limit: every tree grows whole in one task
@@ -220,18 +240,20 @@ def plan_levels(
         state_bytes,
         task_rows * per_row,
         threads * task_rows * handed_per_row,
+        round_histograms,
         threads,
         memory,
         baseline,
     )
     if plan.budget_rows < MIN_BUDGET_ROWS:
         smallest = MIN_BUDGET_ROWS * (per_row + handed_per_row)
-        needed = baseline + block_bytes + state_bytes + threads * smallest
+        needed = baseline + block_bytes + state_bytes + histogram_bytes + threads * smallest
         raise MemoryError(
             f'mode="distributed" needs about {_mib(needed / MEMORY_SHARE)} of memory per worker '
             f"for {n_rows} rows of {n_features} features on {n_workers} worker(s) of "
             f"{threads} thread(s) ({_mib(baseline)} of its own, {_mib(block_bytes)} of binned "
-            f"rows and {_mib(state_bytes)} of node ids each, and {_mib(smallest)} a thread "
+            f"rows, {_mib(state_bytes)} of node ids and {_mib(histogram_bytes)} of histograms "
+            f"each, and {_mib(smallest)} a thread "
             f"for the smallest subtree tasks, within {MEMORY_SHARE:.0%} of the limit); "
             f"the workers' memory_limit is {_mib(memory)}: add workers or memory, or use "
             "max_samples"
@@ -304,9 +326,11 @@ class RoundOrders:
     n_total_channels: int
 
 
-def block_round(spec, orders: RoundOrders, nodes: BlockNodes, block):
+def block_round(spec, orders: RoundOrders, nodes: BlockNodes, block, before=None):
     """One round on one block: route the rows down the last round's splits, set aside the rows
-    of the nodes to gather and drop those of the leaves, and fill the open nodes' histograms.
+    of the nodes to gather and drop those of the leaves, and fill the open nodes' histograms,
+    to which it adds ``before``, the sums of the blocks before it in its chain (exact: the
+    order of the blocks does not matter).
 
     Returns
     -------
@@ -314,7 +338,8 @@ def block_round(spec, orders: RoundOrders, nodes: BlockNodes, block):
         The rows' nodes after the round (new arrays: a task's inputs stay as they were, so a
         lost result is recomputed from them).
     sums : list of (hists, totals)
-        Per tree, the histograms and totals of its open nodes (``fill_histograms``).
+        Per tree, the histograms and totals of its open nodes (``fill_histograms``), with
+        ``before``'s.
     """
     node_of_row = nodes.node_of_row.copy()
     set_aside = {key: rows for key, rows in nodes.set_aside.items() if key not in orders.released}
@@ -354,6 +379,9 @@ def block_round(spec, orders: RoundOrders, nodes: BlockNodes, block):
                 hists,
                 totals,
             )
+        if before is not None:
+            hists += before[k][0]
+            totals += before[k][1]
         sums.append((hists, totals))
     return BlockNodes(node_of_row, set_aside), sums
 
@@ -733,6 +761,24 @@ class _SubtreePool:
         return taken
 
 
+def _block_chains(client, parts, threads) -> list[list[int]]:
+    """The blocks (indices of ``parts``) in the chains whose rounds add up their histograms: a
+    chain a thread of each worker holding blocks, each in row order (in this process: a chain
+    a thread)."""
+    if is_in_process(client):
+        n = max(1, len(client.scheduler_info()["workers"]))
+        return [list(range(j, len(parts), n)) for j in range(min(n, len(parts)))]
+    holders = client.who_has(parts)
+    by_worker: dict = collections.defaultdict(list)
+    for i, part in enumerate(parts):
+        by_worker[min(holders.get(part.key) or [""])].append(i)
+    return [
+        blocks[j::threads]
+        for _, blocks in sorted(by_worker.items())
+        for j in range(min(threads, len(blocks)))
+    ]
+
+
 def _grow_tops(pool, batch):
     """Grow the tops of a batch of trees, round by round, their gathered nodes left to
     ``pool``; returns the trees' ``TreeState``."""
@@ -740,6 +786,7 @@ def _grow_tops(pool, batch):
     n_features = len(spec.bins.n_bins)
     regression = spec.n_classes == 1
     tag = f"{batch[0]}"
+    chains = _block_chains(client, data.parts, plan.threads)
     starts = [
         pool.submit(start_block, spec, batch, part, key=f"levels-start-{tag}-{i}")
         for i, part in enumerate(data.parts)
@@ -795,7 +842,7 @@ def _grow_tops(pool, batch):
         slot_of_node, features, means, infos = [], [], [], []
         n_kept = _features_per_node(spec, states)
         per_node = n_kept * N_BIN_CODES * n_channels * 8
-        room = max(1, MAX_ROUND_HISTOGRAM_BYTES // per_node)
+        room = max(1, plan.round_histogram_bytes // per_node)
         for s in states:
             now = s.open[:room]
             room = max(0, room - len(now))
@@ -836,12 +883,22 @@ def _grow_tops(pool, batch):
         pool.stats["histogram_bytes"] += len(data.parts) * sum(
             f.shape[0] * f.shape[1] * N_BIN_CODES * n_channels * 8 for f in features
         )
-        results = [
-            pool.submit(
-                block_round, spec, orders, nf, part, key=f"levels-round-{tag}-{round_no}-{i}"
-            )  # fmt: skip
-            for i, (nf, part) in enumerate(zip(nodes_f, data.parts))
-        ]
+        # The blocks of a chain (on one worker) add their sums up one after the other, so that
+        # a worker holds a running sum a chain, not a round's histograms a block.
+        results: list = [None] * len(data.parts)
+        sums = []
+        for chain in chains:
+            before = None
+            for i in chain:
+                results[i] = pool.submit(
+                    block_round, spec, orders, nodes_f[i], data.parts[i], before,
+                    key=f"levels-round-{tag}-{round_no}-{i}",
+                )  # fmt: skip
+                before = pool.submit(
+                    round_output, results[i], 1, key=f"levels-sums-{tag}-{round_no}-{i}"
+                )
+            sums.append(before)
+            del before
         nodes_f = [
             pool.submit(round_output, r, 0, key=f"levels-nodes-{tag}-{round_no}-{i}")
             for i, r in enumerate(results)
@@ -854,11 +911,9 @@ def _grow_tops(pool, batch):
             pool.batches.append(this)
         pool.dispatch()
         routes = [None] * len(batch)
+        del results
         if not any(infos):
             break
-        sums = [pool.submit(round_output, r, 1, key=f"levels-sums-{tag}-{round_no}-{i}")
-                for i, r in enumerate(results)]  # fmt: skip
-        del results
         level = 0
         while len(sums) > 1:
             sums = [
@@ -992,13 +1047,15 @@ def _join_tree(spec, s, results):
         else np.zeros((0, BITSET_WORDS), dtype=BITSET_DTYPE)
     )
     top = assembly.TreeTop(nodes, values, bitsets, np.array(s.kind, dtype=np.int64), subtree_index)
-    joined = assembly.join(top, subtrees)
+    joined_nodes, joined_values, joined_bitsets = assembly.join(top, subtrees)
     max_leaf_nodes = spec.params.max_leaf_nodes
     if max_leaf_nodes > 0:
-        joined = assembly.best_first(*joined, max_leaf_nodes)
+        joined_nodes, joined_values, joined_bitsets = assembly.best_first(
+            joined_nodes, joined_values, joined_bitsets, max_leaf_nodes
+        )
     state = wire.encode(
-        *joined, spec.bins.thresholds, len(spec.bins.n_bins), spec.params.criterion,
-        depth_first=max_leaf_nodes == 0,
+        joined_nodes, joined_values, joined_bitsets, spec.bins.thresholds,
+        len(spec.bins.n_bins), spec.params.criterion, depth_first=max_leaf_nodes == 0,
     )  # fmt: skip
     return wire.decode(state, spec.bins.thresholds)
 

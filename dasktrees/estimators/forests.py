@@ -687,9 +687,9 @@ FOREST_DOC = """
         each tree draws, extracted where the blocks live; or, for trees on more rows than a
         worker holds, the top of each tree split from histograms summed across the blocks and
         each node small enough for a task grown there from its gathered rows (not with
-        ``class_weight="balanced_subsample"``). "auto" samples when trees draw under half the rows, and
-        otherwise picks the first mode whose tree task fits in 70 % of the smallest worker
-        memory limit: replicated, sampled, distributed. Every mode grows the same trees.
+        ``class_weight="balanced_subsample"``). "auto" samples when trees draw under half the
+        rows, and otherwise picks the first mode whose tree task fits in 70 % of the smallest
+        worker memory limit: replicated, sampled, distributed. Every mode grows the same trees.
 
     Attributes
     ----------
