@@ -4,7 +4,8 @@ replicated mode on unlimited memory.
 
     python benchmarks/bench_scale.py --rows 10000000 --table signal
     python benchmarks/bench_scale.py --rows 10000000 --table noisy
-    python benchmarks/bench_scale.py --rows 30000000 --table noisy --runs distributed sampled
+    python benchmarks/bench_scale.py --rows 30000000 --table noisy --memory-limit 2GiB \
+        --replicated-limit 10GiB
 
 Each run is its own process with its own ``LocalCluster`` of two one-thread workers. The table
 (50 float32 features) is generated block by block on the workers as a dask array, so no process
@@ -79,7 +80,7 @@ def run_one(args):
         params["max_samples"] = args.max_samples
     if args.run == "replicated":
         params["mode"] = "replicated"
-    limit = args.memory_limit if args.run != "replicated" else "11GiB"
+    limit = args.memory_limit if args.run != "replicated" else args.replicated_limit
     cluster = LocalCluster(
         n_workers=2,
         threads_per_worker=1,
@@ -153,6 +154,8 @@ def spawn(args, run, trees):
         str(args.max_samples),
         "--memory-limit",
         args.memory_limit,
+        "--replicated-limit",
+        args.replicated_limit,
     ]
     print("+", " ".join(command[2:]), flush=True)
     done = subprocess.run(command, capture_output=True, text=True, env=os.environ)
@@ -173,6 +176,11 @@ def main():
     parser.add_argument("--max-samples", type=int, default=1_000_000)
     parser.add_argument(
         "--memory-limit", default="1GiB", help="of each worker, below the binned table"
+    )
+    parser.add_argument(
+        "--replicated-limit",
+        default="11GiB",
+        help="of each worker in the replicated run, room for the whole table and a tree",
     )
     parser.add_argument(
         "--runs",
