@@ -225,15 +225,23 @@ def test_a_fit_that_cannot_fit_fails_at_once_saying_how_much_memory_it_needs():
         levels.plan_levels(10_000_000, 50, 2, 4, {**workers, "w0": {"memory_limit": 4 << 30}})
 
 
-def test_plan_leaves_room_for_the_blocks_and_a_subtree_per_thread():
-    own = {"memory": 300 << 20, "managed_bytes": 100 << 20}  # 200 MiB outside Dask's data
-    workers = {f"w{i}": {"memory_limit": 1 << 30, "nthreads": 1, "metrics": own} for i in range(2)}
+def test_plan_leaves_room_for_the_blocks_and_a_subtree_per_thread(client):
+    limit = 3 << 29  # 1.5 GiB
+    own = {"memory": 600 << 20, "managed_bytes": 100 << 20}  # 500 MiB outside Dask's data
+    workers = {f"w{i}": {"memory_limit": limit, "nthreads": 1, "metrics": own} for i in range(2)}
     plan = levels.plan_levels(10_000_000, 50, 2, 4, workers)
-    assert plan.baseline_bytes == 200 << 20
+    assert plan.baseline_bytes == 500 << 20  # from the heartbeats
     assert levels.MIN_BUDGET_ROWS <= plan.budget_rows < 10_000_000
-    assert plan.peak_bytes <= levels.MEMORY_SHARE * (1 << 30) * 1.01
-    assert plan.peak_bytes >= levels.MEMORY_SHARE * (1 << 30) * 0.95  # the room is used
-    assert 0 < plan.histogram_bytes <= levels.HISTOGRAM_SHARE * (1 << 30)
+    assert plan.peak_bytes <= levels.MEMORY_SHARE * limit * 1.01
+    assert plan.peak_bytes >= levels.MEMORY_SHARE * limit * 0.95  # the room is used
+    assert 0 < plan.histogram_bytes <= levels.HISTOGRAM_SHARE * limit
+    # measured now, at least what a worker holds once it has loaded the kernels
+    fresh = levels.plan_levels(10_000_000, 50, 2, 4, workers, own_bytes=450 << 20)
+    assert fresh.baseline_bytes == 450 << 20 and fresh.budget_rows > plan.budget_rows
+    small = levels.plan_levels(10_000_000, 50, 2, 4, workers, own_bytes=10 << 20)
+    assert small.baseline_bytes == levels.KERNELS_MEMORY
+    # the session cluster's workers, which have run fits: their interpreter and kernels
+    assert levels.workers_own_memory(client) > 100 << 20
     threaded = levels.plan_levels(
         10_000_000, 50, 2, 4, {w: {**v, "nthreads": 2} for w, v in workers.items()}
     )

@@ -88,6 +88,10 @@ MIN_BUDGET_ROWS = 4 * TRACK_TOUCHED_BELOW
 # without their own memory counted, peaked at 0.77, near the pause, and took 4.6 times
 # replicated mode's time: docs/benchmarks.md.)
 MEMORY_SHARE = 0.7
+# A worker's own memory once it has loaded dasktrees' compiled kernels, at least: measured on
+# a LocalCluster worker, 61 MiB idle and 340 MiB after a first fit (numba, llvmlite and the
+# kernels). A worker that has not run a fit yet will hold it by the first round's end.
+KERNELS_MEMORY = 320 << 20
 # Rows handed over to subtree tasks and not yet grown, at most, per row a task may grow
 # (``LevelPlan.handed_rows``): the tasks running and as many waiting.
 HANDED_PER_TASK = 2
@@ -188,11 +192,13 @@ def plan_levels(
     n_trees: int,
     workers: dict,
     budget_rows: int | None = None,
+    own_bytes: int | None = None,
 ) -> LevelPlan:
     """Plan a distributed fit on the cluster's ``workers`` (``scheduler_info()["workers"]``).
 
-    Each worker is planned to hold its own memory (its process's memory outside the data Dask
-    manages, from its last heartbeat: the interpreter, the libraries, the compiled kernels), its
+    Each worker is planned to hold its own memory (``own_bytes``, the most of any worker's
+    process memory outside the data Dask manages, ``workers_own_memory``; by default from the
+    workers' last heartbeats, which may predate the data; at least ``KERNELS_MEMORY``), its
     share of the binned blocks (codes, target and weight: ``n_features + 16`` bytes a row), the
     node of each of its rows for the tree whose top grows (4 bytes a row, twice while a round
     replaces it), one subtree task
@@ -211,7 +217,9 @@ def plan_levels(
     memory = min(limits) if limits and all(limits) else 0
     threads = max([w.get("nthreads", 1) or 1 for w in workers.values()] or [1])
     metrics = [w.get("metrics", {}) for w in workers.values()]
-    baseline = max([max(0, m.get("memory", 0) - m.get("managed_bytes", 0)) for m in metrics] or [0])
+    if own_bytes is None:
+        own_bytes = max([m.get("memory", 0) - m.get("managed_bytes", 0) for m in metrics] or [0])
+    baseline = max(int(own_bytes), KERNELS_MEMORY)
     per_row = bytes_per_gathered_row(n_features, n_values)
     # A worker holds the rows it handed over to the tasks of HANDED_PER_TASK budgets a thread.
     handed_per_row = HANDED_PER_TASK * (n_features + 24)
@@ -247,18 +255,33 @@ def plan_levels(
     )
     if plan.budget_rows < MIN_BUDGET_ROWS:
         smallest = MIN_BUDGET_ROWS * (per_row + handed_per_row)
-        needed = baseline + block_bytes + state_bytes + histogram_bytes + threads * smallest
+        needed = baseline + block_bytes + state_bytes + threads * smallest
         raise MemoryError(
-            f'mode="distributed" needs about {_mib(needed / MEMORY_SHARE)} of memory per worker '
-            f"for {n_rows} rows of {n_features} features on {n_workers} worker(s) of "
-            f"{threads} thread(s) ({_mib(baseline)} of its own, {_mib(block_bytes)} of binned "
-            f"rows, {_mib(state_bytes)} of node ids and {_mib(histogram_bytes)} of histograms "
-            f"each, and {_mib(smallest)} a thread "
-            f"for the smallest subtree tasks, within {MEMORY_SHARE:.0%} of the limit); "
+            f'mode="distributed" needs about {_mib(needed / (MEMORY_SHARE - HISTOGRAM_SHARE))} of '
+            f"memory per worker for {n_rows} rows of {n_features} features on {n_workers} "
+            f"worker(s) of {threads} thread(s) ({_mib(baseline)} of its own, "
+            f"{_mib(block_bytes)} of binned rows and {_mib(state_bytes)} of node ids each, "
+            f"{_mib(smallest)} a thread for the smallest subtree tasks and "
+            f"{HISTOGRAM_SHARE:.0%} of the limit for histograms, within {MEMORY_SHARE:.0%} of it); "
             f"the workers' memory_limit is {_mib(memory)}: add workers or memory, or use "
             "max_samples"
         )
     return plan
+
+
+def workers_own_memory(client) -> int | None:
+    """The most memory any worker's process holds outside the data it keeps for Dask, now
+    (resident memory less managed bytes; heartbeats lag behind a fresh ``persist``); None in
+    this process."""
+    if is_in_process(client):
+        return None
+    return max(client.run(_own_memory).values(), default=0)
+
+
+def _own_memory(dask_worker) -> int:
+    import psutil  # a dependency of distributed
+
+    return max(0, psutil.Process().memory_info().rss - dask_worker.state.nbytes)
 
 
 def _mib(n_bytes: float) -> str:

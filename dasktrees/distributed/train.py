@@ -321,6 +321,7 @@ def grow_forest(
             len(tree_ids),
             workers,
             levels.budget_override(),
+            levels.workers_own_memory(client),
         )
         progress = _progress.get()
         trees = levels.grow_forest_levels(client, data, spec, tree_ids, plan, retries, progress)
