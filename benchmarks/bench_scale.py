@@ -13,12 +13,13 @@ holds it whole; a held-out table of 200,000 rows from another seed scores the fo
 targets: ``signal``, a deterministic function of twenty features (no label noise), and
 ``noisy``, the same function plus logistic noise of 0.8 times its spread.
 
-Runs: ``distributed`` (the default bootstrap forest, on workers whose memory limit is below the
-binned table), ``sampled`` (``max_samples`` rows a tree, the same trees), ``sampled-time`` (as
-many ``max_samples`` trees as fit in the distributed forest's time) and ``replicated`` (the
-default forest in replicated mode, on workers with room for the whole table). Each reports the
-fit time, the mode, the out-of-bag and held-out accuracy, each worker's peak memory (RSS polled
-every 0.25 s) and the workers restarted. Writes ``benchmarks/results/scale_<rows>_<table>.json``.
+Runs: ``distributed`` (the default bootstrap forest, on workers too small for replicated mode),
+``sampled`` (``max_samples`` rows a tree, the same trees), ``sampled-time`` (as many
+``max_samples`` trees as fit in the distributed forest's time, from the marginal time a tree of
+two sampled runs) and ``replicated`` (the default forest in replicated mode, on workers with room
+for the whole table). Each reports the fit time, the mode, the out-of-bag and held-out accuracy,
+each worker's peak memory (RSS polled every 0.25 s) and the workers restarted. Writes
+``benchmarks/results/scale_<rows>_<table>.json``.
 """
 
 import argparse
@@ -175,7 +176,7 @@ def main():
     parser.add_argument("--trees", type=int, default=4)
     parser.add_argument("--max-samples", type=int, default=1_000_000)
     parser.add_argument(
-        "--memory-limit", default="1GiB", help="of each worker, below the binned table"
+        "--memory-limit", default="1.25GiB", help="of each worker, too small for replicated mode"
     )
     parser.add_argument(
         "--replicated-limit",
@@ -202,8 +203,17 @@ def main():
             spread, sampled = results.get("distributed", {}), results.get("sampled", {})
             if "fit_s" not in spread or "fit_s" not in sampled:
                 continue
-            per_tree = sampled["fit_s"] / args.trees
-            trees = max(args.trees, int(spread["fit_s"] / per_tree))
+            # A fit's time is a fixed part (binning the table, its first tasks) and a part per
+            # tree: one run at the time per tree of the sampled run, a second at the marginal
+            # time per tree the two runs give.
+            trees = max(args.trees + 1, int(spread["fit_s"] / (sampled["fit_s"] / args.trees)))
+            first = spawn(args, run, trees)
+            if "fit_s" in first and first["fit_s"] < 0.9 * spread["fit_s"]:
+                per_tree = max(first["fit_s"] - sampled["fit_s"], 1e-3) / (trees - args.trees)
+                more = int((spread["fit_s"] - first["fit_s"]) / per_tree)
+                first = spawn(args, run, trees + more) if more > 0 else first
+            results[run] = first
+            continue
         results[run] = spawn(args, run, trees)
     binned = args.rows * (N_FEATURES + 16)
     output = {
