@@ -81,6 +81,8 @@ def run_one(args):
         params["max_samples"] = args.max_samples
     if args.run == "replicated":
         params["mode"] = "replicated"
+    if args.run == "distributed":
+        params["mode"] = args.mode
     limit = args.memory_limit if args.run != "replicated" else args.replicated_limit
     cluster = LocalCluster(
         n_workers=2,
@@ -157,6 +159,8 @@ def spawn(args, run, trees):
         args.memory_limit,
         "--replicated-limit",
         args.replicated_limit,
+        "--mode",
+        args.mode,
     ]
     print("+", " ".join(command[2:]), flush=True)
     done = subprocess.run(command, capture_output=True, text=True, env=os.environ)
@@ -182,6 +186,12 @@ def main():
         "--replicated-limit",
         default="11GiB",
         help="of each worker in the replicated run, room for the whole table and a tree",
+    )
+    parser.add_argument(
+        "--mode",
+        default="auto",
+        choices=["auto", "distributed"],
+        help="of the distributed run (on small tables auto may replicate or sample)",
     )
     parser.add_argument(
         "--runs",

@@ -79,32 +79,32 @@ def binary():
     return _with_missing(X, 0.05, 1), y
 
 
-def test_top_nodes_really_grow_from_summed_histograms(binary, monkeypatch):
-    """The oracle must not be met trivially: the budget leaves several levels to the rounds."""
-    decided = []
+@pytest.fixture
+def decided(monkeypatch):
+    """The number of open nodes each round decides, in this process."""
+    counts = []
     original = levels.decide
 
     def counting(spec, infos, sums):
-        decided.append(sum(len(info["top_ids"]) for info in infos))
+        counts.append(sum(len(info["top_ids"]) for info in infos))
         return original(spec, infos, sums)
 
     monkeypatch.setattr(levels, "decide", counting)
+    return counts
+
+
+def test_top_nodes_really_grow_from_summed_histograms(binary, decided):
+    """The oracle must not be met trivially: the budget leaves several levels to the rounds."""
     X, y = binary
     replicated, spread = fit_both(RandomForestClassifier, X, y)
     assert len(decided) >= 3 and sum(decided) >= 3 * 3, decided
     assert_same_trees(replicated, spread, X)
 
 
-def test_open_nodes_beyond_a_rounds_histograms_wait_and_grow_the_same_trees(binary, monkeypatch):
+def test_open_nodes_beyond_a_rounds_histograms_wait_and_grow_the_same_trees(
+    binary, decided, monkeypatch
+):
     """A round holding one node's histograms: every open node waits its turn, one a round."""
-    decided = []
-    original = levels.decide
-
-    def counting(spec, infos, sums):
-        decided.append(sum(len(info["top_ids"]) for info in infos))
-        return original(spec, infos, sums)
-
-    monkeypatch.setattr(levels, "decide", counting)
     monkeypatch.setattr(levels, "MAX_ROUND_HISTOGRAM_BYTES", 1)
     X, y = binary
     replicated, spread = fit_both(RandomForestClassifier, X, y, n_estimators=2)
