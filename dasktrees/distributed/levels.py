@@ -97,7 +97,7 @@ KERNELS_MEMORY = 320 << 20
 HANDED_PER_TASK = 2
 # Histograms of one round on one block, at most (the rest of the open nodes wait a round),
 # and the share of a worker's memory limit its rounds' histograms may hold: a chain's running
-# sum and its block's own a thread, and a reduction's inputs and output (``HISTOGRAM_COPIES``).
+# sum and its block's own a thread, and a reduction's inputs and output (``histogram_copies``).
 MAX_ROUND_HISTOGRAM_BYTES = 64 << 20
 HISTOGRAM_SHARE = 0.05
 # Blocks summed by one reduction task.
