@@ -226,7 +226,7 @@ def test_a_fit_that_cannot_fit_fails_at_once_saying_how_much_memory_it_needs():
 
 
 def test_plan_leaves_room_for_the_blocks_and_a_subtree_per_thread(client):
-    limit = 3 << 29  # 1.5 GiB
+    limit = 2 << 30
     own = {"memory": 600 << 20, "managed_bytes": 100 << 20}  # 500 MiB outside Dask's data
     workers = {f"w{i}": {"memory_limit": limit, "nthreads": 1, "metrics": own} for i in range(2)}
     plan = levels.plan_levels(10_000_000, 50, 2, 4, workers)

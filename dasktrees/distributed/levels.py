@@ -82,12 +82,12 @@ logger = logging.getLogger(__name__)
 # The smallest node grown from summed histograms: the split search takes the large-node path
 # (``grower.split_from_histograms``) above TRACK_TOUCHED_BELOW rows.
 MIN_BUDGET_ROWS = 4 * TRACK_TOUCHED_BELOW
-# The share of a worker's memory limit a fit plans its process to use: below Dask's default
-# "spill" threshold (0.7), above which a worker moves its data to disk by its process memory; it
-# pauses a worker at 0.8 and restarts it at 0.95. (A fit planned to 0.6 of 1 GiB workers,
-# without their own memory counted, peaked at 0.77, near the pause, and took 4.6 times
-# replicated mode's time: docs/benchmarks.md.)
-MEMORY_SHARE = 0.7
+# The share of a worker's memory limit a fit plans its process to use. Dask spills a worker's
+# data to disk above 0.6 of the limit in managed data ("target") or 0.7 in process memory
+# ("spill"), pauses it at 0.8 and restarts it at 0.95. The plan's estimate was measured 1.04-1.06
+# times under the peak; a 10M-row fit planned to 0.7 peaked at 0.73-0.77 of its limit and
+# spilled 22 GB to disk and back (139 s against 95-109 s unspilled: docs/benchmarks.md).
+MEMORY_SHARE = 0.6
 # A worker's own memory once it has loaded dasktrees' compiled kernels, at least: measured on
 # a LocalCluster worker, 61 MiB idle and 340 MiB after a first fit (numba, llvmlite and the
 # kernels). A worker that has not run a fit yet will hold it by the first round's end.

@@ -688,7 +688,7 @@ FOREST_DOC = """
         worker holds, the top of each tree split from histograms summed across the blocks and
         each node small enough for a task grown there from its gathered rows (not with
         ``class_weight="balanced_subsample"``). "auto" samples when trees draw under half the
-        rows, and otherwise picks the first mode whose tree task fits in 70 % of the smallest
+        rows, and otherwise picks the first mode whose tree task fits in 60 % of the smallest
         worker memory limit: replicated, sampled, distributed. Every mode grows the same trees.
 
     Attributes
