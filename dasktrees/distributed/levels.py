@@ -632,7 +632,7 @@ def grow_forest_levels(
     progress=None,
 ) -> list[Tree]:
     """Grow ``tree_ids`` in distributed mode under ``plan``; the trees in tree order."""
-    if spec.balanced_subsample:
+    if not supports(spec):
         raise ValueError(
             'mode="distributed" does not support class_weight="balanced_subsample" (its '
             "weights need each tree's class totals before its root is summed)"

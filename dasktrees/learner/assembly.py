@@ -135,14 +135,22 @@ def join(top, subtrees):
             rows.append(sub_bitsets[records["bitset_idx"][categorical]])
             owners.append(ids[categorical])
     if rows:
-        table = np.concatenate(rows).astype(BITSET_DTYPE, copy=False)
+        table = np.concatenate(rows)
         owner = np.concatenate([np.asarray(o, dtype=np.int64) for o in owners])
-        order = np.argsort(_creation_rank(owner), kind="stable")
-        table = np.ascontiguousarray(table[order])
-        nodes["bitset_idx"][owner[order]] = np.arange(len(order), dtype=np.int32)
     else:
         table = np.zeros((0, BITSET_WORDS), dtype=BITSET_DTYPE)
-    return nodes, values, share_bitsets(nodes, table)
+        owner = np.zeros(0, dtype=np.int64)
+    return nodes, values, _bitsets_as_grown(nodes, owner, table)
+
+
+def _bitsets_as_grown(nodes, owner, rows):
+    """The tree's bitset table as the grower writes and shares it: ``rows[k]``, the bitset of
+    node ``owner[k]``'s categorical split, in the order the splits were made (``nodes``
+    numbered as the grower numbers them), ``bitset_idx`` of the owners pointing into it."""
+    order = np.argsort(_creation_rank(owner), kind="stable")
+    table = np.ascontiguousarray(rows[order], dtype=BITSET_DTYPE).reshape(-1, BITSET_WORDS)
+    nodes["bitset_idx"][owner[order]] = np.arange(len(order), dtype=nodes["bitset_idx"].dtype)
+    return share_bitsets(nodes, table)
 
 
 def best_first(nodes, values, bitsets, max_leaf_nodes):
@@ -175,7 +183,5 @@ def best_first(nodes, values, bitsets, max_leaf_nodes):
     records["right"][made] = final_of[records["right"][made]]
     records["parent"][1:] = final_of[records["parent"][1:]]
     owner = np.flatnonzero(records["bitset_idx"] >= 0)
-    order = owner[np.argsort(_creation_rank(owner), kind="stable")]
-    table = np.ascontiguousarray(bitsets[records["bitset_idx"][order]], dtype=BITSET_DTYPE)
-    records["bitset_idx"][order] = np.arange(len(order), dtype=records["bitset_idx"].dtype)
-    return records, values[kept_ids], share_bitsets(records, table.reshape(-1, BITSET_WORDS))
+    rows = bitsets[records["bitset_idx"][owner]]
+    return records, values[kept_ids], _bitsets_as_grown(records, owner, rows)
