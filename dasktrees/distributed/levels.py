@@ -73,7 +73,7 @@ from ..learner.grower import (
     split_node,
 )
 from ..learner.histogram import TRACK_TOUCHED_BELOW
-from ..learner.sampling import tree_counts, tree_seed, tree_subspace
+from ..learner.sampling import tree_counts, tree_seed, tree_subspace, tree_weights_at
 from ..learner.tree import Tree
 from .client import Client, as_completed, is_in_process
 
@@ -376,8 +376,8 @@ def block_round(spec, orders: RoundOrders, nodes: BlockNodes, block, before=None
         fate = orders.fate[k][rows[tracked]]
         aside = tracked[fate == SET_ASIDE]
         n_slots, n_kept = orders.features[k].shape
-        if len(aside) or n_slots:  # the tree's weights, once for both
-            _tree_weights(spec, t, block, w)
+        if len(aside) or n_slots:  # the tree's weights of the rows still tracked, once for both
+            tree_weights_at(spec.seed, t, block.first_row, spec.lam, block.w, tracked, w)
         if len(aside):
             node = rows[aside]
             order = np.argsort(node, kind="stable")  # by node, each in row order
@@ -648,10 +648,11 @@ def grow_forest_levels(
             if progress is not None:
                 progress(len(trees), len(tree_ids))
 
-    # The rounds of a batch of trees go on while the subtrees of the earlier batches grow.
+    # The rounds of a batch of trees go on while the subtrees of the earlier batches grow; the
+    # trees whose subtrees are all back are joined while a round runs on the workers.
     for start in range(0, len(tree_ids), plan.trees_per_batch):
         batch = tree_ids[start : start + plan.trees_per_batch]
-        waiting.extend(_grow_tops(pool, batch))
+        waiting.extend(_grow_tops(pool, batch, join_ready))
         join_ready()
     while waiting:
         pool.wait()
@@ -802,9 +803,10 @@ def _block_chains(client, parts, threads) -> list[list[int]]:
     ]
 
 
-def _grow_tops(pool, batch):
+def _grow_tops(pool, batch, while_round):
     """Grow the tops of a batch of trees, round by round, their gathered nodes left to
-    ``pool``; returns the trees' ``TreeState``."""
+    ``pool``; returns the trees' ``TreeState``. ``while_round()`` is called once a round's
+    tasks are submitted, before its decisions are awaited."""
     client, data, spec, plan = pool.client, pool.data, pool.spec, pool.plan
     n_features = len(spec.bins.n_bins)
     regression = spec.n_classes == 1
@@ -908,6 +910,7 @@ def _grow_tops(pool, batch):
         )
         # The blocks of a chain (on one worker) add their sums up one after the other, so that
         # a worker holds a running sum a chain, not a round's histograms a block.
+        # A last round, with no node open, only sets rows aside: no sums to chain.
         results: list = [None] * len(data.parts)
         sums = []
         for chain in chains:
@@ -917,9 +920,10 @@ def _grow_tops(pool, batch):
                     block_round, spec, orders, nodes_f[i], data.parts[i], before,
                     key=f"levels-round-{tag}-{round_no}-{i}",
                 )  # fmt: skip
-                before = pool.submit(
-                    round_output, results[i], 1, key=f"levels-sums-{tag}-{round_no}-{i}"
-                )
+                if any(infos):
+                    before = pool.submit(
+                        round_output, results[i], 1, key=f"levels-sums-{tag}-{round_no}-{i}"
+                    )
             sums.append(before)
             del before
         nodes_f = [
@@ -968,6 +972,7 @@ def _grow_tops(pool, batch):
             )
         decided = pool.submit(decide, spec, decide_infos, sums[0],
                               key=f"levels-decide-{tag}-{round_no}")  # fmt: skip
+        while_round()
         decisions = decided.result()
         del decided, sums
         for k, s in enumerate(states):

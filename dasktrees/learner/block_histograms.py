@@ -144,7 +144,6 @@ def fill_histograms(
         about ``means``. Added to.
     """
     n_folds = quanta.shape[0]
-    regression = n_classes == 1
     n_channels = hists.shape[3]
     values = np.zeros(totals.shape[1])
     for i in range(node_of_row.shape[0]):
@@ -156,26 +155,34 @@ def fill_histograms(
             continue
         values[:] = 0.0
         values[0] = 1.0
-        if regression:
+        if n_classes == 1:
             fold_add(values, 1, w[i], quanta)
             fold_add(values, 1 + n_folds, w[i] * y[i], quanta)
             if not np.isnan(means[s]):
                 fold_add(values, 1 + 2 * n_folds, w[i] * (y[i] - means[s]) ** 2, quanta)
-        else:
-            fold_add(values, 1 + np.int64(y[i]) * n_folds, w[i], quanta)
-        for c in range(totals.shape[1]):
-            totals[s, c] += values[c]
-        for r in range(features.shape[1]):
-            f = features[s, r]
-            if f < 0:
-                break
-            b = codes[i, f]
-            if regression:
+            for c in range(totals.shape[1]):
+                totals[s, c] += values[c]
+            for r in range(features.shape[1]):
+                f = features[s, r]
+                if f < 0:
+                    break
+                b = codes[i, f]
                 for c in range(n_channels):
                     hists[s, r, b, c] += values[c]
-            else:
+        else:
+            # A class row adds to the count and its class's folds only: the other channels of
+            # ``values`` stay 0.
+            at = 1 + np.int64(y[i]) * n_folds
+            fold_add(values, at, w[i], quanta)
+            totals[s, 0] += 1.0
+            for k in range(n_folds):
+                totals[s, at + k] += values[at + k]
+            for r in range(features.shape[1]):
+                f = features[s, r]
+                if f < 0:
+                    break
+                b = codes[i, f]
                 hists[s, r, b, 0] += 1.0
-                at = 1 + np.int64(y[i]) * n_folds
                 for k in range(n_folds):
                     hists[s, r, b, at + k] += values[at + k]
 

@@ -81,6 +81,35 @@ def tree_counts(seed, tree, first_row, lam, out):
         out[i] = poisson_from_uniform(to_unit(hash_key(key, tree, first_row + i)), cdf)
 
 
+@njit(cache=True, nogil=True)
+def tree_weights_at(seed, tree, first_row, lam, base, rows, out):
+    """Weights of tree ``tree`` (its ``tree_counts`` times ``base``) of the rows ``rows`` of a
+    block only, written at ``out[rows]``; the other entries of ``out`` are left as they are.
+
+    Parameters
+    ----------
+    seed, tree, first_row, lam
+        As ``tree_counts``'s (``first_row``: global id of the block's first row).
+    base : ndarray of float64, shape (n_rows,)
+        The rows' own weights.
+    rows : ndarray of int64
+        Positions in the block.
+    out : ndarray of float64, shape (n_rows,)
+        Written at ``rows``.
+    """
+    if lam <= 0.0:
+        for m in range(rows.shape[0]):
+            out[rows[m]] = base[rows[m]]
+        return
+    key = mix64(np.uint64(seed) ^ mix64(np.uint64(BOOTSTRAP_STREAM)))
+    cdf = np.empty(_POISSON_TERMS)
+    poisson_cdf(lam, cdf)
+    for m in range(rows.shape[0]):
+        i = rows[m]
+        count = poisson_from_uniform(to_unit(hash_key(key, tree, first_row + i)), cdf)
+        out[i] = base[i] * count
+
+
 def sampling_rate(bootstrap, max_samples, n_rows):
     """The Poisson mean of the row counts (0 for no sampling), from the forest parameters."""
     if max_samples is None:
