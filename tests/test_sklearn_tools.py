@@ -91,3 +91,49 @@ def test_permutation_importance(where):
     reference = ExtraTreesRegressor(n_estimators=10, random_state=0).fit(X, y)
     again = permutation_importance(reference, X, y, n_repeats=3, random_state=0)
     np.testing.assert_array_equal(result.importances, again.importances)
+
+
+def test_a_forest_is_the_sequence_of_its_trees(cancer):
+    """scikit-learn's ensemble protocol: len, indexing, slicing and iteration over
+    ``estimators_``; the forest's soft vote is the mean of the trees' probabilities."""
+    X, y = cancer
+    forest = RandomForestClassifier(n_estimators=12, max_depth=4, random_state=0).fit(X, y)
+    assert len(forest) == 12 == forest.n_estimators_
+    assert forest[3] is forest.estimators_[3] and forest[-1] is forest.estimators_[-1]
+    assert forest[2:5] == forest.estimators_[2:5]
+    trees = list(forest)
+    assert len(trees) == 12 and all(a is b for a, b in zip(trees, forest.estimators_))
+    mean = np.mean([tree.predict_proba(X) for tree in forest], axis=0)
+    np.testing.assert_allclose(forest.predict_proba(X), mean, rtol=0, atol=1e-12)
+    with pytest.raises(AttributeError):
+        len(RandomForestClassifier())  # unfitted, as scikit-learn's ensembles
+
+
+@pytest.mark.parametrize("sampling", [{}, {"max_samples": 0.3}, {"bootstrap": False}])
+def test_estimators_samples_are_the_rows_each_tree_drew(where, cancer, sampling):
+    """Oracle: a row is out of bag for a tree exactly when the tree did not draw it, so the
+    trees' mean probability over the trees that did not draw a row is the forest's out-of-bag
+    decision function; a row drawn k times is listed k times, in order."""
+    X, y = cancer
+    draws = sampling.get("bootstrap", True)
+    forest = RandomForestClassifier(
+        n_estimators=30, max_depth=5, random_state=3, client=where, oob_score=draws, **sampling
+    ).fit(X, y)
+    samples = forest.estimators_samples_
+    assert len(samples) == 30 and all(s.dtype == np.int32 for s in samples)
+    assert all((np.diff(s) >= 0).all() for s in samples)
+    counts = np.array([np.bincount(s, minlength=len(y)) for s in samples])
+    if not draws:
+        assert (counts == 1).all()
+        return
+    expected_draws = 0.3 if "max_samples" in sampling else 1.0
+    assert counts.mean() == pytest.approx(expected_draws, rel=0.05)
+    assert counts.max() >= (2 if "max_samples" in sampling else 4)
+    out = counts == 0
+    probabilities = np.array([tree.predict_proba(X) for tree in forest])
+    summed = np.einsum("tn,tnc->nc", out.astype(float), probabilities)
+    left_out = out.sum(axis=0)
+    assert (left_out > 0).all()
+    np.testing.assert_allclose(
+        forest.oob_decision_function_, summed / left_out[:, None], rtol=0, atol=1e-12
+    )

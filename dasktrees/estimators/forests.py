@@ -42,7 +42,7 @@ from ..forest.packing import PackedForest
 from ..forest.routing import HARD, SOFT
 from ..forest.variance import centred_count_gram, jackknife_mean_std
 from ..learner.binning import BinMapper
-from ..learner.sampling import sampling_rate
+from ..learner.sampling import sampling_rate, tree_counts
 from ..modelfile.writing import save as save_model
 from .trees import BaseDecisionTree, DecisionTreeClassifier, DecisionTreeRegressor, log_proba
 
@@ -210,6 +210,45 @@ class BaseForest(BaseEstimator):
         """The number of trees of the fitted forest (what ``n_estimators="auto"`` chose)."""
         check_is_fitted(self, "estimators_")
         return len(self.estimators_)
+
+    # ---- the ensemble protocol (scikit-learn's ``BaseEnsemble``) ---------------------------------
+
+    def __len__(self) -> int:
+        """The number of trees of the fitted forest."""
+        return len(self.estimators_)
+
+    def __getitem__(self, index):
+        """The tree (or list of trees, for a slice) at ``index`` of ``estimators_``."""
+        return self.estimators_[index]
+
+    def __iter__(self):
+        """The fitted trees, in order."""
+        return iter(self.estimators_)
+
+    @property
+    def estimators_samples_(self) -> list[np.ndarray]:
+        """The training rows each tree drew, as scikit-learn's forests give them: per tree, the
+        (0-based, global) index of every row it drew, a row drawn k times k times over, in
+        increasing order; every row for a forest that draws none (``bootstrap=False`` without
+        ``max_samples``).
+
+        Not stored: computed on each access from the counts the trees were grown with
+        (``sampling.tree_counts`` of the forest's seed, the tree and the row), on the client,
+        whatever the input was (numpy or dask): about 4 bytes a drawn row (8 beyond 2**31
+        rows), that is 4 n bytes a bootstrap tree on n rows. Rows of zero ``sample_weight`` are
+        drawn like the others (they take no part in the tree), as in scikit-learn.
+        """
+        check_is_fitted(self, "estimators_")
+        n_rows = int(self._n_rows)
+        dtype = np.int32 if n_rows < 2**31 else np.int64
+        rows = np.arange(n_rows, dtype=dtype)
+        lam = sampling_rate(self.bootstrap, self.max_samples, n_rows)
+        counts = np.empty(n_rows)
+        samples = []
+        for t in range(len(self.estimators_)):
+            tree_counts(self._seed, t, 0, lam, counts)
+            samples.append(rows.copy() if lam <= 0 else np.repeat(rows, counts.astype(np.int64)))
+        return samples
 
     def _after_growth(self, client, data, spec):
         """What the forest keeps of the training blocks besides its trees, while they are on
