@@ -223,22 +223,18 @@ def main():
         times = [o["fit_s"] for o in outcomes if "fit_s" in o and "error" not in o]
         if len(outcomes) > 1 and times:
             results[run].update(fit_s=float(np.median(times)), fit_s_runs=times)
-    for run in args.runs:
-        trees = args.trees
-        if run == "sampled-time":
-            spread, sampled = results.get("distributed", {}), results.get("sampled", {})
-            if "fit_s" not in spread or "fit_s" not in sampled:
-                continue
-            # A fit's time is a fixed part (binning the table, its first tasks) and a part per
-            # tree: one run at the time per tree of the sampled run, a second at the marginal
-            # time per tree the two runs give.
-            trees = max(args.trees + 1, int(spread["fit_s"] / (sampled["fit_s"] / args.trees)))
-            first = spawn(args, run, trees)
-            if "fit_s" in first and first["fit_s"] < 0.9 * spread["fit_s"]:
-                per_tree = max(first["fit_s"] - sampled["fit_s"], 1e-3) / (trees - args.trees)
-                more = int((spread["fit_s"] - first["fit_s"]) / per_tree)
-                first = spawn(args, run, trees + more) if more > 0 else first
-            results[run] = first
+    spread, sampled = results.get("distributed", {}), results.get("sampled", {})
+    if "sampled-time" in args.runs and "fit_s" in spread and "fit_s" in sampled:
+        # A fit's time is a fixed part (binning the table, its first tasks) and a part per
+        # tree: one run at the time per tree of the sampled run, a second at the marginal
+        # time per tree the two runs give.
+        trees = max(args.trees + 1, int(spread["fit_s"] / (sampled["fit_s"] / args.trees)))
+        first = spawn(args, "sampled-time", trees)
+        if "fit_s" in first and first["fit_s"] < 0.9 * spread["fit_s"]:
+            per_tree = max(first["fit_s"] - sampled["fit_s"], 1e-3) / (trees - args.trees)
+            more = int((spread["fit_s"] - first["fit_s"]) / per_tree)
+            first = spawn(args, "sampled-time", trees + more) if more > 0 else first
+        results["sampled-time"] = first
     binned = args.rows * (N_FEATURES + 16)
     output = {
         "command": "python benchmarks/bench_scale.py " + " ".join(sys.argv[1:]),

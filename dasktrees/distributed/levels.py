@@ -911,6 +911,7 @@ def _grow_tops(pool, batch, while_round):
         # The blocks of a chain (on one worker) add their sums up one after the other, so that
         # a worker holds a running sum a chain, not a round's histograms a block.
         # A last round, with no node open, only sets rows aside: no sums to chain.
+        any_open = any(infos)
         results: list = [None] * len(data.parts)
         sums = []
         for chain in chains:
@@ -920,7 +921,7 @@ def _grow_tops(pool, batch, while_round):
                     block_round, spec, orders, nodes_f[i], data.parts[i], before,
                     key=f"levels-round-{tag}-{round_no}-{i}",
                 )  # fmt: skip
-                if any(infos):
+                if any_open:
                     before = pool.submit(
                         round_output, results[i], 1, key=f"levels-sums-{tag}-{round_no}-{i}"
                     )
@@ -939,7 +940,7 @@ def _grow_tops(pool, batch, while_round):
         pool.dispatch()
         routes = [None] * len(batch)
         del results
-        if not any(infos):
+        if not any_open:
             break
         level = 0
         while len(sums) > 1:

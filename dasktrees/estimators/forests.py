@@ -247,7 +247,7 @@ class BaseForest(BaseEstimator):
         samples = []
         for t in range(len(self.estimators_)):
             tree_counts(self._seed, t, 0, lam, counts)
-            samples.append(rows.copy() if lam <= 0 else np.repeat(rows, counts.astype(np.int64)))
+            samples.append(np.repeat(rows, counts.astype(np.int64)))  # all ones: every row
         return samples
 
     def _after_growth(self, client, data, spec):

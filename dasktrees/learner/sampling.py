@@ -54,6 +54,16 @@ def poisson_from_uniform(u, cdf):
     return k
 
 
+@njit(cache=True, inline="always")
+def _count_stream(seed, lam):
+    """The hash key of the forest's row counts and the Poisson(lam) CDF their draws invert:
+    what ``tree_counts`` and ``tree_weights_at`` share, so that both draw the same counts."""
+    key = mix64(np.uint64(seed) ^ mix64(np.uint64(BOOTSTRAP_STREAM)))
+    cdf = np.empty(_POISSON_TERMS)
+    poisson_cdf(lam, cdf)
+    return key, cdf
+
+
 @njit(cache=True, nogil=True)
 def tree_counts(seed, tree, first_row, lam, out):
     """Counts of tree ``tree`` for the rows ``first_row, first_row + 1, ...`` (global ids).
@@ -74,9 +84,7 @@ def tree_counts(seed, tree, first_row, lam, out):
     if lam <= 0.0:
         out[:] = 1.0
         return
-    key = mix64(np.uint64(seed) ^ mix64(np.uint64(BOOTSTRAP_STREAM)))
-    cdf = np.empty(_POISSON_TERMS)
-    poisson_cdf(lam, cdf)
+    key, cdf = _count_stream(seed, lam)
     for i in range(out.shape[0]):
         out[i] = poisson_from_uniform(to_unit(hash_key(key, tree, first_row + i)), cdf)
 
@@ -101,9 +109,7 @@ def tree_weights_at(seed, tree, first_row, lam, base, rows, out):
         for m in range(rows.shape[0]):
             out[rows[m]] = base[rows[m]]
         return
-    key = mix64(np.uint64(seed) ^ mix64(np.uint64(BOOTSTRAP_STREAM)))
-    cdf = np.empty(_POISSON_TERMS)
-    poisson_cdf(lam, cdf)
+    key, cdf = _count_stream(seed, lam)
     for m in range(rows.shape[0]):
         i = rows[m]
         count = poisson_from_uniform(to_unit(hash_key(key, tree, first_row + i)), cdf)
