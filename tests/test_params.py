@@ -33,6 +33,7 @@ CASES = {
     "oob_score": ("yes", False),
     "voting": ("majority", "hard"),
     "mode": ("fast", "sampled"),
+    "tree_storage": ("disk", "auto"),
     "trees_per_task": (0, 2),
     "n_blocks": (0, 3),
     "class_weight": ("weird", "balanced"),

@@ -154,6 +154,7 @@ PARAMETERS: dict[str, Rule] = {
     "voting": _options("soft", "hard"),
     "aggregation": _options("mean", "median"),
     "mode": _options("auto", "replicated", "sampled", "distributed"),
+    "tree_storage": _options("client", "workers", "auto"),
     "trees_per_task": _integer(1, none=True),
     "n_blocks": _integer(1, none=True),
     # classifiers ("balanced_subsample": forests only)
@@ -296,6 +297,7 @@ _FOREST_PARAMETERS = (
     "voting",
     "aggregation",
     "mode",
+    "tree_storage",
     "trees_per_task",
     "n_blocks",
     "class_weight",

@@ -9,7 +9,9 @@ the trees that did not sample a row, and returns small sums. Loss sums are exact
 
 from __future__ import annotations
 
+import functools
 import operator
+from collections.abc import Sequence
 
 import dask.array as da
 import numpy as np
@@ -27,6 +29,7 @@ from ..forest.exact import (
 )
 from ..forest.node_table import NodeTable
 from ..forest.packing import PackedForest
+from ..forest.parts import ForestPart
 from ..forest.quantiles import LeafTargets, inside_interval, predict_quantiles
 from ..forest.routing import leaves_of_codes
 from ..forest.voting import add_oob_votes, misclassified, tree_loss
@@ -37,30 +40,35 @@ from .data import BinnedPartition, TrainingData
 
 
 def oob_block(
-    forest: PackedForest,
+    part: ForestPart,
     block: BinnedPartition,
     seed: int,
     lam: float,
     voting: int,
     classification: bool,
+    previous: tuple | None = None,
 ) -> tuple[np.ndarray, np.ndarray, list, tuple]:
-    """Out-of-bag votes of one block and its part of the OOB curve and score.
+    """Out-of-bag votes of one block and its part of the OOB curve and score, from the trees
+    of ``part`` added to the ``previous`` part's result (its votes continued in tree order:
+    a forest in parts gives the sums of the whole forest).
 
     Returns
     -------
     votes : ndarray (n_rows, n_values)
     n_oob : ndarray (n_rows,)
-    curve : list of (loss, n_scored) per tree; losses are misclassification counts or exact
-        sums of squared errors
+    curve : list of (loss, n_scored) per tree so far; losses are misclassification counts or
+        exact sums of squared errors
     y_sums : (exact sum of y, exact sum of y**2) over the scored rows (regression's R²)
     """
+    forest = part.packed
     n = len(block.y)
-    votes = np.zeros((n, forest.values.shape[1]))
-    n_oob = np.zeros(n)
+    if previous is None:
+        votes, n_oob, curve = np.zeros((n, forest.values.shape[1])), np.zeros(n), []
+    else:
+        votes, n_oob, curve = previous[0].copy(), previous[1].copy(), list(previous[2])
     counts = np.empty(n)
-    curve = []
     for t in range(forest.n_trees):
-        tree_counts(seed, t, block.first_row, lam, counts)
+        tree_counts(seed, part.first_tree + t, block.first_row, lam, counts)
         add_oob_votes(
             block.codes,
             forest.nodes,
@@ -110,6 +118,12 @@ def forest_task(client: Client, forest: object) -> Future:
         return client.submit(_identity, forest, pure=False)
 
 
+def _oob_summary(result):
+    """What the client takes of a block's ``oob_block`` result: its curve, sums of y, and the
+    number of values a vote has."""
+    return result[2], result[3], result[0].shape[1]
+
+
 def _decision(result):
     votes, n_oob = result[0], result[1]
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -119,13 +133,17 @@ def _decision(result):
 def oob_estimates(
     client: Client,
     data: TrainingData,
-    forest: PackedForest,
+    parts: list[Future],
     seed: int,
     lam: float,
     voting: int,
     classification: bool,
 ) -> tuple[np.ndarray | da.Array, float, np.ndarray]:
     """Out-of-bag decision function (NaN for rows never out of bag), score and curve.
+
+    ``parts`` are futures of the forest's parts (``forest.parts.ForestPart``) in tree order:
+    each block goes through them one after the other (``oob_block``), on the workers that hold
+    them.
 
     Returns
     -------
@@ -136,14 +154,18 @@ def oob_estimates(
     curve : ndarray (n_trees,)
         Error after 1, 2, ... trees: misclassification rate or mean squared error.
     """
-    forest_future = forest_task(client, forest)
-    results = [
-        client.submit(oob_block, forest_future, part, seed, lam, voting, classification, pure=False)
-        for part in data.parts
-    ]
-    summaries = client.gather([client.submit(operator.itemgetter(2, 3), r) for r in results])
-    losses = [sum(block[0][t][0] for block in summaries) for t in range(forest.n_trees)]
-    scored = np.array([sum(block[0][t][1] for block in summaries) for t in range(forest.n_trees)])
+    results = []
+    for block in data.parts:
+        result = None
+        for part in parts:
+            result = client.submit(
+                oob_block, part, block, seed, lam, voting, classification, result, pure=False
+            )
+        results.append(result)
+    summaries = client.gather([client.submit(_oob_summary, r) for r in results])
+    n_trees, n_values = len(summaries[0][0]), summaries[0][2]
+    losses = [sum(block[0][t][0] for block in summaries) for t in range(n_trees)]
+    scored = np.array([sum(block[0][t][1] for block in summaries) for t in range(n_trees)])
     with np.errstate(invalid="ignore", divide="ignore"):
         if classification:
             curve = np.array(losses, dtype=np.float64) / scored
@@ -158,7 +180,7 @@ def oob_estimates(
         total = sum_y2 - sum_y * sum_y / n_scored
         score = 1.0 - from_exact(losses[-1]) / total
     decisions = [client.submit(_decision, r) for r in results]
-    return _row_output(client, data, decisions, forest.values.shape[1]), float(score), curve
+    return _row_output(client, data, decisions, n_values), float(score), curve
 
 
 def _row_output(client, data, futures, n_columns):
@@ -179,7 +201,7 @@ def _row_output(client, data, futures, n_columns):
 
 
 def permutation_block(
-    forest: PackedForest,
+    part: ForestPart,
     block: BinnedPartition,
     seed: int,
     lam: float,
@@ -187,7 +209,7 @@ def permutation_block(
     n_repeats: int,
     permutation_seed: int,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """A block's part of Breiman's permutation importance.
+    """A block's part of Breiman's permutation importance, for the trees of ``part``.
 
     For every tree, its out-of-bag rows in this block are scored as they are and with each
     feature permuted among them (``n_repeats`` times).
@@ -202,13 +224,15 @@ def permutation_block(
         Out-of-bag rows of each tree in the block.
     """
     n_rows, n_features = block.codes.shape
+    forest = part.packed
     n_trees = forest.n_trees
     counts = np.empty(n_rows)
     base = np.zeros(n_trees)
     permuted = np.zeros((n_trees, n_features, n_repeats))
     n_oob = np.zeros(n_trees)
     for t in range(n_trees):
-        tree_counts(seed, t, block.first_row, lam, counts)
+        tree = part.first_tree + t  # the forest's index: its counts, and its permutations' seed
+        tree_counts(seed, tree, block.first_row, lam, counts)
         rows = np.flatnonzero(counts == 0)
         n_oob[t] = len(rows)
         if len(rows) == 0:
@@ -226,7 +250,7 @@ def permutation_block(
         base[t] = tree_loss(*args, -1, rows)
         for j in range(n_features):
             for r in range(n_repeats):
-                rng = np.random.default_rng([permutation_seed, t, j, r, block.first_row])
+                rng = np.random.default_rng([permutation_seed, tree, j, r, block.first_row])
                 permuted[t, j, r] = tree_loss(*args, j, rows[rng.permutation(len(rows))])
     return base, permuted, n_oob
 
@@ -234,7 +258,7 @@ def permutation_block(
 def permutation_importance(
     client: Client,
     data: TrainingData,
-    forest: PackedForest,
+    parts: list[Future],
     seed: int,
     lam: float,
     classification: bool,
@@ -243,31 +267,25 @@ def permutation_importance(
 ) -> np.ndarray:
     """Breiman's out-of-bag permutation importance, summed over the blocks.
 
+    ``parts`` are futures of the forest's parts (``forest.parts.ForestPart``) in tree order;
+    every block is scored by each, where the part is.
+
     Returns
     -------
     ndarray (n_features, n_trees, n_repeats)
         Each tree's mean loss increase on its out-of-bag rows when the feature is permuted.
     """
-    forest_future = forest_task(client, forest)
-    parts = client.gather(
-        [
-            client.submit(
-                permutation_block,
-                forest_future,
-                part,
-                seed,
-                lam,
-                classification,
-                n_repeats,
-                permutation_seed,
-                pure=False,
-            )
-            for part in data.parts
-        ]
-    )
-    base = sum(p[0] for p in parts)
-    permuted = sum(p[1] for p in parts)
-    n_oob = np.maximum(sum(p[2] for p in parts), 1.0)
+    args = (seed, lam, classification, n_repeats, permutation_seed)
+    futures = [
+        [client.submit(permutation_block, part, block, *args, pure=False) for part in parts]
+        for block in data.parts
+    ]
+    # Per block, the parts' trees one after the other; then the blocks summed, in order.
+    blocks = [
+        [np.concatenate([r[k] for r in client.gather(row)]) for k in range(3)] for row in futures
+    ]
+    base, permuted, n_oob = (functools.reduce(operator.add, sums) for sums in zip(*blocks))
+    n_oob = np.maximum(n_oob, 1.0)
     increase = (permuted - base[:, None, None]) / n_oob[:, None, None]
     return increase.transpose(1, 0, 2)
 
@@ -336,9 +354,15 @@ def add_oob_impurity(codes, y, w, counts, nodes, bitsets, root, values, classifi
 
 
 def oob_impurity_block(
-    table: NodeTable, block: BinnedPartition, seed: int, lam: float, classification: bool
+    table: NodeTable,
+    block: BinnedPartition,
+    seed: int,
+    lam: float,
+    classification: bool,
+    first_tree: int = 0,
 ) -> np.ndarray:
-    """A block's part of the debiased impurity importance (``add_oob_impurity``).
+    """A block's part of the debiased impurity importance (``add_oob_impurity``), for the trees
+    of ``table``, the forest's trees ``first_tree`` on.
 
     Returns
     -------
@@ -351,7 +375,7 @@ def oob_impurity_block(
     acc = np.zeros((table.n_features + 1, EXACT_DIGITS), dtype=np.int64)
     sums = np.empty((table.n_trees, table.n_features + 1), dtype=object)
     for t in range(table.n_trees):
-        tree_counts(seed, t, block.first_row, lam, counts)
+        tree_counts(seed, first_tree + t, block.first_row, lam, counts)
         acc[:] = 0
         add_oob_impurity(
             block.codes,
@@ -372,7 +396,8 @@ def oob_impurity_block(
 def oob_impurity_importance(
     client: Client,
     data: TrainingData,
-    table: NodeTable,
+    tables: list[Future],
+    first_trees: Sequence[int],
     seed: int,
     lam: float,
     classification: bool,
@@ -380,22 +405,26 @@ def oob_impurity_importance(
     """The debiased impurity importance (MDI-oob) of each tree, from the blocks' exact sums:
     the same figures however the rows are cut into blocks.
 
+    ``tables`` are futures of the node tables (``NodeTable``) of the forest's parts, in tree
+    order, whose first trees are ``first_trees``.
+
     Returns
     -------
     ndarray (n_features, n_trees)
         Each tree's summed decreases over its out-of-bag rows divided by their summed weight;
         0 for a tree without out-of-bag rows.
     """
-    table_future = forest_task(client, table)
-    parts = client.gather(
+    futures = [
         [
             client.submit(
-                oob_impurity_block, table_future, part, seed, lam, classification, pure=False
+                oob_impurity_block, table, block, seed, lam, classification, first, pure=False
             )
-            for part in data.parts
+            for table, first in zip(tables, first_trees)
         ]
-    )
-    totals = sum(parts[1:], parts[0])
+        for block in data.parts
+    ]
+    blocks = [np.concatenate(client.gather(row)) for row in futures]
+    totals = sum(blocks[1:], blocks[0])
     sums = np.array([[from_exact(s) for s in row] for row in totals]).reshape(totals.shape)
     weights = sums[:, -1:]
     importances = np.divide(

@@ -35,9 +35,10 @@ from ..learner.binning import BinArrays
 from ..learner.grower import Workspace, grow_tree_state
 from ..learner.sampling import tree_counts, tree_seed, tree_subspace
 from ..learner.tree import Tree
-from . import levels
+from . import levels, shards
 from .client import Client, as_completed, is_in_process
 from .data import BinnedPartition, TrainingData
+from .shards import TreeShards
 
 
 @dataclass(frozen=True)
@@ -302,12 +303,14 @@ def grow_forest(
     trees_per_task: int | None = None,
     mode: str = "auto",
     retries: int = 1,
-) -> tuple[list[Tree], str]:
-    """Submit the tree tasks and gather their trees in tree order.
+    on_workers: bool = False,
+) -> tuple[list[Tree] | TreeShards, str]:
+    """Submit the tree tasks and gather their trees in tree order, or with ``on_workers``
+    keep them on the workers, a shard a task (``shards``).
 
     Returns
     -------
-    trees : list of tree.Tree
+    trees : list of tree.Tree, or TreeShards
     mode : str
         The mode used.
     """
@@ -325,11 +328,15 @@ def grow_forest(
         )
         progress = _progress.get()
         trees = levels.grow_forest_levels(client, data, spec, tree_ids, plan, retries, progress)
+        if on_workers:
+            size = default_trees_per_task(len(trees), len(workers))
+            return shards.scatter_trees(client, trees, size, data.bin_mapper), mode
         return trees, mode
     batches = tree_batches(tree_ids, trees_per_task, len(workers))
     token = uuid.uuid4().hex[:8]
     ship = not is_in_process(client)  # pickled only to cross a process boundary
-    if ship and wire.feature_dtype(data.bin_mapper.n_features_in_) not in _client_kernels_ready:
+    feature_dtype = wire.feature_dtype(data.bin_mapper.n_features_in_)
+    if ship and not on_workers and feature_dtype not in _client_kernels_ready:
         # On a cold cache the workers compile their kernels for seconds while the client
         # waits: it compiles its own meanwhile (packing, and prediction, which a fit's caller
         # usually runs next), off the fit's critical path. (Its thread and the fit's take
@@ -376,9 +383,14 @@ def grow_forest(
                 priority=priority,
             )
         )
+    progress = _progress.get()
+    if on_workers:
+        first_trees = [batch[0] for batch in batches]
+        return shards.keep_on_workers(
+            client, futures, first_trees, data.bin_mapper, len(tree_ids), retries, progress
+        ), mode
     # Fetch each batch as soon as its task ends, while the others still grow: trees are large
     # (tens of bytes per node) and moving them to the client overlaps with the growth.
-    progress = _progress.get()
     grown = {}
     n_done = 0
     for future in as_completed(client, futures):

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import contextlib
 import numbers
+import operator
 import os
+from collections.abc import Sequence
 from functools import partial
 from typing import ClassVar
 
@@ -31,16 +33,39 @@ from ..core.params import (
 )
 from ..core.validation import check_2d, check_predict_columns
 from ..distributed import reductions
-from ..distributed.client import client_for, find_client
+from ..distributed.client import client_for, find_client, is_in_process
 from ..distributed.convergence import WAVE, ConvergenceMonitor
 from ..distributed.data import Data, is_dask_collection, prepare
-from ..distributed.reductions import oob_estimates, permutation_importance
+from ..distributed.reductions import forest_task, oob_estimates, permutation_importance
+from ..distributed.shards import (
+    TreeShards,
+    auto_client_bytes,
+    gather_tree,
+    gather_trees,
+    join_shards,
+    local_rows_through_shards,
+    map_parts,
+    rows_through_shards,
+)
 from ..distributed.train import ForestSpec, finish_progress, grow_forest, progress_of_wave
 from ..forest import treeshap
 from ..forest.node_table import NodeTable
 from ..forest.packing import PackedForest
+from ..forest.parts import (
+    ForestPart,
+    JackknifeStd,
+    Leaves,
+    MeanVote,
+    ShapValues,
+    TreeValues,
+    expected_values,
+    explained,
+    median_of_trees,
+    node_table,
+    run_in_parts,
+)
 from ..forest.routing import HARD, SOFT
-from ..forest.variance import centred_count_gram, jackknife_mean_std
+from ..forest.variance import centred_count_gram
 from ..learner.binning import BinMapper
 from ..learner.sampling import sampling_rate, tree_counts
 from ..modelfile.writing import save as save_model
@@ -56,7 +81,7 @@ class BaseForest(BaseEstimator):
     _splitter: ClassVar[str] = "best"
 
     # Declared for mypy, set by fit (scikit-learn's fitted attributes are absent before it).
-    estimators_: list[BaseDecisionTree]
+    estimators_: Sequence[BaseDecisionTree]
     mode_: str
     # A parameter (set by ``__init__``, ``keep_init_arguments``) the fit reads before it is
     # validated.
@@ -97,6 +122,7 @@ class BaseForest(BaseEstimator):
         # once the number of rows is known).
         check_tree_params(self._tree_template(), 2, n_features, is_classifier)
         with client_for(self.client) as client:
+            on_workers = self._stores_on_workers(client, warm)
             mapper = (
                 self.bin_mapper_
                 if warm
@@ -136,6 +162,11 @@ class BaseForest(BaseEstimator):
                 balanced_subsample=class_weight == "balanced_subsample",
             )
             if self.n_estimators == "auto":
+                if on_workers:
+                    raise ValueError(
+                        'n_estimators="auto" needs tree_storage="client": its waves are '
+                        "checked on the client"
+                    )
                 new_trees = self._grow_until_converged(
                     client, data, spec, n_existing, is_classifier
                 )
@@ -147,12 +178,32 @@ class BaseForest(BaseEstimator):
                     list(range(n_existing, self.n_estimators)),
                     self.trees_per_task,
                     self.mode,
+                    on_workers=on_workers,
                 )
             self._set_fitted(data, params, new_trees, warm, is_classifier)
             self._after_growth(client, data, spec)
             if self.oob_score:
                 self._set_oob(client, data, spec.lam, is_classifier)
         return self
+
+    def _stores_on_workers(self, client, warm):
+        """Whether this fit keeps its trees on the workers (``tree_storage``): a warm start
+        keeps the storage of the trees it adds to."""
+        if warm:
+            return self._tree_shards is not None
+        # Quantile forests have no such parameter: their leaf targets are made with the trees
+        # on the client.
+        storage = getattr(self, "tree_storage", "client")
+        if storage == "client":
+            return False
+        if is_in_process(client):
+            if storage == "workers":
+                raise ValueError(
+                    'tree_storage="workers" needs a Dask cluster (a distributed Client, passed '
+                    "as client= or the default one): without one the trees are in this process"
+                )
+            return False
+        return True
 
     def _set_fitted(self, data, params, new_trees, warm, is_classifier):
         self.bin_mapper_ = data.bin_mapper
@@ -167,11 +218,61 @@ class BaseForest(BaseEstimator):
         if is_classifier:
             self.classes_ = data.classes
             self.n_classes_ = len(data.classes)
+        if isinstance(new_trees, TreeShards):
+            existing = self._tree_shards
+            shards = join_shards([existing, new_trees]) if warm and existing else new_trees
+            if self.tree_storage == "auto" and shards.nbytes.sum() <= auto_client_bytes():
+                self._keep_on_client(gather_trees(shards))
+            else:
+                self._keep_on_workers(shards)
+            return
         trees = [self._wrap(tree) for tree in new_trees]
-        self.estimators_ = (self.estimators_ if warm else []) + trees
+        self._keep_on_client([*self.estimators_, *trees] if warm else trees)
+
+    def _keep_on_client(self, estimators):
+        """Hold the fitted trees (estimators, or trees to wrap) on the client."""
+        self.estimators_ = [
+            e if isinstance(e, BaseDecisionTree) else self._wrap(e) for e in estimators
+        ]
+        self.tree_storage_ = "client"
+        self._shards = None
         # Packed now, not on first use: predict must not change the estimator, nor pay for it.
         # A warm start packs every tree again (a flights forest in a fraction of its fit).
         self._forest = self._pack()
+
+    def _keep_on_workers(self, shards):
+        """Hold the fitted trees as shards on the workers (``tree_storage="workers"``)."""
+        self._shards = shards
+        self.estimators_ = TreesOnWorkers(shards, self._wrap)
+        self.tree_storage_ = "workers"
+        self._forest = None
+
+    def gather_trees(self) -> BaseForest:
+        """Bring the trees of a forest kept on the workers (``tree_storage="workers"``) to the
+        client: the forest is then exactly the forest fitted with ``tree_storage="client"``.
+        Nothing to do for a forest on the client.
+
+        Returns
+        -------
+        self
+        """
+        check_is_fitted(self, "estimators_")
+        if self._tree_shards is not None:
+            self._keep_on_client(gather_trees(self._tree_shards))
+        return self
+
+    @property
+    def _tree_shards(self) -> TreeShards | None:
+        """The shards of a forest kept on the workers; None for a forest on the client."""
+        return getattr(self, "_shards", None)
+
+    def _needs_client_trees(self, method):
+        """Refuse ``method`` on a forest kept on the workers, which it does not support yet."""
+        if self._tree_shards is not None:
+            raise ValueError(
+                f"{method} needs the trees on the client, and this forest keeps them on the "
+                'workers (tree_storage="workers"): call gather_trees() first'
+            )
 
     def _grow_until_converged(self, client, data, spec, n_existing, is_classifier):
         """``n_estimators="auto"``: grow waves of trees until the out-of-bag estimate of the
@@ -181,7 +282,8 @@ class BaseForest(BaseEstimator):
             client, data, spec.seed, spec.lam, is_classifier, float(self.tol)
         )
         unchecked = [est.tree_ for est in self.estimators_[:n_existing]] if n_existing else []
-        grown, n_trees = [], n_existing
+        grown: list = []
+        n_trees = n_existing
         self.mode_ = getattr(self, "mode_", self.mode)
         while True:
             wave = min(WAVE, self.max_n_estimators - n_trees)
@@ -195,6 +297,7 @@ class BaseForest(BaseEstimator):
                         self.trees_per_task,
                         self.mode,
                     )
+                assert isinstance(trees, list)  # grown on the client's side (not on_workers)
                 grown += trees
                 unchecked += trees
                 n_trees += wave
@@ -281,6 +384,7 @@ class BaseForest(BaseEstimator):
         fitted or loaded. If ``estimators_`` was changed since, the trees are packed again for
         the call (and not kept: predicting does not change the estimator)."""
         check_is_fitted(self, "estimators_")
+        self._needs_client_trees("forest_")
         forest = getattr(self, "_forest", None)
         if forest is not None and forest.packs([est.tree_ for est in self.estimators_]):
             return forest
@@ -301,6 +405,8 @@ class BaseForest(BaseEstimator):
 
     def _tree_importances(self):
         check_is_fitted(self, "estimators_")
+        if self._tree_shards is not None:
+            return self._tree_shards.importances
         return np.array([est.tree_.compute_feature_importances() for est in self.estimators_])
 
     def oob_permutation_importance(
@@ -344,7 +450,7 @@ class BaseForest(BaseEstimator):
             increase = permutation_importance(
                 client,
                 data,
-                self.forest_,
+                self._parts_on(client),
                 self._seed,
                 lam,
                 hasattr(self, "classes_"),
@@ -389,13 +495,15 @@ class BaseForest(BaseEstimator):
             data,
             lam,
         ):
+            shards = self._tree_shards
+            if shards is None:
+                tables = [forest_task(client, NodeTable([e.tree_ for e in self.estimators_]))]
+                first_trees = [0]
+            else:
+                tables = map_parts(shards.parts, node_table)
+                first_trees = list(shards.first_trees[:-1])
             importances = reductions.oob_impurity_importance(
-                client,
-                data,
-                NodeTable([est.tree_ for est in self.estimators_]),
-                self._seed,
-                lam,
-                hasattr(self, "classes_"),
+                client, data, tables, first_trees, self._seed, lam, hasattr(self, "classes_")
             )
         return _importance_bunch(importances)
 
@@ -436,6 +544,7 @@ class BaseForest(BaseEstimator):
         # Imported here: scikit-learn's forests and trees would slow importing dasktrees.
         from ..export.scikit_learn import forest_to_sklearn
 
+        self._needs_client_trees("to_sklearn")
         return forest_to_sklearn(self)
 
     def shap_values(self, X: Data) -> np.ndarray | da.Array:
@@ -457,9 +566,16 @@ class BaseForest(BaseEstimator):
         ndarray of shape (n_samples, n_features) for regressors and (n_samples, n_features,
         n_classes) for classifiers; a dask array for dask input.
         """
-        table = self._explained_table()
-        n_values = table.values.shape[1]
-        flat = self._apply_by_rows(X, partial(_shap_rows, table), self.n_features_in_ * n_values)
+        hard = self._explained_voting()
+        n_values = len(self.classes_) if hasattr(self, "classes_") else 1
+        shards = self._tree_shards
+        if shards is None:
+            table = treeshap.explained_table([est.tree_ for est in self.estimators_], hard)
+            parts, max_depth = [table], table.max_depth
+        else:
+            parts, max_depth = map_parts(shards.parts, explained, hard), shards.max_depth
+        op = ShapValues(self.n_estimators_, max_depth, self.n_features_in_, n_values)
+        flat = self._by_rows(X, op, self.n_features_in_ * n_values, parts=parts)
         return treeshap.shaped(flat, self.n_features_in_, n_values, hasattr(self, "classes_"))
 
     @property
@@ -467,18 +583,27 @@ class BaseForest(BaseEstimator):
         """What the SHAP values add to: the forest's prediction with no feature known (each
         tree's leaf values weighted by their training cover, averaged over trees); a float for
         regressors, ndarray (n_classes,) for classifiers."""
-        expected = self._explained_table().expected_values().mean(axis=0)
+        hard = self._explained_voting()
+        shards = self._tree_shards
+        if shards is None:
+            trees = [est.tree_ for est in self.estimators_]
+            per_tree = treeshap.explained_table(trees, hard).expected_values()
+        else:
+            per_tree = np.concatenate(
+                shards.client.gather(map_parts(shards.parts, expected_values, hard))
+            )
+        expected = per_tree.mean(axis=0)
         return expected if hasattr(self, "classes_") else float(expected[0])
 
-    def _explained_table(self):
+    def _explained_voting(self):
+        """Whether the trees' SHAP values explain hard votes; refuses a median of the trees."""
         check_is_fitted(self, "estimators_")
         if getattr(self, "aggregation", "mean") != "mean":
             raise ValueError(
                 'SHAP values need aggregation="mean": a median of the trees is not a sum of '
                 "their contributions"
             )
-        hard = getattr(self, "voting", "soft") == "hard"
-        return treeshap.explained_table([est.tree_ for est in self.estimators_], hard)
+        return getattr(self, "voting", "soft") == "hard"
 
     def __sklearn_clone__(self):
         """A clone shares the client (a client cannot be copied); other parameters are cloned
@@ -497,14 +622,22 @@ class BaseForest(BaseEstimator):
             a JSON manifest and ``.npz`` arrays, is described in docs/models.md; the client and
             the per-row out-of-bag estimates are not saved.
         """
+        self._needs_client_trees("save")
         save_model(self, path)
 
     def __getstate__(self):
+        if self._tree_shards is not None:
+            # Its trees are futures of one client's cluster: a pickle could not hold them.
+            raise TypeError(
+                'a forest kept on the workers (tree_storage="workers") cannot be pickled: '
+                "call gather_trees() first, or save() it"
+            )
         state = dict(self.__dict__)
         # Packed again on unpickling, from the trees: the packed tables would add a third to
         # the pickle, and packing them takes a fraction of unpickling the trees.
         state.pop("_forest", None)
         state["client"] = None  # a client is never pickled
+        state.pop("_shards", None)
         return state
 
     def __setstate__(self, state):
@@ -528,12 +661,12 @@ class BaseForest(BaseEstimator):
             ``apply`` gives it) of the leaf sample i reaches in tree t. A dask array for dask
             input, one task per block.
         """
-        forest = self.forest_
-        # The packed forest holds each tree's leaves in node order, tree after tree: the node id
-        # of its leaf row r is the r-th of these.
-        leaf_nodes = np.concatenate([est.tree_.leaf_nodes() for est in self.estimators_])
-        rows_fn = partial(_leaf_node_rows, forest, leaf_nodes)
-        return self._apply_by_rows(X, rows_fn, forest.n_trees, dtype=np.int64)
+        parts = None
+        if self._tree_shards is None:
+            # The node id of each packed leaf, as its tree numbers it: what leaf rows map to.
+            leaf_ids = np.concatenate([e.tree_.leaf_nodes() for e in self.estimators_])
+            parts = [ForestPart(0, self.forest_, leaf_ids=leaf_ids)]
+        return self._by_rows(X, Leaves(), self.n_estimators_, np.int64, parts)
 
     def decision_path(self, X: ArrayLike) -> tuple[sparse.csr_matrix, np.ndarray]:
         """The nodes each sample goes through in each tree, as scikit-learn's forests give them.
@@ -552,6 +685,7 @@ class BaseForest(BaseEstimator):
             ``indicator[:, n_nodes_ptr[t]:n_nodes_ptr[t + 1]]``, in its node numbering.
         n_nodes_ptr : ndarray of int64, shape (n_estimators + 1,)
         """
+        self._needs_client_trees("decision_path")
         if is_dask_collection(X):
             raise TypeError(
                 "decision_path needs X in memory (numpy or pandas): its sparse indicator is "
@@ -568,8 +702,57 @@ class BaseForest(BaseEstimator):
 
     def _votes(self, X, voting):
         """Mean vote per row: ndarray for local X, dask array for dask X."""
-        forest = self.forest_
-        return self._apply_by_rows(X, partial(_vote_rows, forest, voting), forest.values.shape[1])
+        n_values = len(self.classes_) if hasattr(self, "classes_") else 1
+        return self._by_rows(X, MeanVote(voting, self.n_estimators_), n_values)
+
+    def _by_rows(self, X, op, n_columns, dtype=np.float64, parts=None):
+        """A row op (``forest.parts``) over X, wherever the trees are: (n_rows, n_columns) of
+        ``dtype``, an ndarray for local X, a dask array for dask X.
+
+        ``parts``: what the op takes as parts, when not the forest's own (the client's forest
+        as one ``ForestPart``, or the shards' futures). Trees on the client: through
+        ``_apply_by_rows``. Trees on the workers: each block of rows goes through the shards
+        where they are (``shards.rows_through_shards``); local X is encoded here and sent in
+        blocks.
+        """
+        check_is_fitted(self, "estimators_")
+        shards = self._tree_shards
+        if shards is None:
+            parts = parts or [ForestPart(0, self.forest_)]
+            return self._apply_by_rows(X, partial(run_in_parts, op, parts), n_columns, dtype)
+        parts = parts or shards.parts
+        # In a list: scatter would send a tuple's items one by one.
+        model = shards.client.scatter([(self.bin_mapper_, op)], broadcast=True, hash=False)[0]
+        if isinstance(X, (dd.DataFrame, da.Array)):
+            self._check_dask_input(X)
+            if isinstance(X, dd.DataFrame):
+                blocks, lengths = list(X.to_delayed()), [np.nan] * X.npartitions
+            else:
+                X = X.rechunk({1: -1})
+                blocks, lengths = list(X.to_delayed()[:, 0]), X.chunks[0]
+            return rows_through_shards(
+                parts, blocks, lengths, model, op.chained, n_columns, dtype, encoded=False
+            )
+        X = check_2d(X)
+        check_predict_columns(self, X)
+        encoded = self.bin_mapper_.encode(X)
+        return local_rows_through_shards(parts, encoded, model, op.chained, n_columns, dtype)
+
+    def _check_dask_input(self, X):
+        if X.ndim != 2:
+            raise ValueError(f"X must be 2-d (n_samples, n_features), got shape {X.shape}")
+        if X.shape[1] != self.n_features_in_:
+            raise ValueError(
+                f"X has {X.shape[1]} features, but {type(self).__name__} is expecting "
+                f"{self.n_features_in_} features as input"
+            )
+
+    def _parts_on(self, client):
+        """The forest's parts as futures on ``client``'s cluster, in tree order: the shards,
+        or the client's forest sent as one part (``reductions.forest_task``)."""
+        if self._tree_shards is not None:
+            return self._tree_shards.parts
+        return [forest_task(client, ForestPart(0, self.forest_))]
 
     def _shared_with_workers(self, model):
         """``model`` as every block task of a prediction should receive it.
@@ -594,14 +777,7 @@ class BaseForest(BaseEstimator):
         """
         check_is_fitted(self, "estimators_")
         if isinstance(X, (dd.DataFrame, da.Array)):
-            if X.ndim != 2:
-                raise ValueError(f"X must be 2-d (n_samples, n_features), got shape {X.shape}")
-            if X.shape[1] != self.n_features_in_:
-                raise ValueError(
-                    f"X has {X.shape[1]} features, but {type(self).__name__} is expecting "
-                    f"{self.n_features_in_} features as input"
-                )
-        if isinstance(X, (dd.DataFrame, da.Array)):
+            self._check_dask_input(X)
             model = self._shared_with_workers((self.bin_mapper_, rows_fn))
         if isinstance(X, dd.DataFrame):
             meta = pd.DataFrame(np.empty((0, n_columns), dtype=dtype), columns=range(n_columns))
@@ -612,6 +788,36 @@ class BaseForest(BaseEstimator):
         X = check_2d(X)
         check_predict_columns(self, X)
         return rows_fn(self.bin_mapper_.encode(X), True)
+
+
+class TreesOnWorkers(Sequence):
+    """``estimators_`` of a forest kept on the workers: its length is known on the client, and
+    a tree asked for (by index, slice or iteration) is brought from its shard, one at a time,
+    and not kept. Iterating brings every tree, one after the other: ``gather_trees`` brings
+    them all at once and keeps them.
+
+    Parameters
+    ----------
+    shards : TreeShards
+    wrap : callable
+        Makes the single-tree estimator of a tree (``BaseForest._wrap``).
+    """
+
+    def __init__(self, shards: TreeShards, wrap):
+        self._shards = shards
+        self._wrap = wrap
+
+    def __len__(self) -> int:
+        return self._shards.n_trees
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return [self[t] for t in range(*index.indices(len(self)))]
+        t = operator.index(index)
+        return self._wrap(gather_tree(self._shards, t + len(self) if t < 0 else t))
+
+    def __repr__(self) -> str:
+        return f"<{len(self)} trees on the workers>"
 
 
 def _importance_bunch(importances):
@@ -634,24 +840,8 @@ def _scored_rows(client, data, decision):
     return y_true[scored], decision[scored]
 
 
-def _leaf_node_rows(forest, leaf_nodes, encoded, parallel):
-    return leaf_nodes[forest.apply(encoded, parallel)]
-
-
-def _vote_rows(forest, voting, encoded, parallel):
-    return forest.vote(encoded, voting, parallel)
-
-
-def _mean_std_rows(forest, gram, n_rows, encoded, parallel):
-    return jackknife_mean_std(forest.tree_predictions(encoded, parallel), gram, n_rows)
-
-
-def _shap_rows(table, encoded, parallel):
-    return treeshap.shap_values(table, encoded, parallel).reshape(len(encoded), -1)
-
-
-def _median_rows(forest, encoded, parallel):
-    return np.median(forest.tree_predictions(encoded, parallel), axis=1)[:, None]
+def _most_probable(classes, proba):
+    return classes.take(np.argmax(proba, axis=1))
 
 
 # Inside Dask tasks the kernels run without threads (see PackedForest.vote).
@@ -729,10 +919,21 @@ FOREST_DOC = """
         ``class_weight="balanced_subsample"``). "auto" samples when trees draw under half the
         rows, and otherwise picks the first mode whose tree task fits in 60 % of the smallest
         worker memory limit: replicated, sampled, distributed. Every mode grows the same trees.
+    tree_storage : {"client", "workers", "auto"}, default="client"
+        Where the fitted trees are kept (docs/forests.md, "Forests kept on the workers"): in
+        this process; or on the workers, in shards (the trees of a tree task, in the memory of
+        the worker that grew them), where predictions, ``apply`` and the out-of-bag estimates
+        go to them, the client keeping only small summaries; ``gather_trees()`` brings them
+        home. "auto": on the workers when the trees take more than a tenth of this machine's
+        memory. "workers" needs a Dask cluster.
 
     Attributes
     ----------
     estimators_ : list of DecisionTreeClassifier or DecisionTreeRegressor
+        With the trees on the workers, a sequence that brings a tree from its shard when
+        indexed (``len`` needs nothing).
+    tree_storage_ : {"client", "workers"}
+        Where the trees are.
     classes_, n_classes_ : classifiers only
     n_features_in_, feature_names_in_, max_features_ :
     feature_importances_, feature_importances_std_ : ndarray of shape (n_features,)
@@ -778,18 +979,19 @@ class _ForestClassifierMixin(ClassifierMixin):
         """The class with the largest mean probability (soft) or most votes (hard)."""
         proba = self.predict_proba(X)
         if isinstance(proba, da.Array):
-            # da.map_blocks, not the method: as in predict_log_proba.
+            # da.map_blocks, not the method: as in predict_log_proba. The classes only go with
+            # the tasks (a lambda of self would take the whole estimator with each).
             return da.map_blocks(
-                lambda p: self.classes_.take(np.argmax(p, axis=1)),
+                partial(_most_probable, self.classes_),
                 proba,
                 drop_axis=1,
                 dtype=self.classes_.dtype,
             )
-        return self.classes_.take(np.argmax(proba, axis=1))
+        return _most_probable(self.classes_, proba)
 
     def _set_oob(self, client, data, lam, is_classifier):
         decision, score, curve = oob_estimates(
-            client, data, self.forest_, self._seed, lam, self._voting_code(), True
+            client, data, self._parts_on(client), self._seed, lam, self._voting_code(), True
         )
         self.oob_decision_function_ = decision
         self.oob_curve_ = curve
@@ -831,7 +1033,7 @@ class _ForestRegressorMixin(RegressorMixin):
             return self._mean_and_std(X)
         if self.aggregation == "mean":
             return self._votes(X, SOFT)[:, 0]
-        return self._apply_by_rows(X, partial(_median_rows, self.forest_), 1)[:, 0]
+        return self._by_rows(X, TreeValues(median_of_trees), 1)[:, 0]
 
     def _mean_and_std(self, X):
         check_is_fitted(self, "estimators_")
@@ -841,14 +1043,13 @@ class _ForestRegressorMixin(RegressorMixin):
             )
         if self.aggregation != "mean":
             raise ValueError('return_std=True needs aggregation="mean"')
-        forest = self.forest_
-        gram = centred_count_gram(self._seed, 1.0, self._n_rows, forest.n_trees)
-        out = self._apply_by_rows(X, partial(_mean_std_rows, forest, gram, self._n_rows), 2)
+        gram = centred_count_gram(self._seed, 1.0, self._n_rows, self.n_estimators_)
+        out = self._by_rows(X, TreeValues(JackknifeStd(gram, self._n_rows)), 2)
         return out[:, 0], out[:, 1]
 
     def _set_oob(self, client, data, lam, is_classifier):
         decision, score, curve = oob_estimates(
-            client, data, self.forest_, self._seed, lam, SOFT, False
+            client, data, self._parts_on(client), self._seed, lam, SOFT, False
         )
         self.oob_prediction_ = decision[:, 0]
         self.oob_curve_ = curve
@@ -918,6 +1119,7 @@ class RandomForestClassifier(_ForestClassifierMixin, BaseForest):
         trees_per_task=None,
         n_blocks=None,
         mode="auto",
+        tree_storage="client",
     ):
         keep_init_arguments(self, locals())
 
@@ -960,6 +1162,7 @@ class ExtraTreesClassifier(RandomForestClassifier):
         trees_per_task=None,
         n_blocks=None,
         mode="auto",
+        tree_storage="client",
     ):
         keep_init_arguments(self, locals())
 
@@ -1008,6 +1211,7 @@ class RandomForestRegressor(_ForestRegressorMixin, BaseForest):
         trees_per_task=None,
         n_blocks=None,
         mode="auto",
+        tree_storage="client",
     ):
         keep_init_arguments(self, locals())
 
@@ -1046,5 +1250,6 @@ class ExtraTreesRegressor(RandomForestRegressor):
         trees_per_task=None,
         n_blocks=None,
         mode="auto",
+        tree_storage="client",
     ):
         keep_init_arguments(self, locals())

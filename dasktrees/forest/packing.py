@@ -223,6 +223,14 @@ class PackedForest:
         ndarray of float64, shape (n_samples, n_values)
         """
         out = np.zeros((X.shape[0], self.values.shape[1]))
+        self.add_votes(X, voting, out, parallel)
+        out /= self.n_trees
+        return out
+
+    def add_votes(self, X: np.ndarray, voting: int, out: np.ndarray, parallel: bool) -> None:
+        """Add the trees' votes (``vote``'s sums, not yet divided by the number of trees) to
+        ``out``, each row's trees in order: forests in parts (``parts``) continue one sum part
+        after part, the same additions as one forest of all their trees."""
         leaf_values = self.leaf_values
         if self.leaf_counts and X.shape[0] * self.n_trees >= len(self.values):
             # More leaf visits than leaves: divide every leaf's counts once, into a table
@@ -231,8 +239,6 @@ class PackedForest:
             class_fractions(self.values.astype(np.float64), fractions, np.empty(len(fractions)))
             leaf_values = fractions, False
         by_row_chunks(vote_rows, X, parallel, *self._arrays(), *leaf_values, voting, out)
-        out /= self.n_trees
-        return out
 
     def tree_predictions(self, X: np.ndarray, parallel: bool = True) -> np.ndarray:
         """Each tree's value for each row, (n_samples, n_trees): regression's "bragging"."""

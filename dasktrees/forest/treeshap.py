@@ -107,12 +107,28 @@ def shap_values(table, encoded, parallel=True):
         With ``table.expected_values().mean(axis=0)`` added, each row's values sum to the
         forest's mean leaf value for it (its prediction, or class probabilities).
     """
-    points, weights = quadrature(max(1, -(-table.max_depth // 2)))
     out = np.zeros((encoded.shape[0], table.n_features, table.values.shape[1]))
-    args = (table.nodes, table.bitsets, table.values, table.cover, table.starts, points, weights)
-    by_row_chunks(shap_rows, encoded, parallel, *args, out)
+    add_shap_values(table, encoded, out, table.max_depth, parallel)
     out /= table.n_trees
     return out
+
+
+def add_shap_values(table, encoded, out, max_depth, parallel=True):
+    """Add the SHAP values of the table's trees (summed, not averaged) to ``out``, each row's
+    trees in order: a forest in parts continues one sum part after part.
+
+    Parameters
+    ----------
+    table : NodeTable
+    encoded : ndarray of float32 or float64, shape (n_samples, n_features)
+    out : ndarray of float64, shape (n_samples, n_features, n_values)
+    max_depth : int
+        The deepest tree's depth, of the whole forest (its quadrature rules).
+    parallel : bool
+    """
+    points, weights = quadrature(max(1, -(-max_depth // 2)))
+    args = (table.nodes, table.bitsets, table.values, table.cover, table.starts, points, weights)
+    by_row_chunks(shap_rows, encoded, parallel, *args, out)
 
 
 def shaped(flat, n_features, n_values, is_classifier):

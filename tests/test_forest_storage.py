@@ -1,0 +1,194 @@
+"""Forests kept on the workers (``tree_storage="workers"``): the oracle is the same forest held on
+the client (``tree_storage="client"``), and every result must be the same, bit for bit.
+
+The shards are the trees of each tree task, on the worker that grew them; a prediction sends each
+block of rows through them in tree order, so the sums are those of the client's forest.
+"""
+
+import dask.array as da
+import dask.dataframe as dd
+import numpy as np
+import pandas as pd
+import pytest
+from sklearn.datasets import make_classification, make_regression
+
+from dasktrees import (
+    ExtraTreesClassifier,
+    RandomForestClassifier,
+    RandomForestQuantileRegressor,
+    RandomForestRegressor,
+)
+from dasktrees.distributed import shards as shards_module
+
+
+def fit_pair(cls, X, y, client, **params):
+    """The same forest fitted twice, its trees on the client and on the workers."""
+    params = {"n_estimators": 10, "random_state": 0, "client": client, **params}
+    on_client = cls(tree_storage="client", **params).fit(X, y)
+    on_workers = cls(tree_storage="workers", **params).fit(X, y)
+    assert on_client.tree_storage_ == "client"
+    assert on_workers.tree_storage_ == "workers"
+    return on_client, on_workers
+
+
+def assert_same_predictions(a, b, X):
+    """Every prediction method on X (numpy) and on X as a dask array and dataframe (computed
+    on the forest's cluster, which is not the default one)."""
+    client = b._tree_shards.client
+    methods = ["predict", "apply"]
+    methods += ["predict_proba", "predict_log_proba"] if hasattr(a, "classes_") else []
+    X_dask = da.from_array(X, chunks=(len(X) // 3 + 1, X.shape[1]))
+    X_frame = dd.from_pandas(pd.DataFrame(X), npartitions=2)
+    for method in methods:
+        expected = getattr(a, method)(X)
+        np.testing.assert_array_equal(getattr(b, method)(X), expected, err_msg=method)
+        for X_lazy in (X_dask, X_frame):
+            lazy = getattr(b, method)(X_lazy)
+            np.testing.assert_array_equal(client.compute(lazy, sync=True), expected)
+
+
+@pytest.fixture(scope="module")
+def classification():
+    X, y = make_classification(600, 8, n_informative=5, n_classes=3, random_state=0)
+    return X, y
+
+
+@pytest.fixture(scope="module")
+def regression():
+    return make_regression(500, 6, noise=5.0, random_state=1)
+
+
+def test_classifier_same_on_workers(client, classification):
+    X, y = classification
+    a, b = fit_pair(RandomForestClassifier, X, y, client, oob_score=True, trees_per_task=3)
+    # Shards of 3, 3, 3 and 1 trees: a forest in four parts.
+    assert len(b._tree_shards.parts) == 4 and len(b) == len(a) == 10
+    assert_same_predictions(a, b, X[:100])
+    np.testing.assert_array_equal(b.feature_importances_, a.feature_importances_)
+    np.testing.assert_array_equal(b.feature_importances_std_, a.feature_importances_std_)
+    assert b.oob_score_ == a.oob_score_
+    np.testing.assert_array_equal(b.oob_curve_, a.oob_curve_)
+    np.testing.assert_array_equal(b.oob_decision_function_, a.oob_decision_function_)
+
+
+def test_regressor_same_on_workers(client, regression):
+    X, y = regression
+    a, b = fit_pair(RandomForestRegressor, X, y, client, oob_score=True, trees_per_task=4)
+    assert_same_predictions(a, b, X[:50])
+    for mean_std_a, mean_std_b in zip(a.predict(X, return_std=True), b.predict(X, return_std=True)):
+        np.testing.assert_array_equal(mean_std_b, mean_std_a)
+    assert b.oob_score_ == a.oob_score_
+    np.testing.assert_array_equal(b.oob_prediction_, a.oob_prediction_)
+    a.set_params(aggregation="median")
+    b.set_params(aggregation="median")
+    np.testing.assert_array_equal(b.predict(X[:50]), a.predict(X[:50]))
+
+
+@pytest.mark.parametrize("voting", ["soft", "hard"])
+def test_explanations_and_importances_same_on_workers(client, classification, voting):
+    X, y = classification
+    a, b = fit_pair(
+        RandomForestClassifier, X, y, client, voting=voting, trees_per_task=3, max_depth=6
+    )
+    np.testing.assert_array_equal(b.shap_values(X[:40]), a.shap_values(X[:40]))
+    lazy = b.shap_values(da.from_array(X[:40], chunks=15))
+    np.testing.assert_array_equal(client.compute(lazy, sync=True), a.shap_values(X[:40]))
+    np.testing.assert_array_equal(b.shap_expected_value_, a.shap_expected_value_)
+    for method in ("oob_impurity_importance", "oob_permutation_importance"):
+        kwargs = {"random_state": 4} if method == "oob_permutation_importance" else {}
+        expected = getattr(a, method)(X, y, **kwargs)
+        got = getattr(b, method)(X, y, **kwargs)
+        np.testing.assert_array_equal(got.importances, expected.importances, err_msg=method)
+
+
+def test_regressor_explanations_same_on_workers(client, regression):
+    X, y = regression
+    a, b = fit_pair(RandomForestRegressor, X, y, client, trees_per_task=4, max_depth=8)
+    np.testing.assert_array_equal(b.shap_values(X[:30]), a.shap_values(X[:30]))
+    assert b.shap_expected_value_ == a.shap_expected_value_
+    expected, got = a.oob_impurity_importance(X, y), b.oob_impurity_importance(X, y)
+    np.testing.assert_array_equal(got.importances, expected.importances)
+
+
+def test_hard_voting_extra_trees_and_dask_fit(client, classification):
+    X, y = classification
+    Xd, yd = da.from_array(X, chunks=200), da.from_array(y, chunks=200)
+    a, b = fit_pair(ExtraTreesClassifier, Xd, yd, client, voting="hard", trees_per_task=2)
+    assert_same_predictions(a, b, X[:60])
+
+
+def test_one_row_and_tree_access(client, classification):
+    X, y = classification
+    a, b = fit_pair(RandomForestClassifier, X, y, client, trees_per_task=4)
+    np.testing.assert_array_equal(b.predict_proba(X[:1]), a.predict_proba(X[:1]))
+    # A tree asked for comes from its shard: the same tree as the client's.
+    for t in (0, 5, -1):
+        np.testing.assert_array_equal(b[t].predict_proba(X), a[t].predict_proba(X))
+        np.testing.assert_array_equal(b.estimators_[t].tree_.value, a.estimators_[t].tree_.value)
+    assert len(b.estimators_[2:7]) == 5
+    with pytest.raises(IndexError):
+        b.estimators_[10]
+
+
+def test_gather_trees_gives_the_client_forest(client, classification):
+    X, y = classification
+    a, b = fit_pair(RandomForestClassifier, X, y, client, trees_per_task=3)
+    assert b.gather_trees() is b
+    assert b.tree_storage_ == "client" and b._tree_shards is None
+    assert isinstance(b.estimators_, list) and len(b.estimators_) == 10
+    for ta, tb in zip(a.estimators_, b.estimators_):
+        np.testing.assert_array_equal(tb.tree_.value, ta.tree_.value)
+        np.testing.assert_array_equal(tb.tree_.threshold, ta.tree_.threshold)
+    np.testing.assert_array_equal(b.predict_proba(X), a.predict_proba(X))
+    # Now it pickles, and gives SHAP values, as the client's forest.
+    np.testing.assert_array_equal(b.shap_values(X[:5]), a.shap_values(X[:5]))
+
+
+def test_warm_start_adds_shards(client, regression):
+    X, y = regression
+    params = {"random_state": 2, "client": client, "trees_per_task": 3, "warm_start": True}
+    a = RandomForestRegressor(n_estimators=4, tree_storage="client", **params).fit(X, y)
+    b = RandomForestRegressor(n_estimators=4, tree_storage="workers", **params).fit(X, y)
+    a.set_params(n_estimators=9).fit(X, y)
+    b.set_params(n_estimators=9).fit(X, y)
+    assert b.tree_storage_ == "workers" and len(b) == 9
+    np.testing.assert_array_equal(b.predict(X), a.predict(X))
+    np.testing.assert_array_equal(b.feature_importances_, a.feature_importances_)
+
+
+def test_auto_storage_threshold(client, classification, monkeypatch):
+    X, y = classification
+    forest = RandomForestClassifier(n_estimators=4, random_state=0, client=client)
+    # Under the share: brought home.
+    monkeypatch.setattr(shards_module, "AUTO_CLIENT_SHARE", 0.1)
+    assert forest.set_params(tree_storage="auto").fit(X, y).tree_storage_ == "client"
+    # Over it (a forest of a few hundred kB against no memory at all): kept on the workers.
+    monkeypatch.setattr(shards_module, "AUTO_CLIENT_SHARE", 1e-12)
+    assert forest.fit(X, y).tree_storage_ == "workers"
+    assert forest._tree_shards.nbytes.sum() > 0
+
+
+def test_refusals(client, classification):
+    X, y = classification
+    forest = RandomForestClassifier(n_estimators=3, tree_storage="workers", random_state=0)
+    # No cluster: the trees are in this process whatever the parameter says.
+    with pytest.raises(ValueError, match='tree_storage="workers" needs a Dask cluster'):
+        forest.fit(X, y)
+    forest.set_params(client=client).fit(X, y)
+    for call in (
+        lambda: forest.to_sklearn(),
+        lambda: forest.decision_path(X[:3]),
+        lambda: forest.save("unused"),
+    ):
+        with pytest.raises(ValueError, match="call gather_trees"):
+            call()
+    with pytest.raises(TypeError, match="cannot be pickled"):
+        import pickle
+
+        pickle.dumps(forest)
+    with pytest.raises(ValueError, match="tree_storage must be"):
+        RandomForestClassifier(tree_storage="disk", client=client).fit(X, y)
+    with pytest.raises(ValueError, match='n_estimators="auto" needs tree_storage="client"'):
+        RandomForestClassifier(n_estimators="auto", tree_storage="workers", client=client).fit(X, y)
+    # Quantile forests have no such parameter: their trees stay on the client.
+    assert "tree_storage" not in RandomForestQuantileRegressor().get_params()
