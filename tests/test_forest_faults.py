@@ -108,3 +108,41 @@ def _poisoned(X):
     import dask.array as da
 
     return da.from_delayed(dask.delayed(_exit_the_worker)(X), shape=X.shape, dtype=X.dtype)
+
+
+def _kill(client, worker):
+    try:
+        client.run(os._exit, 1, workers=[worker], nanny=False)
+    except Exception:  # noqa: BLE001 - the worker dies before it can answer
+        pass
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dask_input", [False, True])
+def test_forest_on_the_workers_survives_a_killed_worker(fault_cluster, dask_input):
+    """The shards of a forest kept on the workers are futures of tasks: a worker that dies
+    after the fit takes their memory, and the next prediction grows them again from the tree
+    tasks' graph (numpy input: the blocks embedded in it; dask input: the collection's graph),
+    the same trees bit for bit."""
+    import dask.array as da
+
+    X, y = make_classification(n_samples=4_000, n_features=10, random_state=2)
+    if dask_input:
+        X, y = da.from_array(X, chunks=1_000), da.from_array(y, chunks=1_000)
+    params = dict(n_estimators=8, random_state=0, trees_per_task=2, client=fault_cluster)
+    on_client = RandomForestClassifier(tree_storage="client", **params).fit(X, y)
+    forest = RandomForestClassifier(tree_storage="workers", **params).fit(X, y)
+    X_test = np.asarray(X[:500])
+    expected = on_client.predict_proba(X_test)
+    np.testing.assert_array_equal(forest.predict_proba(X_test), expected)
+    holders = fault_cluster.who_has(forest._tree_shards.parts)
+    worker = next(iter(holders.values()))[0]
+    lost = [key for key, where in holders.items() if worker in where]
+    _kill(fault_cluster, worker)
+    deadline = time.monotonic() + 60
+    while worker in fault_cluster.scheduler_info()["workers"] and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert worker not in fault_cluster.scheduler_info()["workers"], "the worker must be gone"
+    assert lost, "the killed worker held shards"
+    np.testing.assert_array_equal(forest.predict_proba(X_test), expected)
+    np.testing.assert_array_equal(forest.feature_importances_, on_client.feature_importances_)

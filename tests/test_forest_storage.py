@@ -19,6 +19,7 @@ from dasktrees import (
     RandomForestRegressor,
 )
 from dasktrees.distributed import shards as shards_module
+from dasktrees.estimators.loading import describe
 
 
 def fit_pair(cls, X, y, client, **params):
@@ -175,11 +176,7 @@ def test_refusals(client, classification):
     with pytest.raises(ValueError, match='tree_storage="workers" needs a Dask cluster'):
         forest.fit(X, y)
     forest.set_params(client=client).fit(X, y)
-    for call in (
-        lambda: forest.to_sklearn(),
-        lambda: forest.decision_path(X[:3]),
-        lambda: forest.save("unused"),
-    ):
+    for call in (lambda: forest.to_sklearn(), lambda: forest.decision_path(X[:3])):
         with pytest.raises(ValueError, match="call gather_trees"):
             call()
     with pytest.raises(TypeError, match="cannot be pickled"):
@@ -192,3 +189,82 @@ def test_refusals(client, classification):
         RandomForestClassifier(n_estimators="auto", tree_storage="workers", client=client).fit(X, y)
     # Quantile forests have no such parameter: their trees stay on the client.
     assert "tree_storage" not in RandomForestQuantileRegressor().get_params()
+
+
+def test_save_from_the_workers_and_load_onto_them_or_here(client, classification, tmp_path):
+    import dasktrees
+
+    X, y = classification
+    a, b = fit_pair(RandomForestClassifier, X, y, client, oob_score=True, trees_per_task=3)
+    b.save(tmp_path / "model")
+    shard_dirs = sorted(p.name for p in (tmp_path / "model").iterdir() if p.is_dir())
+    assert shard_dirs == [f"shard-0000{k}" for k in range(4)]
+    onto_workers = dasktrees.load(tmp_path / "model", client=client)
+    here = dasktrees.load(tmp_path / "model")
+    assert onto_workers.tree_storage_ == "workers" and here.tree_storage_ == "client"
+    assert_same_predictions(a, onto_workers, X[:80])
+    for loaded in (onto_workers, here):
+        np.testing.assert_array_equal(loaded.predict_proba(X), a.predict_proba(X))
+        np.testing.assert_array_equal(loaded.feature_importances_, a.feature_importances_)
+        assert loaded.oob_score_ == a.oob_score_
+        np.testing.assert_array_equal(loaded.oob_curve_, a.oob_curve_)
+        assert loaded.get_params()["n_estimators"] == 10 and len(loaded) == 10
+    # The forest loaded here is the client's forest, tree for tree; saved again it is one model.
+    for ta, tb in zip(a.estimators_, here.estimators_):
+        np.testing.assert_array_equal(tb.tree_.value, ta.tree_.value)
+    description = describe(tmp_path / "model")
+    assert description["trees"] == 10 and description["shards"] == 4
+    assert description["nodes"] == sum(e.tree_.node_count for e in a.estimators_)
+    # Out-of-bag importances need the seed and tree indices, which the shards keep.
+    expected = a.oob_impurity_importance(X, y).importances
+    np.testing.assert_array_equal(onto_workers.oob_impurity_importance(X, y).importances, expected)
+
+
+def test_a_tampered_or_missing_shard_is_refused(client, classification, tmp_path):
+    import json
+    import shutil
+
+    import dasktrees
+
+    X, y = classification
+    forest = RandomForestClassifier(
+        n_estimators=4, trees_per_task=2, tree_storage="workers", client=client, random_state=0
+    ).fit(X, y)
+    forest.save(tmp_path / "model")
+    shutil.copytree(tmp_path / "model", tmp_path / "intact")
+    # A byte of a shard's arrays: refused by the shard's own checks, here and on the workers.
+    arrays = tmp_path / "model" / "shard-00001" / "arrays.npz"
+    data = bytearray(arrays.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    arrays.write_bytes(bytes(data))
+    for kwargs in ({}, {"client": client}):
+        with pytest.raises(ValueError):
+            dasktrees.load(tmp_path / "model", **kwargs)
+    # A shard's manifest rewritten (with a valid checksum of its own): not the listed shard.
+    shutil.rmtree(tmp_path / "model")
+    shutil.copytree(tmp_path / "intact", tmp_path / "model")
+    other = RandomForestClassifier(n_estimators=2, random_state=5).fit(X, y)
+    shutil.rmtree(tmp_path / "model" / "shard-00000")
+    other.save(tmp_path / "model" / "shard-00000")
+    with pytest.raises(ValueError, match="not the shard the model lists"):
+        dasktrees.load(tmp_path / "model")
+    # A shard dropped.
+    shutil.rmtree(tmp_path / "model")
+    shutil.copytree(tmp_path / "intact", tmp_path / "model")
+    shutil.rmtree(tmp_path / "model" / "shard-00001")
+    with pytest.raises((ValueError, FileNotFoundError)):
+        dasktrees.load(tmp_path / "model")
+    # The top manifest edited.
+    shutil.rmtree(tmp_path / "model")
+    shutil.copytree(tmp_path / "intact", tmp_path / "model")
+    top = tmp_path / "model" / "manifest.json"
+    manifest = json.loads(top.read_text())
+    manifest["n_trees"] = 3
+    top.write_text(json.dumps(manifest))
+    with pytest.raises(ValueError, match="checksum mismatch"):
+        dasktrees.load(tmp_path / "model")
+    # Saving over a sharded model replaces it; over anything else is refused.
+    forest.save(tmp_path / "intact")
+    (tmp_path / "other").mkdir()
+    with pytest.raises(FileExistsError):
+        forest.save(tmp_path / "other")

@@ -229,7 +229,7 @@ def test_failed_save_keeps_the_previous_model(tmp_path, monkeypatch):
     def disk_full(f):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(model_format, "_sync", disk_full)
+    monkeypatch.setattr(model_format, "sync_file", disk_full)
     with pytest.raises(OSError, match="No space"):
         dt.DecisionTreeRegressor(max_depth=5).fit(X, y).save(tmp_path / "model")
     assert dt.load(tmp_path / "model").get_params()["max_depth"] == 2

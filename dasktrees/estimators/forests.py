@@ -69,6 +69,7 @@ from ..forest.variance import centred_count_gram
 from ..learner.binning import BinMapper
 from ..learner.sampling import sampling_rate, tree_counts
 from ..modelfile.writing import save as save_model
+from .sharded_models import save_from_workers
 from .trees import BaseDecisionTree, DecisionTreeClassifier, DecisionTreeRegressor, log_proba
 
 
@@ -121,7 +122,7 @@ class BaseForest(BaseEstimator):
         # Fail on bad parameters before any work reaches the cluster (resolved again below,
         # once the number of rows is known).
         check_tree_params(self._tree_template(), 2, n_features, is_classifier)
-        with client_for(self.client) as client:
+        with client_for(self._cluster() if warm else self.client) as client:
             on_workers = self._stores_on_workers(client, warm)
             mapper = (
                 self.bin_mapper_
@@ -260,6 +261,32 @@ class BaseForest(BaseEstimator):
         if self._tree_shards is not None:
             self._keep_on_client(gather_trees(self._tree_shards))
         return self
+
+    def _fitted_skeleton(self):
+        """This forest's parameters and fitted attributes without its trees (nor its out-of-bag
+        results): what each shard's model file holds besides its trees."""
+        skeleton = type(self)(**{**self.get_params(deep=False), "client": None})
+        for name in (
+            "bin_mapper_",
+            "n_features_in_",
+            "feature_names_in_",
+            "max_features_",
+            "n_outputs_",
+            "classes_",
+            "n_classes_",
+            "_seed",
+            "_n_rows",
+            "mode_",
+        ):
+            if hasattr(self, name):
+                setattr(skeleton, name, getattr(self, name))
+        return skeleton
+
+    def _cluster(self):
+        """The client to run on: the shards' for a forest kept on the workers (a loaded one
+        has no ``client``), else the ``client`` parameter (``client_for`` resolves None)."""
+        shards = self._tree_shards
+        return shards.client if shards is not None else self.client
 
     @property
     def _tree_shards(self) -> TreeShards | None:
@@ -516,7 +543,7 @@ class BaseForest(BaseEstimator):
         check_is_fitted(self, "estimators_")
         if not self.samples_rows():
             raise ValueError(f"{method} needs bootstrap=True or max_samples")
-        with client_for(self.client) as client:
+        with client_for(self._cluster()) as client:
             data = prepare(
                 client,
                 X,
@@ -620,10 +647,14 @@ class BaseForest(BaseEstimator):
         path : str or os.PathLike
             Directory to create (an existing model directory there is replaced). The format,
             a JSON manifest and ``.npz`` arrays, is described in docs/models.md; the client and
-            the per-row out-of-bag estimates are not saved.
+            the per-row out-of-bag estimates are not saved. A forest kept on the workers is
+            saved from them, each shard a model directory of its own written by its worker
+            (``path`` must be a directory the workers see).
         """
-        self._needs_client_trees("save")
-        save_model(self, path)
+        if self._tree_shards is not None:
+            save_from_workers(self, path)
+        else:
+            save_model(self, path)
 
     def __getstate__(self):
         if self._tree_shards is not None:

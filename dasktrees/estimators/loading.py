@@ -10,6 +10,7 @@ from typing import Any
 from sklearn.base import BaseEstimator
 
 from ..modelfile import reading
+from ..modelfile.sharding import read_sharded_manifest
 from .forests import (
     ExtraTreesClassifier,
     ExtraTreesRegressor,
@@ -17,6 +18,7 @@ from .forests import (
     RandomForestRegressor,
 )
 from .quantile_forests import ExtraTreesQuantileRegressor, RandomForestQuantileRegressor
+from .sharded_models import describe_sharded, load_sharded
 from .trees import DecisionTreeClassifier, DecisionTreeRegressor
 
 # The classes a model file may name (``modelfile.format.ESTIMATOR_KINDS``). The name in a file is
@@ -36,7 +38,7 @@ ESTIMATORS: dict[str, type[BaseEstimator]] = {
 }
 
 
-def load(path: str | os.PathLike) -> BaseEstimator:
+def load(path: str | os.PathLike, client: Any = None) -> BaseEstimator:
     """Load an estimator written by ``save`` (``estimator.save(path)``).
 
     Nothing in the file is executed: the manifest is JSON, the arrays are read with
@@ -46,6 +48,11 @@ def load(path: str | os.PathLike) -> BaseEstimator:
     ----------
     path : str or os.PathLike
         A model directory.
+    client : distributed.Client, optional
+        For a forest saved from the workers (``tree_storage="workers"``; a sharded model):
+        load its shards onto this client's workers, each read and checked by a worker, the
+        trees kept there (``tree_storage_ == "workers"``). Without a client, or for any other
+        model, the trees are loaded into this process.
 
     Returns
     -------
@@ -63,10 +70,16 @@ def load(path: str | os.PathLike) -> BaseEstimator:
         version than this dasktrees writes (docs/models.md, "Format versions") or is
         inconsistent; the message names the file and the problem.
     """
+    sharded = read_sharded_manifest(path)
+    if sharded is not None:
+        return load_sharded(path, sharded, ESTIMATORS, client)
     return reading.load(path, ESTIMATORS)
 
 
 def describe(path: str | os.PathLike) -> dict[str, Any]:
     """What the model at ``path`` is, from its checked manifest alone (``dasktrees inspect``);
     see ``modelfile.reading.describe``."""
+    sharded = read_sharded_manifest(path)
+    if sharded is not None:
+        return describe_sharded(path, sharded, ESTIMATORS)
     return reading.describe(path, ESTIMATORS)

@@ -22,6 +22,8 @@ Manifest = dict[str, Any]
 Arrays = dict[str, np.ndarray]
 
 FORMAT = "dasktrees-model"
+# A forest saved from the workers: a directory of model directories (``sharding``).
+SHARDED_FORMAT = "dasktrees-sharded-model"
 # Version 5 stores each tree as a forest task ships it (``tree.wire``): split fields for split
 # nodes only, nothing derived, whole numbers in the narrowest type. It is the only version read:
 # nothing was released before it, and a file of an older version is refused with a message that
@@ -209,7 +211,7 @@ def manifest_checksum(manifest: Manifest) -> str:
 def write_directory(path: Path, manifest: Manifest, arrays: Arrays) -> None:
     """Write ``path/arrays.npz`` and ``path/manifest.json`` in a sibling directory, then rename
     it to ``path``; an existing model there is moved aside first and removed last."""
-    if (path.exists() or path.is_symlink()) and not _is_model_directory(path):
+    if (path.exists() or path.is_symlink()) and not is_model_directory(path):
         raise FileExistsError(f"{path} exists and is not a dasktrees model; not overwriting it")
     token = secrets.token_hex(4)
     tmp = path.with_name(f".{path.name}.{token}.tmp")
@@ -219,12 +221,12 @@ def write_directory(path: Path, manifest: Manifest, arrays: Arrays) -> None:
         with open(tmp / ARRAYS, "wb") as f:
             # numpy's stubs take any keyword of savez for its allow_pickle flag
             np.savez(f, **arrays)  # type: ignore[arg-type]
-            _sync(f)
+            sync_file(f)
         with open(tmp / MANIFEST, "w", encoding="ascii") as f:
             json.dump(manifest, f, indent=1, allow_nan=False)
-            _sync(f)
+            sync_file(f)
         replacing = path.exists() or path.is_symlink()
-        if replacing and not _is_model_directory(path):  # appeared while we wrote: leave it
+        if replacing and not is_model_directory(path):  # appeared while we wrote: leave it
             raise FileExistsError(f"{path} exists and is not a dasktrees model; not overwriting it")
         if replacing:
             os.replace(path, old)
@@ -237,14 +239,14 @@ def write_directory(path: Path, manifest: Manifest, arrays: Arrays) -> None:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    _sync_directory(path.parent)  # the rename itself must reach the disk
+    sync_directory(path.parent)  # the rename itself must reach the disk
     if old.is_symlink():
         old.unlink()
     elif replacing:
         shutil.rmtree(old)
 
 
-def _sync_directory(directory: Path) -> None:
+def sync_directory(directory: Path) -> None:
     """fsync a directory, so that a rename in it survives a crash (where the OS allows it)."""
     try:
         fd = os.open(directory, os.O_RDONLY)
@@ -259,18 +261,18 @@ def _sync_directory(directory: Path) -> None:
         os.close(fd)
 
 
-def _sync(f: IO[Any]) -> None:
+def sync_file(f: IO[Any]) -> None:
     """Flush ``f`` to the disk, so that the rename never publishes a file still in memory."""
     f.flush()
     os.fsync(f.fileno())
 
 
-def _is_model_directory(path: Path) -> bool:
+def is_model_directory(path: Path) -> bool:
     try:
         manifest = json.loads((path / MANIFEST).read_text(encoding="utf-8"))
     except (OSError, ValueError, RecursionError):
         return False
-    return isinstance(manifest, dict) and manifest.get("format") == FORMAT
+    return isinstance(manifest, dict) and manifest.get("format") in (FORMAT, SHARDED_FORMAT)
 
 
 def is_scalar(value: object) -> bool:

@@ -1,0 +1,179 @@
+"""Model files of forests kept on the workers: a directory of shards, each a model of its own.
+
+    model/
+      manifest.json    format "dasktrees-sharded-model": the estimator's class, its trees, and
+                       per shard its directory, trees, first tree and the checksum of its
+                       manifest; the forest's out-of-bag score and curve; its own checksum
+      shard-00000/     a complete model directory (``manifest.json``, ``arrays.npz``) of the
+      shard-00001/     shard's trees, written by the worker that holds the shard
+      ...
+
+A shard is read with every check of a model (``reading.load``), and its manifest must be the one
+the top manifest lists: a shard modified, replaced, dropped or added is refused before its trees
+are built. This module owns the top manifest and the directory; writing and reading the shards
+where they live is the estimators' (``estimators.sharded_models``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import secrets
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from .format import (
+    MANIFEST,
+    SHARDED_FORMAT,
+    Manifest,
+    is_model_directory,
+    manifest_checksum,
+    sync_directory,
+    sync_file,
+)
+from .integrity import read_manifest
+
+SHARDED_FORMAT_VERSION = 1
+# What every shard of a forest holds alike (manifest fields, and arrays by their checksums).
+_SHARED_FIELDS = ("estimator", "params", "fitted", "feature_names", "classes", "bins")
+_SHARED_ARRAYS = ("bin_edges", "bin_values")
+
+
+def shard_directory(k: int) -> str:
+    """The directory of shard ``k`` within a sharded model."""
+    return f"shard-{k:05d}"
+
+
+def _json_float(value: float) -> float | str:
+    """A float as JSON holds it: NaN and infinities (no JSON number) as their text."""
+    return value if math.isfinite(value) else str(value)
+
+
+def write_sharded(
+    path: Path,
+    estimator: str,
+    fitted: dict[str, float],
+    oob_curve: list[float] | None,
+    write_shards: Callable[[Path], list[dict[str, Any]]],
+) -> None:
+    """Write a sharded model at ``path``: ``write_shards(directory)`` writes the shards into a
+    sibling directory and returns their entries (``directory``, ``n_trees``, ``first_tree``,
+    ``manifest_sha256``), then the top manifest is written and the directory renamed to
+    ``path`` (an existing model there is replaced, anything else left alone, as
+    ``format.write_directory`` does).
+
+    Parameters
+    ----------
+    path : Path
+    estimator : str
+        The estimator's class name.
+    fitted : dict
+        The forest's out-of-bag scores (``format.OOB_SCORES``) it has.
+    oob_curve : list of float or None
+    write_shards : callable
+    """
+    if (path.exists() or path.is_symlink()) and not is_model_directory(path):
+        raise FileExistsError(f"{path} exists and is not a dasktrees model; not overwriting it")
+    token = secrets.token_hex(4)
+    tmp = path.with_name(f".{path.name}.{token}.tmp")
+    old = path.with_name(f".{path.name}.{token}.old")
+    os.mkdir(tmp)
+    try:
+        shards = write_shards(tmp)
+        manifest: Manifest = {
+            "format": SHARDED_FORMAT,
+            "format_version": SHARDED_FORMAT_VERSION,
+            "estimator": estimator,
+            "n_trees": sum(s["n_trees"] for s in shards),
+            "shards": shards,
+            "fitted": {name: _json_float(value) for name, value in fitted.items()},
+            "oob_curve": None if oob_curve is None else [_json_float(v) for v in oob_curve],
+        }
+        manifest["manifest_sha256"] = manifest_checksum(manifest)
+        with open(tmp / MANIFEST, "w", encoding="ascii") as f:
+            json.dump(manifest, f, indent=1, allow_nan=False)
+            sync_file(f)
+        sync_directory(tmp)
+        replacing = path.exists() or path.is_symlink()
+        if replacing and not is_model_directory(path):  # appeared while we wrote: leave it
+            raise FileExistsError(f"{path} exists and is not a dasktrees model; not overwriting it")
+        if replacing:
+            os.replace(path, old)
+        try:
+            os.replace(tmp, path)
+        except BaseException:
+            if replacing:
+                os.replace(old, path)
+            raise
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    sync_directory(path.parent)
+    if old.is_symlink():
+        old.unlink()
+    elif replacing:
+        shutil.rmtree(old)
+
+
+def read_sharded_manifest(path: str | os.PathLike) -> Manifest | None:
+    """The checked top manifest of the sharded model at ``path``, or None for a model of one
+    directory (``integrity.read_manifest`` checks that one).
+
+    Raises
+    ------
+    ValueError
+        The manifest is modified, corrupt or inconsistent, or a shard's manifest is not the one
+        it lists (each shard's own manifest is read and checked here; its arrays are checked
+        when it is loaded).
+    """
+    directory = Path(path)
+    file = directory / MANIFEST
+    try:
+        manifest = json.loads(file.read_bytes().decode("utf-8"))
+    except (OSError, ValueError, RecursionError):
+        return None  # not sharded, or not a model: ``read_manifest`` says which
+    if not isinstance(manifest, dict) or manifest.get("format") != SHARDED_FORMAT:
+        return None
+    if manifest.get("format_version") != SHARDED_FORMAT_VERSION:
+        raise ValueError(
+            f"{file}: format_version {manifest.get('format_version')!r} of a sharded model; "
+            f"this dasktrees reads {SHARDED_FORMAT_VERSION}"
+        )
+    if manifest.get("manifest_sha256") != manifest_checksum(manifest):
+        raise ValueError(f"{file}: checksum mismatch: the manifest was modified or is corrupt")
+    shards = manifest.get("shards")
+    if not isinstance(shards, list) or not shards:
+        raise ValueError(f"{file}: 'shards' must be a non-empty list")
+    first = 0
+    common = None
+    for k, shard in enumerate(shards):
+        if shard.get("directory") != shard_directory(k) or shard.get("first_tree") != first:
+            raise ValueError(f"{file}: shard {k} is listed out of order")
+        shard_manifest = read_manifest(directory / shard["directory"])
+        if shard_manifest["manifest_sha256"] != shard.get("manifest_sha256"):
+            raise ValueError(
+                f"{directory / shard['directory'] / MANIFEST}: not the shard the model lists "
+                "(its manifest's checksum differs): the shard was modified or replaced"
+            )
+        if shard_manifest["estimator"] != manifest.get("estimator"):
+            raise ValueError(f"{file}: shard {k} holds a {shard_manifest['estimator']}")
+        if shard_manifest["trees"]["n_trees"] != shard.get("n_trees"):
+            raise ValueError(f"{file}: shard {k} holds another number of trees than listed")
+        # Parts of one forest: the same parameters, columns, classes and bins in every shard.
+        shared = [shard_manifest[name] for name in _SHARED_FIELDS]
+        shared += [shard_manifest["arrays"][name]["sha256"] for name in _SHARED_ARRAYS]
+        if common is not None and shared != common:
+            raise ValueError(f"{file}: shard {k} is not of the same forest as shard 0")
+        common = shared
+        first += shard["n_trees"]
+    if first != manifest.get("n_trees"):
+        raise ValueError(f"{file}: the shards' trees do not add up to 'n_trees'")
+    extra = sorted(
+        p.name for p in directory.iterdir() if p.is_dir() and p.name.startswith("shard-")
+    )
+    if extra != [s["directory"] for s in shards]:
+        raise ValueError(f"{directory}: its shard directories are not the ones its manifest lists")
+    return manifest
