@@ -127,8 +127,9 @@ def test_one_row_and_tree_access(client, classification):
         np.testing.assert_array_equal(b[t].predict_proba(X), a[t].predict_proba(X))
         np.testing.assert_array_equal(b.estimators_[t].tree_.value, a.estimators_[t].tree_.value)
     assert len(b.estimators_[2:7]) == 5
-    with pytest.raises(IndexError):
-        b.estimators_[10]
+    for t in (10, -11):
+        with pytest.raises(IndexError, match=f"tree index {t} out of range for 10 trees"):
+            b.estimators_[t]
 
 
 def test_gather_trees_gives_the_client_forest(client, classification):
@@ -157,6 +158,27 @@ def test_warm_start_adds_shards(client, regression):
     np.testing.assert_array_equal(b.feature_importances_, a.feature_importances_)
 
 
+def test_distributed_mode_warm_start_on_the_workers(client):
+    """Distributed mode joins its trees on the client and sends them to the workers in shards;
+    a warm start's shards are keyed by the forest's tree indices (out-of-bag counts)."""
+    from dasktrees.distributed.levels import MIN_BUDGET_ROWS, gathered_rows
+
+    X, y = make_classification(12_000, 6, random_state=3)
+    params = {"mode": "distributed", "oob_score": True, "warm_start": True, "max_depth": 8}
+    with gathered_rows(MIN_BUDGET_ROWS):
+        a, b = fit_pair(RandomForestClassifier, X, y, client, n_estimators=3, **params)
+        for forest in (a, b):
+            forest.set_params(n_estimators=6).fit(X, y)
+    assert b.tree_storage_ == "workers" and len(b) == 6
+    np.testing.assert_array_equal(b.predict_proba(X), a.predict_proba(X))
+    assert b.oob_score_ == a.oob_score_
+    np.testing.assert_array_equal(b.oob_curve_, a.oob_curve_)
+    # A warm start with every tree grown already adds nothing and keeps the shards.
+    parts = list(b._tree_shards.parts)
+    b.fit(X, y)
+    assert b._tree_shards.parts == parts and b.oob_score_ == a.oob_score_
+
+
 def test_auto_storage_threshold(client, classification, monkeypatch):
     X, y = classification
     forest = RandomForestClassifier(n_estimators=4, random_state=0, client=client)
@@ -167,6 +189,9 @@ def test_auto_storage_threshold(client, classification, monkeypatch):
     monkeypatch.setattr(shards_module, "AUTO_CLIENT_SHARE", 1e-12)
     assert forest.fit(X, y).tree_storage_ == "workers"
     assert forest._tree_shards.nbytes.sum() > 0
+    # n_estimators="auto" checks its waves on the client: "auto" keeps the trees there.
+    forest.set_params(n_estimators="auto", max_n_estimators=40).fit(X, y)
+    assert forest.tree_storage_ == "client"
 
 
 def test_refusals(client, classification):
@@ -185,7 +210,7 @@ def test_refusals(client, classification):
         pickle.dumps(forest)
     with pytest.raises(ValueError, match="tree_storage must be"):
         RandomForestClassifier(tree_storage="disk", client=client).fit(X, y)
-    with pytest.raises(ValueError, match='n_estimators="auto" needs tree_storage="client"'):
+    with pytest.raises(ValueError, match='n_estimators="auto" needs tree_storage="client" or'):
         RandomForestClassifier(n_estimators="auto", tree_storage="workers", client=client).fit(X, y)
     # Quantile forests have no such parameter: their trees stay on the client.
     assert "tree_storage" not in RandomForestQuantileRegressor().get_params()

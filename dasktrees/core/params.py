@@ -310,6 +310,11 @@ def check_forest_params(est) -> None:
     _check(est, [name for name in _FOREST_PARAMETERS if hasattr(est, name)])
     if est.oob_score and not (est.bootstrap or est.max_samples is not None):
         raise ValueError("oob_score needs bootstrap=True or max_samples: every row is in bag")
+    if est.n_estimators == "auto" and getattr(est, "tree_storage", "client") == "workers":
+        raise ValueError(
+            'n_estimators="auto" needs tree_storage="client" or "auto": its waves are checked '
+            "on the client"
+        )
     if est.n_estimators == "auto" and not (est.bootstrap or est.max_samples is not None):
         raise ValueError(
             'n_estimators="auto" stops on the out-of-bag error: it needs bootstrap=True or '

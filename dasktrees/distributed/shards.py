@@ -33,7 +33,7 @@ import dask
 import dask.array as da
 import numpy as np
 
-from ..forest.parts import ForestPart
+from ..forest.parts import ForestPart, pickled
 from ..learner.binning import BinMapper
 from ..learner.tree import Tree
 from .client import as_completed, sending_large_data
@@ -55,7 +55,7 @@ class TreeShards:
     max_depth : int
         The deepest tree's depth.
     nbytes : ndarray of int64, shape (n_shards,)
-        The bytes of each shard's packed tables (what it holds besides its trees' states).
+        The bytes each shard's trees take on its worker (``ForestPart.nbytes``).
     """
 
     parts: list
@@ -143,19 +143,17 @@ def keep_on_workers(
     return TreeShards.from_parts(parts, client.gather(summaries))
 
 
-def scatter_trees(client, trees: list[Tree], batch_size: int, bin_mapper: BinMapper) -> TreeShards:
-    """Shards of trees that are on the client (distributed mode joins them there): sent in
-    batches of ``batch_size`` to the workers, then made as ``keep_on_workers`` makes them.
-    Scattered data has no task to recompute it from: such shards do not survive their
-    worker."""
-    batches = [trees[i : i + batch_size] for i in range(0, len(trees), batch_size)]
-    shipped = [
-        client.scatter(ForestPart(0, None, batch).shipped(), hash=False)  # type: ignore[arg-type]
-        for batch in batches
-    ]
-    return keep_on_workers(
-        client, shipped, list(range(0, len(trees), batch_size)), bin_mapper, len(trees)
-    )
+def scatter_trees(
+    client, trees: list[Tree], first_tree: int, batch_size: int, bin_mapper: BinMapper
+) -> TreeShards:
+    """Shards of trees that are on the client (distributed mode joins them there), the
+    forest's trees ``first_tree`` on: sent in batches of ``batch_size`` to the workers, then
+    made as ``keep_on_workers`` makes them. Scattered data has no task to recompute it from:
+    such shards do not survive their worker."""
+    starts = range(0, len(trees), batch_size)
+    shipped = [client.scatter(pickled(trees[i : i + batch_size]), hash=False) for i in starts]
+    first_trees = [first_tree + i for i in starts]
+    return keep_on_workers(client, shipped, first_trees, bin_mapper, len(trees))
 
 
 def join_shards(handles: Sequence[TreeShards]) -> TreeShards:
@@ -249,8 +247,8 @@ def rows_through_shards(
         The rows, block by block: raw (a dask collection's partitions) or ``encoded``.
     lengths : sequence of float
         Rows a block (NaN where unknown).
-    model : Future
-        (bin mapper, row op), on every worker.
+    model : Delayed or Future
+        (bin mapper, row op), in the graph or on every worker.
     chained : bool
         The op's ``chained``.
     n_columns, dtype :
@@ -282,15 +280,16 @@ def local_rows_through_shards(
     parts: list, encoded: np.ndarray, model, chained: bool, n_columns: int, dtype
 ) -> np.ndarray:
     """``rows_through_shards`` for rows in this process, already encoded: sent to the
-    workers in blocks (enough for every worker thread to take part), the result gathered."""
+    workers in blocks (enough for every worker thread to take part) with the graph, the result
+    gathered."""
     client = parts[0].client
     n_threads = sum(w.get("nthreads", 1) for w in client.scheduler_info()["workers"].values())
     n_blocks = max(1, min(2 * n_threads, -(-len(encoded) // 1024)))
-    step = -(-len(encoded) // n_blocks)
+    step = max(1, -(-len(encoded) // n_blocks))
     pieces = [encoded[i : i + step] for i in range(0, len(encoded), step)] or [encoded]
-    with sending_large_data():
-        blocks = client.scatter(pieces, hash=False)
+    blocks = [dask.delayed(piece, pure=False) for piece in pieces]
     out = rows_through_shards(
         parts, blocks, [len(p) for p in pieces], model, chained, n_columns, dtype, encoded=True
     )
-    return client.compute(out, sync=True)
+    with sending_large_data():
+        return client.compute(out, sync=True)

@@ -330,7 +330,7 @@ def grow_forest(
         trees = levels.grow_forest_levels(client, data, spec, tree_ids, plan, retries, progress)
         if on_workers:
             size = default_trees_per_task(len(trees), len(workers))
-            return shards.scatter_trees(client, trees, size, data.bin_mapper), mode
+            return shards.scatter_trees(client, trees, tree_ids[0], size, data.bin_mapper), mode
         return trees, mode
     batches = tree_batches(tree_ids, trees_per_task, len(workers))
     token = uuid.uuid4().hex[:8]

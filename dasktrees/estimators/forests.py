@@ -11,10 +11,12 @@ import contextlib
 import numbers
 import operator
 import os
+import pickle
 from collections.abc import Sequence
 from functools import partial
 from typing import ClassVar
 
+import dask
 import dask.array as da
 import dask.dataframe as dd
 import numpy as np
@@ -68,6 +70,7 @@ from ..forest.routing import HARD, SOFT
 from ..forest.variance import centred_count_gram
 from ..learner.binning import BinMapper
 from ..learner.sampling import sampling_rate, tree_counts
+from ..modelfile.format import FOREST_FITTED
 from ..modelfile.writing import save as save_model
 from .sharded_models import save_from_workers
 from .trees import BaseDecisionTree, DecisionTreeClassifier, DecisionTreeRegressor, log_proba
@@ -163,15 +166,15 @@ class BaseForest(BaseEstimator):
                 balanced_subsample=class_weight == "balanced_subsample",
             )
             if self.n_estimators == "auto":
-                if on_workers:
+                if on_workers:  # a warm start of a forest on the workers
                     raise ValueError(
-                        'n_estimators="auto" needs tree_storage="client": its waves are '
-                        "checked on the client"
+                        'n_estimators="auto" needs the trees on the client (its waves are '
+                        "checked there): call gather_trees() first"
                     )
                 new_trees = self._grow_until_converged(
                     client, data, spec, n_existing, is_classifier
                 )
-            else:
+            elif n_existing < self.n_estimators:
                 new_trees, self.mode_ = grow_forest(
                     client,
                     data,
@@ -181,6 +184,8 @@ class BaseForest(BaseEstimator):
                     self.mode,
                     on_workers=on_workers,
                 )
+            else:  # a warm start with every tree grown already
+                new_trees = []
             self._set_fitted(data, params, new_trees, warm, is_classifier)
             self._after_growth(client, data, spec)
             if self.oob_score:
@@ -195,7 +200,8 @@ class BaseForest(BaseEstimator):
         # Quantile forests have no such parameter: their leaf targets are made with the trees
         # on the client.
         storage = getattr(self, "tree_storage", "client")
-        if storage == "client":
+        # n_estimators="auto" checks its waves on the client ("workers" is refused with it).
+        if storage == "client" or self.n_estimators == "auto":
             return False
         if is_in_process(client):
             if storage == "workers":
@@ -219,6 +225,8 @@ class BaseForest(BaseEstimator):
         if is_classifier:
             self.classes_ = data.classes
             self.n_classes_ = len(data.classes)
+        if warm and not isinstance(new_trees, TreeShards) and not new_trees:
+            return  # no tree added: the trees stay as they are, where they are
         if isinstance(new_trees, TreeShards):
             existing = self._tree_shards
             shards = join_shards([existing, new_trees]) if warm and existing else new_trees
@@ -244,7 +252,7 @@ class BaseForest(BaseEstimator):
     def _keep_on_workers(self, shards):
         """Hold the fitted trees as shards on the workers (``tree_storage="workers"``)."""
         self._shards = shards
-        self.estimators_ = TreesOnWorkers(shards, self._wrap)
+        self.estimators_ = TreesOnWorkers(shards, self._fitted_skeleton()._wrap)
         self.tree_storage_ = "workers"
         self._forest = None
 
@@ -266,21 +274,14 @@ class BaseForest(BaseEstimator):
         """This forest's parameters and fitted attributes without its trees (nor its out-of-bag
         results): what each shard's model file holds besides its trees."""
         skeleton = type(self)(**{**self.get_params(deep=False), "client": None})
-        for name in (
-            "bin_mapper_",
-            "n_features_in_",
-            "feature_names_in_",
-            "max_features_",
-            "n_outputs_",
-            "classes_",
-            "n_classes_",
-            "_seed",
-            "_n_rows",
-            "mode_",
-        ):
+        for name in (*FOREST_FITTED, "bin_mapper_", "feature_names_in_", "classes_", "n_classes_"):
             if hasattr(self, name):
                 setattr(skeleton, name, getattr(self, name))
         return skeleton
+
+    def _n_values(self) -> int:
+        """Values a tree's leaf holds: the classes, or 1."""
+        return len(self.classes_) if hasattr(self, "classes_") else 1
 
     def _cluster(self):
         """The client to run on: the shards' for a forest kept on the workers (a loaded one
@@ -594,7 +595,7 @@ class BaseForest(BaseEstimator):
         n_classes) for classifiers; a dask array for dask input.
         """
         hard = self._explained_voting()
-        n_values = len(self.classes_) if hasattr(self, "classes_") else 1
+        n_values = self._n_values()
         shards = self._tree_shards
         if shards is None:
             table = treeshap.explained_table([est.tree_ for est in self.estimators_], hard)
@@ -668,7 +669,6 @@ class BaseForest(BaseEstimator):
         # the pickle, and packing them takes a fraction of unpickling the trees.
         state.pop("_forest", None)
         state["client"] = None  # a client is never pickled
-        state.pop("_shards", None)
         return state
 
     def __setstate__(self, state):
@@ -733,7 +733,7 @@ class BaseForest(BaseEstimator):
 
     def _votes(self, X, voting):
         """Mean vote per row: ndarray for local X, dask array for dask X."""
-        n_values = len(self.classes_) if hasattr(self, "classes_") else 1
+        n_values = self._n_values()
         return self._by_rows(X, MeanVote(voting, self.n_estimators_), n_values)
 
     def _by_rows(self, X, op, n_columns, dtype=np.float64, parts=None):
@@ -752,8 +752,7 @@ class BaseForest(BaseEstimator):
             parts = parts or [ForestPart(0, self.forest_)]
             return self._apply_by_rows(X, partial(run_in_parts, op, parts), n_columns, dtype)
         parts = parts or shards.parts
-        # In a list: scatter would send a tuple's items one by one.
-        model = shards.client.scatter([(self.bin_mapper_, op)], broadcast=True, hash=False)[0]
+        model = _model_for_graph(shards.client, (self.bin_mapper_, op))
         if isinstance(X, (dd.DataFrame, da.Array)):
             self._check_dask_input(X)
             if isinstance(X, dd.DataFrame):
@@ -831,7 +830,9 @@ class TreesOnWorkers(Sequence):
     ----------
     shards : TreeShards
     wrap : callable
-        Makes the single-tree estimator of a tree (``BaseForest._wrap``).
+        Makes the single-tree estimator of a tree: the ``_wrap`` of the forest's
+        ``_fitted_skeleton`` (the forest's own would hold the forest, and with it the shards,
+        in a reference cycle).
     """
 
     def __init__(self, shards: TreeShards, wrap):
@@ -844,11 +845,29 @@ class TreesOnWorkers(Sequence):
     def __getitem__(self, index):
         if isinstance(index, slice):
             return [self[t] for t in range(*index.indices(len(self)))]
-        t = operator.index(index)
-        return self._wrap(gather_tree(self._shards, t + len(self) if t < 0 else t))
+        n_trees, t = len(self), operator.index(index)
+        if not -n_trees <= t < n_trees:
+            raise IndexError(f"tree index {t} out of range for {n_trees} trees")
+        return self._wrap(gather_tree(self._shards, t % n_trees))
 
     def __repr__(self) -> str:
         return f"<{len(self)} trees on the workers>"
+
+
+# A model of a prediction on the shards (bin mapper, row op) up to this size travels in the
+# graph; a larger one (the jackknife's Gram matrix of many trees) is broadcast ahead of it.
+_GRAPH_MODEL_BYTES = 1 << 20
+
+
+def _model_for_graph(client, model):
+    """``model`` as the tasks of a prediction on the shards take it: a key of their graph,
+    which each worker fetches once (a broadcast ahead of the graph costs a round trip to every
+    worker, even to predict one row), or, when large, a future broadcast to every worker
+    (a large graph is slow to send, and distributed warns about it)."""
+    if len(pickle.dumps(model, protocol=pickle.HIGHEST_PROTOCOL)) <= _GRAPH_MODEL_BYTES:
+        return dask.delayed(model, pure=False)
+    # In a list: scatter would send a tuple's items one by one.
+    return client.scatter([model], broadcast=True, hash=False)[0]
 
 
 def _importance_bunch(importances):
@@ -956,7 +975,8 @@ FOREST_DOC = """
         the worker that grew them), where predictions, ``apply`` and the out-of-bag estimates
         go to them, the client keeping only small summaries; ``gather_trees()`` brings them
         home. "auto": on the workers when the trees take more than a tenth of this machine's
-        memory. "workers" needs a Dask cluster.
+        memory. "workers" needs a Dask cluster. Not a parameter of the quantile forests,
+        whose trees stay on the client.
 
     Attributes
     ----------

@@ -8,6 +8,7 @@ The workers must see the directory where the client does (one machine, or a shar
 from __future__ import annotations
 
 import copy
+import operator
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -15,12 +16,13 @@ from typing import Any
 
 import numpy as np
 
+from ..distributed.client import as_completed
 from ..distributed.shards import TreeShards
 from ..forest.parts import ForestPart
 from ..modelfile import reading
 from ..modelfile.format import OOB_SCORES
 from ..modelfile.integrity import read_manifest
-from ..modelfile.sharding import shard_directory, write_sharded
+from ..modelfile.sharding import check_listed, shard_directory, write_sharded
 from ..modelfile.writing import save as save_model
 
 
@@ -32,14 +34,16 @@ def save_from_workers(forest: Any, path: str | os.PathLike) -> None:
     skeleton = forest._fitted_skeleton()
 
     def write_shards(directory: Path) -> list[dict[str, Any]]:
-        checksums = client.gather(
-            [
-                client.submit(
-                    _save_part, part, skeleton, str(directory / shard_directory(k)), pure=False
-                )
-                for k, part in enumerate(shards.parts)
-            ]
-        )
+        futures = [
+            client.submit(
+                _save_part, part, skeleton, str(directory / shard_directory(k)), pure=False
+            )
+            for k, part in enumerate(shards.parts)
+        ]
+        # Every shard task ended, written or failed, before the directory may be removed.
+        for _ in as_completed(client, futures):
+            pass
+        checksums = client.gather(futures)
         return [
             {
                 "directory": shard_directory(k),
@@ -53,7 +57,7 @@ def save_from_workers(forest: Any, path: str | os.PathLike) -> None:
     fitted = {name: float(getattr(forest, name)) for name in OOB_SCORES if hasattr(forest, name)}
     curve = getattr(forest, "oob_curve_", None)
     write_sharded(
-        Path(path),
+        Path(path).absolute(),  # as the workers, whatever their working directory, see it
         type(forest).__name__,
         fitted,
         None if curve is None else [float(v) for v in curve],
@@ -76,23 +80,28 @@ def load_sharded(
     """The forest of the sharded model at ``path`` (its checked top ``manifest``): on
     ``client``'s workers, a shard a worker task (each read with all of a model's checks), or
     without a client in this process, exactly the forest ``load`` gives of an unsharded file."""
-    directory = Path(path)
+    directory = Path(path).absolute()
     listed = manifest["shards"]
     if client is None:
         forests = [reading.load(directory / s["directory"], estimators) for s in listed]
         forest = forests[0]
         forest._keep_on_client([est for f in forests for est in f.estimators_])
     else:
-        parts = [
+        loaded = [
             client.submit(
-                _load_part, str(directory / s["directory"]), s["first_tree"], estimators, pure=False
+                _load_part,
+                str(directory / s["directory"]),
+                s["first_tree"],
+                s["manifest_sha256"],
+                estimators,
+                k == 0,
+                pure=False,
             )
-            for s in listed
+            for k, s in enumerate(listed)
         ]
+        parts = [client.submit(operator.itemgetter(0), f, pure=False) for f in loaded]
         summaries = client.gather([client.submit(ForestPart.summary, p) for p in parts])
-        forest = client.submit(
-            _load_skeleton, str(directory / listed[0]["directory"]), estimators, pure=False
-        ).result()
+        forest = client.submit(operator.itemgetter(1), loaded[0]).result()
         forest._keep_on_workers(TreeShards.from_parts(parts, summaries))
     for name, value in manifest["fitted"].items():
         setattr(forest, name, float(value))
@@ -101,19 +110,25 @@ def load_sharded(
     return forest
 
 
-def _load_part(directory: str, first_tree: int, estimators: Mapping[str, type]) -> ForestPart:
-    """On a worker: a shard's model directory, loaded and checked, as the forest's part."""
+def _load_part(
+    directory: str,
+    first_tree: int,
+    listed_sha256: str,
+    estimators: Mapping[str, type],
+    with_skeleton: bool,
+) -> tuple[ForestPart, Any]:
+    """On a worker: a shard's model directory, loaded and checked (again the shard the model
+    lists: a shard grown again after its worker died is read again, and must not have changed),
+    as the forest's part; with ``with_skeleton``, also the estimator without its trees (what
+    the client keeps of a forest on the workers)."""
+    check_listed(Path(directory), read_manifest(directory), listed_sha256)
     forest = reading.load(directory, estimators)
-    return ForestPart(first_tree, forest._forest, [est.tree_ for est in forest.estimators_])
-
-
-def _load_skeleton(directory: str, estimators: Mapping[str, type]) -> Any:
-    """On a worker: the estimator of a shard's model without its trees (what the client keeps
-    of a forest on the workers)."""
-    forest = reading.load(directory, estimators)
+    part = ForestPart(first_tree, forest._forest, [est.tree_ for est in forest.estimators_])
+    if not with_skeleton:
+        return part, None
     del forest.estimators_
     forest._forest = None
-    return forest
+    return part, forest
 
 
 def describe_sharded(

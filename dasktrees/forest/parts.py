@@ -80,9 +80,8 @@ class ForestPart:
         return np.concatenate([tree.leaf_nodes() for tree in self.trees])
 
     def shipped(self) -> np.ndarray:
-        """The part's trees pickled into one array (as ``train._shipped`` ships a task's):
-        ``from_shipped`` reads them back."""
-        return np.frombuffer(pickle.dumps(self.trees, protocol=pickle.HIGHEST_PROTOCOL), np.uint8)
+        """The part's trees as ``pickled`` ships them (``from_shipped`` reads them back)."""
+        return pickled(self.trees or [])
 
     def summary(self) -> dict:
         """What the client keeps of a shard: its trees' impurity importances (each tree's,
@@ -112,6 +111,12 @@ class ForestPart:
         return int(total)
 
 
+def pickled(trees: list[Tree]) -> np.ndarray:
+    """Trees pickled into one array (as ``train._shipped`` ships a task's): what
+    ``ForestPart.from_shipped`` reads."""
+    return np.frombuffer(pickle.dumps(trees, protocol=pickle.HIGHEST_PROTOCOL), np.uint8)
+
+
 # ---- row ops -----------------------------------------------------------------------------------
 
 
@@ -130,8 +135,9 @@ class MeanVote:
         return out
 
     def finish(self, acc):
-        acc /= self.n_trees  # in place, as ``PackedForest.vote`` divides: the same bits
-        return acc
+        # The division ``PackedForest.vote`` makes (the same bits), not in place: ``acc`` is a
+        # task's result, which Dask may hand to a task again.
+        return acc / self.n_trees
 
 
 class TreeValues:
@@ -181,8 +187,8 @@ class ShapValues:
         return out
 
     def finish(self, acc):
-        acc /= self.n_trees  # in place, as ``treeshap.shap_values`` divides: the same bits
-        return acc.reshape(len(acc), -1)
+        # As ``treeshap.shap_values`` divides (the same bits), not in place (``MeanVote``).
+        return (acc / self.n_trees).reshape(len(acc), -1)
 
 
 def explained(part: ForestPart, hard_voting: bool):

@@ -49,8 +49,9 @@ def vote_rows(
     how : int
         SOFT (sum leaf values), HARD (one vote per tree for its argmax), or TREE_VALUE.
     out : ndarray of float64, shape (n_samples, n_values), or (n_samples, n_trees)
-        SOFT and HARD: rows ``start:stop`` zero on entry, written: the sums, trees added in
-        order. TREE_VALUE: ``out[i, t]`` is tree t's value (first column) for row i.
+        SOFT and HARD: rows ``start:stop`` get the trees' votes added, in tree order, to what
+        they hold (zeros, or the sums of the trees of a forest's earlier parts). TREE_VALUE:
+        ``out[i, t]`` is tree t's value (first column) for row i.
     """
     n = min(ROWS_PER_BLOCK, stop - start)
     # Feature by feature (Fortran order): a node's partition reads one feature of many rows.

@@ -8,6 +8,7 @@ import numbers
 import os
 import secrets
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
@@ -209,8 +210,30 @@ def manifest_checksum(manifest: Manifest) -> str:
 
 
 def write_directory(path: Path, manifest: Manifest, arrays: Arrays) -> None:
-    """Write ``path/arrays.npz`` and ``path/manifest.json`` in a sibling directory, then rename
-    it to ``path``; an existing model there is moved aside first and removed last."""
+    """Write ``path/arrays.npz`` and ``path/manifest.json`` (``replace_directory``)."""
+
+    def fill(directory: Path) -> None:
+        with open(directory / ARRAYS, "wb") as f:
+            # numpy's stubs take any keyword of savez for its allow_pickle flag
+            np.savez(f, **arrays)  # type: ignore[arg-type]
+            sync_file(f)
+        write_manifest(directory, manifest)
+
+    replace_directory(path, fill)
+
+
+def write_manifest(directory: Path, manifest: Manifest) -> None:
+    """``directory/manifest.json``, flushed to the disk."""
+    with open(directory / MANIFEST, "w", encoding="ascii") as f:
+        json.dump(manifest, f, indent=1, allow_nan=False)
+        sync_file(f)
+
+
+def replace_directory(path: Path, fill: Callable[[Path], None]) -> None:
+    """Make the model directory ``path`` atomically: ``fill(directory)`` writes its files into
+    a new sibling directory, which is then renamed to ``path``; an existing model there is
+    moved aside first and removed last, anything else at ``path`` is left alone
+    (``FileExistsError``), and on any error the sibling is removed and ``path`` is as it was."""
     if (path.exists() or path.is_symlink()) and not is_model_directory(path):
         raise FileExistsError(f"{path} exists and is not a dasktrees model; not overwriting it")
     token = secrets.token_hex(4)
@@ -218,13 +241,7 @@ def write_directory(path: Path, manifest: Manifest, arrays: Arrays) -> None:
     old = path.with_name(f".{path.name}.{token}.old")
     os.mkdir(tmp)
     try:
-        with open(tmp / ARRAYS, "wb") as f:
-            # numpy's stubs take any keyword of savez for its allow_pickle flag
-            np.savez(f, **arrays)  # type: ignore[arg-type]
-            sync_file(f)
-        with open(tmp / MANIFEST, "w", encoding="ascii") as f:
-            json.dump(manifest, f, indent=1, allow_nan=False)
-            sync_file(f)
+        fill(tmp)
         replacing = path.exists() or path.is_symlink()
         if replacing and not is_model_directory(path):  # appeared while we wrote: leave it
             raise FileExistsError(f"{path} exists and is not a dasktrees model; not overwriting it")

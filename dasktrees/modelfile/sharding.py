@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import secrets
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -29,14 +28,16 @@ from .format import (
     MANIFEST,
     SHARDED_FORMAT,
     Manifest,
-    is_model_directory,
     manifest_checksum,
+    replace_directory,
     sync_directory,
-    sync_file,
+    write_manifest,
 )
 from .integrity import read_manifest
 
 SHARDED_FORMAT_VERSION = 1
+# What the top manifest lists of each shard.
+_SHARD_FIELDS = {"directory", "n_trees", "first_tree", "manifest_sha256"}
 # What every shard of a forest holds alike (manifest fields, and arrays by their checksums).
 _SHARED_FIELDS = ("estimator", "params", "fitted", "feature_names", "classes", "bins")
 _SHARED_ARRAYS = ("bin_edges", "bin_values")
@@ -59,11 +60,10 @@ def write_sharded(
     oob_curve: list[float] | None,
     write_shards: Callable[[Path], list[dict[str, Any]]],
 ) -> None:
-    """Write a sharded model at ``path``: ``write_shards(directory)`` writes the shards into a
-    sibling directory and returns their entries (``directory``, ``n_trees``, ``first_tree``,
-    ``manifest_sha256``), then the top manifest is written and the directory renamed to
-    ``path`` (an existing model there is replaced, anything else left alone, as
-    ``format.write_directory`` does).
+    """Write a sharded model at ``path``, atomically (``format.replace_directory``):
+    ``write_shards(directory)`` writes the shards into the new directory and returns their
+    entries (``directory``, ``n_trees``, ``first_tree``, ``manifest_sha256``), then the top
+    manifest is written.
 
     Parameters
     ----------
@@ -75,14 +75,12 @@ def write_sharded(
     oob_curve : list of float or None
     write_shards : callable
     """
-    if (path.exists() or path.is_symlink()) and not is_model_directory(path):
-        raise FileExistsError(f"{path} exists and is not a dasktrees model; not overwriting it")
-    token = secrets.token_hex(4)
-    tmp = path.with_name(f".{path.name}.{token}.tmp")
-    old = path.with_name(f".{path.name}.{token}.old")
-    os.mkdir(tmp)
-    try:
-        shards = write_shards(tmp)
+
+    def fill(directory: Path) -> None:
+        shards = write_shards(directory)
+        # A shard task run twice (its worker died) may leave its temporary sibling behind.
+        for leftover in directory.glob(".*"):
+            shutil.rmtree(leftover, ignore_errors=True)
         manifest: Manifest = {
             "format": SHARDED_FORMAT,
             "format_version": SHARDED_FORMAT_VERSION,
@@ -93,29 +91,20 @@ def write_sharded(
             "oob_curve": None if oob_curve is None else [_json_float(v) for v in oob_curve],
         }
         manifest["manifest_sha256"] = manifest_checksum(manifest)
-        with open(tmp / MANIFEST, "w", encoding="ascii") as f:
-            json.dump(manifest, f, indent=1, allow_nan=False)
-            sync_file(f)
-        sync_directory(tmp)
-        replacing = path.exists() or path.is_symlink()
-        if replacing and not is_model_directory(path):  # appeared while we wrote: leave it
-            raise FileExistsError(f"{path} exists and is not a dasktrees model; not overwriting it")
-        if replacing:
-            os.replace(path, old)
-        try:
-            os.replace(tmp, path)
-        except BaseException:
-            if replacing:
-                os.replace(old, path)
-            raise
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    sync_directory(path.parent)
-    if old.is_symlink():
-        old.unlink()
-    elif replacing:
-        shutil.rmtree(old)
+        write_manifest(directory, manifest)
+        sync_directory(directory)
+
+    replace_directory(path, fill)
+
+
+def check_listed(directory: Path, shard_manifest: Manifest, listed_sha256: str) -> None:
+    """Refuse a shard whose (checked) manifest is not the one its model lists: modified,
+    replaced, or another model's."""
+    if shard_manifest["manifest_sha256"] != listed_sha256:
+        raise ValueError(
+            f"{directory / MANIFEST}: not the shard the model lists (its manifest's checksum "
+            "differs): the shard was modified or replaced"
+        )
 
 
 def read_sharded_manifest(path: str | os.PathLike) -> Manifest | None:
@@ -150,17 +139,18 @@ def read_sharded_manifest(path: str | os.PathLike) -> Manifest | None:
     first = 0
     common = None
     for k, shard in enumerate(shards):
-        if shard.get("directory") != shard_directory(k) or shard.get("first_tree") != first:
+        if not isinstance(shard, dict) or set(shard) != _SHARD_FIELDS:
+            fields = ", ".join(sorted(_SHARD_FIELDS))
+            raise ValueError(f"{file}: shard {k} must be listed with the fields {fields}")
+        if shard["directory"] != shard_directory(k) or shard["first_tree"] != first:
             raise ValueError(f"{file}: shard {k} is listed out of order")
+        if not (directory / shard["directory"]).is_dir():
+            raise ValueError(f"{file}: shard {k} ({shard['directory']}) is missing")
         shard_manifest = read_manifest(directory / shard["directory"])
-        if shard_manifest["manifest_sha256"] != shard.get("manifest_sha256"):
-            raise ValueError(
-                f"{directory / shard['directory'] / MANIFEST}: not the shard the model lists "
-                "(its manifest's checksum differs): the shard was modified or replaced"
-            )
+        check_listed(directory / shard["directory"], shard_manifest, shard["manifest_sha256"])
         if shard_manifest["estimator"] != manifest.get("estimator"):
             raise ValueError(f"{file}: shard {k} holds a {shard_manifest['estimator']}")
-        if shard_manifest["trees"]["n_trees"] != shard.get("n_trees"):
+        if shard_manifest["trees"]["n_trees"] != shard["n_trees"]:
             raise ValueError(f"{file}: shard {k} holds another number of trees than listed")
         # Parts of one forest: the same parameters, columns, classes and bins in every shard.
         shared = [shard_manifest[name] for name in _SHARED_FIELDS]
