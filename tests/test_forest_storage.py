@@ -62,8 +62,13 @@ def regression():
 def test_classifier_same_on_workers(client, classification):
     X, y = classification
     a, b = fit_pair(RandomForestClassifier, X, y, client, oob_score=True, trees_per_task=3)
-    # Shards of 3, 3, 3 and 1 trees: a forest in four parts.
+    # Shards of 3, 3, 3 and 1 trees: a forest in four parts, in runs on the workers (a block
+    # of rows visits each worker once), each worker with trees.
     assert len(b._tree_shards.parts) == 4 and len(b) == len(a) == 10
+    targets = shards_module.placements(client, [3, 3, 3, 1])
+    assert targets == sorted(targets) and len(set(targets)) == 2
+    holders = client.who_has(b._tree_shards.parts)
+    assert all(t in holders[p.key] for t, p in zip(targets, b._tree_shards.parts))
     assert_same_predictions(a, b, X[:100])
     np.testing.assert_array_equal(b.feature_importances_, a.feature_importances_)
     np.testing.assert_array_equal(b.feature_importances_std_, a.feature_importances_std_)

@@ -56,6 +56,9 @@ class TreeShards:
         The deepest tree's depth.
     nbytes : ndarray of int64, shape (n_shards,)
         The bytes each shard's trees take on its worker (``ForestPart.nbytes``).
+    workers : list of str
+        The worker each shard was placed on (``placements``); Dask may grow a shard again
+        elsewhere if that worker dies.
     """
 
     parts: list
@@ -64,6 +67,7 @@ class TreeShards:
     node_count: np.ndarray
     max_depth: int
     nbytes: np.ndarray
+    workers: list[str]
 
     @property
     def n_trees(self) -> int:
@@ -74,9 +78,14 @@ class TreeShards:
         """The client of the shards' futures (the cluster the forest lives on)."""
         return self.parts[0].client
 
+    @property
+    def runs(self) -> list[slice]:
+        """The runs of consecutive shards on one worker (``runs_of``)."""
+        return runs_of(self.workers)
+
     @classmethod
-    def from_parts(cls, parts: list, summaries: Sequence[dict]) -> TreeShards:
-        """The handle of shard futures ``parts`` and their ``ForestPart.summary``."""
+    def from_parts(cls, parts: list, summaries: Sequence[dict], workers: list[str]) -> TreeShards:
+        """The handle of shard futures ``parts``, their ``ForestPart.summary`` and workers."""
         sizes = [s["n_trees"] for s in summaries]
         return cls(
             parts=list(parts),
@@ -85,6 +94,7 @@ class TreeShards:
             node_count=np.concatenate([s["node_count"] for s in summaries]),
             max_depth=max(s["max_depth"] for s in summaries),
             nbytes=np.array([s["nbytes"] for s in summaries], dtype=np.int64),
+            workers=list(workers),
         )
 
     def shard_of(self, tree: int) -> tuple[int, int]:
@@ -104,7 +114,8 @@ def keep_on_workers(
     retries: int = 1,
     progress: Callable[[int, int], None] | None = None,
 ) -> TreeShards:
-    """Make a shard of each tree task's result, where it lies, and wait for them.
+    """Make a shard of each tree task's result and wait for them: on the worker ``placements``
+    gives it, where the task's result is moved if it grew elsewhere.
 
     Parameters
     ----------
@@ -122,6 +133,8 @@ def keep_on_workers(
         Called with (trees done, ``n_trees``) as shards are made.
     """
     token = uuid.uuid4().hex[:8]
+    sizes = np.diff([*first_trees, first_trees[0] + n_trees]).tolist()
+    workers = placements(client, sizes)
     parts = [
         client.submit(
             ForestPart.from_shipped,
@@ -131,8 +144,10 @@ def keep_on_workers(
             key=f"dasktrees-shard-{first}-{token}",
             retries=retries,
             pure=False,
+            workers=[worker],
+            allow_other_workers=True,  # a lost worker's shards are grown again elsewhere
         )
-        for result, first in zip(shipped, first_trees)
+        for result, first, worker in zip(shipped, first_trees, workers)
     ]
     summaries = [client.submit(ForestPart.summary, part, pure=False) for part in parts]
     if progress is not None:
@@ -140,7 +155,28 @@ def keep_on_workers(
         for future in as_completed(client, summaries):
             n_done += future.result()["n_trees"]
             progress(n_done, n_trees)
-    return TreeShards.from_parts(parts, client.gather(summaries))
+    return TreeShards.from_parts(parts, client.gather(summaries), workers)
+
+
+def placements(client, sizes: Sequence[int]) -> list[str]:
+    """The worker for each shard of ``sizes`` trees, in tree order: consecutive shards on the
+    same worker, each worker a share of the trees in proportion to its threads.
+
+    A chained op visits the shards in tree order: shards placed as they grew (any worker, in
+    any order) made a block's sums hop between the workers at almost every shard, and the
+    blocks wait in line for the first shards' worker; in consecutive runs a block visits each
+    worker once, and the workers work on successive blocks side by side, as a pipeline.
+    """
+    workers = client.scheduler_info()["workers"]
+    names = sorted(workers)
+    threads = np.array([workers[w].get("nthreads", 1) for w in names], dtype=np.float64)
+    bounds = np.cumsum(threads) / threads.sum()  # each worker's end, as a share of the trees
+    total, done, out = float(sum(sizes)), 0, []
+    for n in sizes:
+        middle = (done + n / 2) / total
+        out.append(names[min(len(names) - 1, int(np.searchsorted(bounds, middle)))])
+        done += n
+    return out
 
 
 def scatter_trees(
@@ -151,7 +187,11 @@ def scatter_trees(
     made as ``keep_on_workers`` makes them. Scattered data has no task to recompute it from:
     such shards do not survive their worker."""
     starts = range(0, len(trees), batch_size)
-    shipped = [client.scatter(pickled(trees[i : i + batch_size]), hash=False) for i in starts]
+    sizes = [len(trees[i : i + batch_size]) for i in starts]
+    shipped = [
+        client.scatter(pickled(trees[i : i + batch_size]), hash=False, workers=[worker])
+        for i, worker in zip(starts, placements(client, sizes))
+    ]
     first_trees = [first_tree + i for i in starts]
     return keep_on_workers(client, shipped, first_trees, bin_mapper, len(trees))
 
@@ -168,6 +208,7 @@ def join_shards(handles: Sequence[TreeShards]) -> TreeShards:
         node_count=np.concatenate([h.node_count for h in handles]),
         max_depth=max(h.max_depth for h in handles),
         nbytes=np.concatenate([h.nbytes for h in handles]),
+        workers=[w for h in handles for w in h.workers],
     )
 
 
@@ -216,35 +257,64 @@ def _encode(model, block):
     return model[0].encode(block)
 
 
-def _add(model, part, encoded, acc):
-    # Inside Dask tasks the kernels run without threads (see ``PackedForest.vote``).
-    return model[1].add(part, encoded, acc, False)
-
-
-def _finish(model, *results):
+def _add_run(model, rows, acc, *parts):
+    """A run of consecutive parts on one worker, in one task: a chained op's sums continued
+    part after part, or a column op's columns of each."""
     op = model[1]
-    return op.finish(results[0] if op.chained else list(results))
+    # Inside Dask tasks the kernels run without threads (see ``PackedForest.vote``).
+    if op.chained:
+        for part in parts:
+            acc = op.add(part, rows, acc, False)
+        return acc
+    return [op.add(part, rows, None, False) for part in parts]
+
+
+def _finish(model, *runs):
+    op = model[1]
+    if op.chained:
+        return op.finish(runs[-1])
+    return op.finish([columns for run in runs for columns in run])
+
+
+def runs_of(workers: Sequence[str]) -> list[slice]:
+    """The runs of consecutive shards placed on the same worker (``placements``)."""
+    starts = [k for k in range(len(workers)) if k == 0 or workers[k] != workers[k - 1]]
+    return [slice(a, b) for a, b in zip(starts, [*starts[1:], len(workers)])]
+
+
+def _through_shards(call, parts, runs, rows, model, chained, key):
+    """One block's tasks (``call(function, *args, key=...)``): a task a run of shards, in tree
+    order, then the finish."""
+    results: list = []
+    for r, run in enumerate(runs):
+        acc = results[-1] if chained and results else None
+        result = call(_add_run, model, rows, acc, *parts[run], key=f"{key}-{r}")
+        results = [result] if chained else [*results, result]
+    return call(_finish, model, *results, key=key)
 
 
 def rows_through_shards(
     parts: list,
+    runs: list[slice],
     blocks: list,
     lengths: Sequence[float],
     model,
     chained: bool,
     n_columns: int,
     dtype,
-    encoded: bool,
 ) -> da.Array:
-    """A row op (``forest.parts``) over row blocks, through the shards: a dask array.
+    """A row op (``forest.parts``) over a dask collection's blocks, through the shards: a dask
+    array, one graph of tasks a block (``_through_shards``).
 
     Parameters
     ----------
     parts : list of Future
         The op's parts, on the workers, in tree order: the shards (``TreeShards.parts``), or
         what ``map_parts`` made of them.
-    blocks : list of Delayed or Future
-        The rows, block by block: raw (a dask collection's partitions) or ``encoded``.
+    runs : list of slice
+        The runs of ``parts`` on one worker (``runs_of``): one task each.
+    blocks : list of Delayed
+        The collection's blocks of rows.
     lengths : sequence of float
         Rows a block (NaN where unknown).
     model : Delayed or Future
@@ -253,43 +323,48 @@ def rows_through_shards(
         The op's ``chained``.
     n_columns, dtype :
         Of the op's result.
-    encoded : bool
-        Whether ``blocks`` are encoded already (``BinMapper.encode``).
     """
     token = uuid.uuid4().hex[:8]
+
+    def call(function, *args, key):
+        return dask.delayed(function)(*args, dask_key_name=key)
+
     columns = []
     for b, (block, n) in enumerate(zip(blocks, lengths)):
-        rows = (
-            block
-            if encoded
-            else dask.delayed(_encode)(model, block, dask_key_name=f"dasktrees-encode-{b}-{token}")
+        rows = call(_encode, model, block, key=f"dasktrees-encode-{b}-{token}")
+        out = _through_shards(
+            call, parts, runs, rows, model, chained, f"dasktrees-rows-{b}-{token}"
         )
-        results: list = []
-        for k, part in enumerate(parts):
-            acc = results[-1] if chained and results else None
-            result = dask.delayed(_add)(
-                model, part, rows, acc, dask_key_name=f"dasktrees-shard-rows-{b}-{k}-{token}"
-            )
-            results = [result] if chained else results + [result]
-        out = dask.delayed(_finish)(model, *results, dask_key_name=f"dasktrees-rows-{b}-{token}")
         columns.append(da.from_delayed(out, shape=(n, n_columns), dtype=dtype))
     return da.concatenate(columns) if len(columns) > 1 else columns[0]
 
 
+# Encoded rows up to this many bytes a block go with their tasks; more are sent ahead, once.
+_EMBEDDED_ROWS_BYTES = 1 << 20
+
+
 def local_rows_through_shards(
-    parts: list, encoded: np.ndarray, model, chained: bool, n_columns: int, dtype
+    parts: list, runs: list[slice], encoded: np.ndarray, model, chained: bool
 ) -> np.ndarray:
-    """``rows_through_shards`` for rows in this process, already encoded: sent to the
-    workers in blocks (enough for every worker thread to take part) with the graph, the result
-    gathered."""
+    """A row op over rows in this process, already encoded: cut in blocks (enough for every
+    worker thread to take part, of at least 1,024 rows), each block's tasks submitted as
+    ``rows_through_shards`` builds them for a dask collection, the results gathered."""
     client = parts[0].client
     n_threads = sum(w.get("nthreads", 1) for w in client.scheduler_info()["workers"].values())
     n_blocks = max(1, min(2 * n_threads, -(-len(encoded) // 1024)))
     step = max(1, -(-len(encoded) // n_blocks))
     pieces = [encoded[i : i + step] for i in range(0, len(encoded), step)] or [encoded]
-    blocks = [dask.delayed(piece, pure=False) for piece in pieces]
-    out = rows_through_shards(
-        parts, blocks, [len(p) for p in pieces], model, chained, n_columns, dtype, encoded=True
-    )
+    if pieces[0].nbytes > _EMBEDDED_ROWS_BYTES:
+        with sending_large_data():
+            pieces = client.scatter(pieces, hash=False)
+    token = uuid.uuid4().hex[:8]
+
+    def call(function, *args, key):
+        return client.submit(function, *args, key=key, pure=False)
+
     with sending_large_data():
-        return client.compute(out, sync=True)
+        futures = [
+            _through_shards(call, parts, runs, rows, model, chained, f"dasktrees-rows-{b}-{token}")
+            for b, rows in enumerate(pieces)
+        ]
+        return np.concatenate(client.gather(futures))

@@ -752,7 +752,7 @@ class BaseForest(BaseEstimator):
             parts = parts or [ForestPart(0, self.forest_)]
             return self._apply_by_rows(X, partial(run_in_parts, op, parts), n_columns, dtype)
         parts = parts or shards.parts
-        model = _model_for_graph(shards.client, (self.bin_mapper_, op))
+        model = _shared_model(shards.client, (self.bin_mapper_, op))
         if isinstance(X, (dd.DataFrame, da.Array)):
             self._check_dask_input(X)
             if isinstance(X, dd.DataFrame):
@@ -760,13 +760,15 @@ class BaseForest(BaseEstimator):
             else:
                 X = X.rechunk({1: -1})
                 blocks, lengths = list(X.to_delayed()[:, 0]), X.chunks[0]
+            if isinstance(model, tuple):  # one key of the graph, which each worker fetches once
+                model = dask.delayed(model, pure=False)
             return rows_through_shards(
-                parts, blocks, lengths, model, op.chained, n_columns, dtype, encoded=False
+                parts, shards.runs, blocks, lengths, model, op.chained, n_columns, dtype
             )
         X = check_2d(X)
         check_predict_columns(self, X)
         encoded = self.bin_mapper_.encode(X)
-        return local_rows_through_shards(parts, encoded, model, op.chained, n_columns, dtype)
+        return local_rows_through_shards(parts, shards.runs, encoded, model, op.chained)
 
     def _check_dask_input(self, X):
         if X.ndim != 2:
@@ -854,18 +856,18 @@ class TreesOnWorkers(Sequence):
         return f"<{len(self)} trees on the workers>"
 
 
-# A model of a prediction on the shards (bin mapper, row op) up to this size travels in the
-# graph; a larger one (the jackknife's Gram matrix of many trees) is broadcast ahead of it.
-_GRAPH_MODEL_BYTES = 1 << 20
+# A model of a prediction on the shards (bin mapper, row op) up to this size travels with its
+# tasks; a larger one (the jackknife's Gram matrix of many trees) is broadcast ahead of them.
+_SHARED_MODEL_BYTES = 1 << 20
 
 
-def _model_for_graph(client, model):
-    """``model`` as the tasks of a prediction on the shards take it: a key of their graph,
-    which each worker fetches once (a broadcast ahead of the graph costs a round trip to every
-    worker, even to predict one row), or, when large, a future broadcast to every worker
-    (a large graph is slow to send, and distributed warns about it)."""
-    if len(pickle.dumps(model, protocol=pickle.HIGHEST_PROTOCOL)) <= _GRAPH_MODEL_BYTES:
-        return dask.delayed(model, pure=False)
+def _shared_model(client, model):
+    """``model`` as the tasks of a prediction on the shards take it: itself, to travel with them
+    (a broadcast ahead of them costs a round trip to every worker, even to predict one row),
+    or, when large, a future broadcast to every worker (a large graph is slow to send, and
+    distributed warns about it)."""
+    if len(pickle.dumps(model, protocol=pickle.HIGHEST_PROTOCOL)) <= _SHARED_MODEL_BYTES:
+        return model
     # In a list: scatter would send a tuple's items one by one.
     return client.scatter([model], broadcast=True, hash=False)[0]
 

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from ..distributed.client import as_completed
-from ..distributed.shards import TreeShards
+from ..distributed.shards import TreeShards, placements
 from ..forest.parts import ForestPart
 from ..modelfile import reading
 from ..modelfile.format import OOB_SCORES
@@ -87,6 +87,7 @@ def load_sharded(
         forest = forests[0]
         forest._keep_on_client([est for f in forests for est in f.estimators_])
     else:
+        where = placements(client, [s["n_trees"] for s in listed])
         loaded = [
             client.submit(
                 _load_part,
@@ -96,13 +97,15 @@ def load_sharded(
                 estimators,
                 k == 0,
                 pure=False,
+                workers=[worker],
+                allow_other_workers=True,
             )
-            for k, s in enumerate(listed)
+            for k, (s, worker) in enumerate(zip(listed, where))
         ]
         parts = [client.submit(operator.itemgetter(0), f, pure=False) for f in loaded]
         summaries = client.gather([client.submit(ForestPart.summary, p) for p in parts])
         forest = client.submit(operator.itemgetter(1), loaded[0]).result()
-        forest._keep_on_workers(TreeShards.from_parts(parts, summaries))
+        forest._keep_on_workers(TreeShards.from_parts(parts, summaries, where))
     for name, value in manifest["fitted"].items():
         setattr(forest, name, float(value))
     if manifest["oob_curve"] is not None:
