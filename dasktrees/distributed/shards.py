@@ -1,20 +1,22 @@
 """A forest kept on the workers (``tree_storage="workers"``): its shards, the predictions that go
 to them, and bringing its trees home.
 
-The trees of each tree task become one shard: a task on the worker that grew them unpacks and
-packs them there (``ForestPart.from_shipped``), and the client keeps the shard's future and a
-summary of it (each tree's impurity importances and node count, the shard's bytes), never its
+The trees of each tree task become one shard: a task unpacks and packs them (``ForestPart.
+from_shipped``) on the worker ``placements`` gives it, consecutive shards on the same worker
+(worker A the first trees, worker B the next, ...), and the client keeps the shard's future and
+a summary of it (each tree's impurity importances and node count, the shard's bytes), never its
 trees. A prediction sends each block of rows through the shards in tree order
-(``forest.parts``), one task a shard and a block, on the worker holding the shard:
+(``forest.parts``), one task a block and a run of shards on one worker:
 
-    block b -> encode -> shard 0 -> shard 1 -> ... -> finish    chained ops (votes): one running
-                                                                sum, trees added in order
-    block b -> encode -> shard 0 ┐
-                      -> shard 1 ┼-> finish                     column ops (leaves, the trees'
-                      -> ...     ┘                              values): disjoint columns
+    block b -> encode -> run A -> run B -> finish    chained ops (votes, SHAP): one running sum,
+                                                     trees added in order
+    block b -> encode -> run A -.
+                      -> run B -+-> finish           column ops (leaves, the trees' values):
+                                                     disjoint columns
 
 so the results are those of the same forest on the client, bit for bit, and what moves are
-the rows (to each worker that holds shards, once) and the running sums, never the trees.
+the rows (to each worker, once) and the running sums, never the trees; the workers work on
+successive blocks side by side, as a pipeline.
 
 A shard is the future of a task, and lives as long as the estimator holding it (or a copy of
 its futures: ``merge_forests``) is alive and its client connected. A worker that dies takes its
