@@ -184,6 +184,23 @@ def test_distributed_mode_warm_start_on_the_workers(client):
     assert b._tree_shards.parts == parts and b.oob_score_ == a.oob_score_
 
 
+def test_joined_trees_leave_the_client_as_their_batches_complete(client, classification):
+    """Distributed mode joins trees on the client one at a time, in any order: a batch goes to
+    its worker once its last tree is in, and the client keeps only the trees still waiting."""
+    X, y = classification
+    forest = RandomForestClassifier(n_estimators=5, random_state=0, client=client).fit(X, y)
+    trees = [est.tree_ for est in forest.estimators_]
+    joined = shards_module.ShardsAsJoined(client, [0, 1, 2, 3, 4], 2, forest.bin_mapper_)
+    for t in (1, 0, 3, 4):
+        joined.add(t, trees[t])
+    assert len(joined.shipped) == 1 and set(joined.joined) == {3, 4}
+    joined.add(2, trees[2])
+    assert len(joined.shipped) == 3 and not joined.joined
+    handle = joined.shards()
+    np.testing.assert_array_equal(handle.first_trees, [0, 2, 4, 5])
+    assert handle.workers == sorted(handle.workers)
+
+
 def test_auto_storage_threshold(client, classification, monkeypatch):
     X, y = classification
     forest = RandomForestClassifier(n_estimators=4, random_state=0, client=client)

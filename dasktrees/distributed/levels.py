@@ -630,8 +630,11 @@ def grow_forest_levels(
     plan: LevelPlan,
     retries: int = 1,
     progress=None,
+    on_tree=None,
 ) -> list[Tree]:
-    """Grow ``tree_ids`` in distributed mode under ``plan``; the trees in tree order."""
+    """Grow ``tree_ids`` in distributed mode under ``plan``; the trees in tree order, or, with
+    ``on_tree``, none: each tree is handed to ``on_tree(tree_id, tree)`` as soon as it is
+    joined, and not kept."""
     if not supports(spec):
         raise ValueError(
             'mode="distributed" does not support class_weight="balanced_subsample" (its '
@@ -639,14 +642,20 @@ def grow_forest_levels(
         )
     pool = _SubtreePool(client, data, spec, plan, retries, uuid.uuid4().hex[:8])
     trees: dict[int, Tree] = {}
+    n_joined = [0]
     waiting: list[TreeState] = []  # trees whose subtrees are still growing
 
     def join_ready():
         for s in [s for s in waiting if not s.pending_groups(pool)]:
             waiting.remove(s)
-            trees[s.tree] = _join_tree(spec, s, pool.take(s.groups))
+            tree = _join_tree(spec, s, pool.take(s.groups))
+            n_joined[0] += 1
+            if on_tree is None:
+                trees[s.tree] = tree
+            else:
+                on_tree(s.tree, tree)
             if progress is not None:
-                progress(len(trees), len(tree_ids))
+                progress(n_joined[0], len(tree_ids))
 
     # The rounds of a batch of trees go on while the subtrees of the earlier batches grow; the
     # trees whose subtrees are all back are joined while a round runs on the workers.
@@ -662,7 +671,7 @@ def grow_forest_levels(
         "distributed mode: %d trees, budget %d rows: %s", len(tree_ids), plan.budget_rows,
         dict(pool.stats),
     )  # fmt: skip
-    return [trees[t] for t in tree_ids]
+    return [trees[t] for t in tree_ids] if on_tree is None else []
 
 
 @dataclass

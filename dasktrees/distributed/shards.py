@@ -181,21 +181,46 @@ def placements(client, sizes: Sequence[int]) -> list[str]:
     return out
 
 
-def scatter_trees(
-    client, trees: list[Tree], first_tree: int, batch_size: int, bin_mapper: BinMapper
-) -> TreeShards:
-    """Shards of trees that are on the client (distributed mode joins them there), the
-    forest's trees ``first_tree`` on: sent in batches of ``batch_size`` to the workers, then
-    made as ``keep_on_workers`` makes them. Scattered data has no task to recompute it from:
-    such shards do not survive their worker."""
-    starts = range(0, len(trees), batch_size)
-    sizes = [len(trees[i : i + batch_size]) for i in starts]
-    shipped = [
-        client.scatter(pickled(trees[i : i + batch_size]), hash=False, workers=[worker])
-        for i, worker in zip(starts, placements(client, sizes))
-    ]
-    first_trees = [first_tree + i for i in starts]
-    return keep_on_workers(client, shipped, first_trees, bin_mapper, len(trees))
+class ShardsAsJoined:
+    """Shards of trees joined one at a time on the client (distributed mode joins them there):
+    ``add(tree_id, tree)`` as each is joined; as soon as every tree of the next batch of
+    ``batch_size`` is in, the batch is sent to the worker of its run and dropped here, so the
+    client holds the trees still waiting for an earlier one of their batch, not the forest;
+    ``shards()`` then makes them (``keep_on_workers``). Scattered data has no task to recompute
+    it from: such shards do not survive their worker.
+
+    Parameters
+    ----------
+    client : distributed.Client
+    tree_ids : list of int
+        The forest's indices of the trees, consecutive.
+    batch_size : int
+    bin_mapper : BinMapper
+    """
+
+    def __init__(self, client, tree_ids: list[int], batch_size: int, bin_mapper: BinMapper):
+        self.client, self.tree_ids, self.bin_mapper = client, tree_ids, bin_mapper
+        starts = range(0, len(tree_ids), batch_size)
+        self.batches = [tree_ids[i : i + batch_size] for i in starts]
+        self.workers = placements(client, [len(b) for b in self.batches])
+        self.joined: dict[int, Tree] = {}
+        self.shipped: list = []  # futures of the batches sent, in order
+
+    def add(self, tree_id: int, tree: Tree) -> None:
+        self.joined[tree_id] = tree
+        while len(self.shipped) < len(self.batches):
+            batch = self.batches[len(self.shipped)]
+            if not all(t in self.joined for t in batch):
+                return
+            trees = [self.joined.pop(t) for t in batch]
+            worker = self.workers[len(self.shipped)]
+            self.shipped.append(self.client.scatter(pickled(trees), hash=False, workers=[worker]))
+
+    def shards(self) -> TreeShards:
+        first_trees = [batch[0] for batch in self.batches]
+        return keep_on_workers(
+            self.client, self.shipped, first_trees, self.bin_mapper, len(self.tree_ids)
+        )
 
 
 def join_shards(handles: Sequence[TreeShards]) -> TreeShards:

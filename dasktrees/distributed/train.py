@@ -327,11 +327,15 @@ def grow_forest(
             levels.workers_own_memory(client),
         )
         progress = _progress.get()
-        trees = levels.grow_forest_levels(client, data, spec, tree_ids, plan, retries, progress)
-        if on_workers:
-            size = default_trees_per_task(len(trees), len(workers))
-            return shards.scatter_trees(client, trees, tree_ids[0], size, data.bin_mapper), mode
-        return trees, mode
+        if not on_workers:
+            trees = levels.grow_forest_levels(client, data, spec, tree_ids, plan, retries, progress)
+            return trees, mode
+        size = default_trees_per_task(len(tree_ids), len(workers))
+        joined = shards.ShardsAsJoined(client, tree_ids, size, data.bin_mapper)
+        levels.grow_forest_levels(
+            client, data, spec, tree_ids, plan, retries, progress, on_tree=joined.add
+        )
+        return joined.shards(), mode
     batches = tree_batches(tree_ids, trees_per_task, len(workers))
     token = uuid.uuid4().hex[:8]
     ship = not is_in_process(client)  # pickled only to cross a process boundary
