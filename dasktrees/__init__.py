@@ -10,6 +10,7 @@ from .estimators.forests import (
     RandomForestRegressor,
 )
 from .estimators.loading import load
+from .estimators.merging import merge_forests
 from .estimators.quantile_forests import ExtraTreesQuantileRegressor, RandomForestQuantileRegressor
 from .estimators.trees import DecisionTreeClassifier, DecisionTreeRegressor
 from .estimators.warmup import WarmupPlugin, warmup
@@ -37,6 +38,7 @@ __all__ = [
     "export_rules",
     "export_text",
     "load",
+    "merge_forests",
     "pruning",
     "warmup",
 ]

@@ -5,6 +5,8 @@ The shards are the trees of each tree task, on the worker that grew them; a pred
 block of rows through them in tree order, so the sums are those of the client's forest.
 """
 
+import pickle
+
 import dask.array as da
 import dask.dataframe as dd
 import numpy as np
@@ -227,8 +229,6 @@ def test_refusals(client, classification):
         with pytest.raises(ValueError, match="call gather_trees"):
             call()
     with pytest.raises(TypeError, match="cannot be pickled"):
-        import pickle
-
         pickle.dumps(forest)
     with pytest.raises(ValueError, match="tree_storage must be"):
         RandomForestClassifier(tree_storage="disk", client=client).fit(X, y)
@@ -259,6 +259,10 @@ def test_save_from_the_workers_and_load_onto_them_or_here(client, classification
     # The forest loaded here is the client's forest, tree for tree; saved again it is one model.
     for ta, tb in zip(a.estimators_, here.estimators_):
         np.testing.assert_array_equal(tb.tree_.value, ta.tree_.value)
+    # A forest saved from the client, loaded, and a pickled one, say where their trees are.
+    a.save(tmp_path / "one")
+    assert dasktrees.load(tmp_path / "one").tree_storage_ == "client"
+    assert pickle.loads(pickle.dumps(here)).tree_storage_ == "client"
     description = describe(tmp_path / "model")
     assert description["trees"] == 10 and description["shards"] == 4
     assert description["nodes"] == sum(e.tree_.node_count for e in a.estimators_)

@@ -113,6 +113,10 @@ class BaseForest(BaseEstimator):
             validate_data(self, X, reset=True, skip_check_array=True)
         n_features = X.shape[1]
         warm = self.warm_start and hasattr(self, "estimators_")
+        if warm:
+            self._needs_one_fit("a warm start")
+        else:
+            self._sources = None  # a new fit: whatever the estimator merged before is gone
         n_existing = len(self.estimators_) if warm else 0
         if self.n_estimators != "auto" and n_existing > self.n_estimators:
             raise ValueError(
@@ -247,7 +251,16 @@ class BaseForest(BaseEstimator):
         self._shards = None
         # Packed now, not on first use: predict must not change the estimator, nor pay for it.
         # A warm start packs every tree again (a flights forest in a fraction of its fit).
-        self._forest = self._pack()
+        sources = self._merged_sources()
+        if sources is None:
+            self._forest, self._parts = self._pack(), None
+            return
+        # A merged forest: each fit's trees packed with its own bins (``merging``).
+        self._forest, self._parts, start = None, [], 0
+        for source in sources:
+            trees = [est.tree_ for est in self.estimators_[start : start + source.n_trees]]
+            self._parts.append(ForestPart(0, PackedForest(trees, source.bin_mapper), trees))
+            start += source.n_trees
 
     def _keep_on_workers(self, shards):
         """Hold the fitted trees as shards on the workers (``tree_storage="workers"``)."""
@@ -293,6 +306,25 @@ class BaseForest(BaseEstimator):
     def _tree_shards(self) -> TreeShards | None:
         """The shards of a forest kept on the workers; None for a forest on the client."""
         return getattr(self, "_shards", None)
+
+    def _merged_sources(self):
+        """The fits of a merged forest (``merging.Source``), or None for a forest of one fit."""
+        return getattr(self, "_sources", None)
+
+    def _needs_one_fit(self, method):
+        """Refuse ``method`` on a merged forest: it needs the trees' bootstrap draws or bins,
+        which differ between the merged fits."""
+        sources = self._merged_sources()
+        if sources is not None:
+            raise ValueError(
+                f"{method} needs the trees of one fit, and this forest merges {len(sources)} "
+                "(merge_forests), each with its own bootstrap draws and bins"
+            )
+
+    def _client_parts(self):
+        """The forest's parts on the client: one, or a merged forest's one per fit."""
+        parts = getattr(self, "_parts", None)
+        return parts if parts is not None else [ForestPart(0, self.forest_)]
 
     def _needs_client_trees(self, method):
         """Refuse ``method`` on a forest kept on the workers, which it does not support yet."""
@@ -370,6 +402,7 @@ class BaseForest(BaseEstimator):
         drawn like the others (they take no part in the tree), as in scikit-learn.
         """
         check_is_fitted(self, "estimators_")
+        self._needs_one_fit("estimators_samples_")
         n_rows = int(self._n_rows)
         dtype = np.int32 if n_rows < 2**31 else np.int64
         rows = np.arange(n_rows, dtype=dtype)
@@ -413,6 +446,7 @@ class BaseForest(BaseEstimator):
         the call (and not kept: predicting does not change the estimator)."""
         check_is_fitted(self, "estimators_")
         self._needs_client_trees("forest_")
+        self._needs_one_fit("forest_ (one packed forest)")
         forest = getattr(self, "_forest", None)
         if forest is not None and forest.packs([est.tree_ for est in self.estimators_]):
             return forest
@@ -542,6 +576,7 @@ class BaseForest(BaseEstimator):
         ``method`` names the caller in the errors: the forest must sample rows, and X must have
         the training rows."""
         check_is_fitted(self, "estimators_")
+        self._needs_one_fit(method)
         if not self.samples_rows():
             raise ValueError(f"{method} needs bootstrap=True or max_samples")
         with client_for(self._cluster()) as client:
@@ -573,6 +608,7 @@ class BaseForest(BaseEstimator):
         from ..export.scikit_learn import forest_to_sklearn
 
         self._needs_client_trees("to_sklearn")
+        self._needs_one_fit("to_sklearn")
         return forest_to_sklearn(self)
 
     def shap_values(self, X: Data) -> np.ndarray | da.Array:
@@ -652,6 +688,7 @@ class BaseForest(BaseEstimator):
             saved from them, each shard a model directory of its own written by its worker
             (``path`` must be a directory the workers see).
         """
+        self._needs_one_fit("save")
         if self._tree_shards is not None:
             save_from_workers(self, path)
         else:
@@ -668,13 +705,14 @@ class BaseForest(BaseEstimator):
         # Packed again on unpickling, from the trees: the packed tables would add a third to
         # the pickle, and packing them takes a fraction of unpickling the trees.
         state.pop("_forest", None)
+        state.pop("_parts", None)
         state["client"] = None  # a client is never pickled
         return state
 
     def __setstate__(self, state):
         self.__dict__.update(state)
         if hasattr(self, "estimators_"):
-            self._forest = self._pack()
+            self._keep_on_client(self.estimators_)  # a pickle holds the trees themselves
 
     # ---- prediction ----------------------------------------------------------------------------
 
@@ -693,7 +731,7 @@ class BaseForest(BaseEstimator):
             input, one task per block.
         """
         parts = None
-        if self._tree_shards is None:
+        if self._tree_shards is None and self._merged_sources() is None:
             # The node id of each packed leaf, as its tree numbers it: what leaf rows map to.
             leaf_ids = np.concatenate([e.tree_.leaf_nodes() for e in self.estimators_])
             parts = [ForestPart(0, self.forest_, leaf_ids=leaf_ids)]
@@ -749,7 +787,7 @@ class BaseForest(BaseEstimator):
         check_is_fitted(self, "estimators_")
         shards = self._tree_shards
         if shards is None:
-            parts = parts or [ForestPart(0, self.forest_)]
+            parts = parts or self._client_parts()
             return self._apply_by_rows(X, partial(run_in_parts, op, parts), n_columns, dtype)
         parts = parts or shards.parts
         model = _shared_model(shards.client, (self.bin_mapper_, op))
@@ -1090,6 +1128,7 @@ class _ForestRegressorMixin(RegressorMixin):
 
     def _mean_and_std(self, X):
         check_is_fitted(self, "estimators_")
+        self._needs_one_fit("return_std=True")
         if not self.bootstrap or self.max_samples is not None:
             raise ValueError(
                 "return_std=True needs the bootstrap: bootstrap=True and max_samples=None"

@@ -250,8 +250,7 @@ def _build_estimator(
     if ESTIMATOR_KINDS[manifest["estimator"]][0] == "tree":
         estimator.tree_ = trees[0]
         return estimator
-    estimator.estimators_ = [estimator._wrap(tree) for tree in trees]
-    estimator._forest = estimator._pack()  # packed once here, not by the first prediction
+    estimator._keep_on_client(trees)  # wrapped and packed once here, not by a prediction
     if oob_curve is not None:
         estimator.oob_curve_ = oob_curve
     if leaf_targets is not None:

@@ -1,0 +1,150 @@
+"""``merge_forests``: forests fitted apart as one. The oracle is the merged trees' own predictions
+added up in order (what a forest's vote is, bit for bit), and the inputs' predictions weighted by
+their numbers of trees."""
+
+import numpy as np
+import pandas as pd
+import pytest
+from sklearn.datasets import make_classification, make_regression
+
+from dasktrees import (
+    ExtraTreesRegressor,
+    RandomForestClassifier,
+    RandomForestQuantileRegressor,
+    RandomForestRegressor,
+    merge_forests,
+)
+
+
+def summed_in_order(estimators, X, method):
+    """The trees' predictions added up one tree after the other, over their number."""
+    total = 0.0
+    for est in estimators:
+        total = total + getattr(est, method)(X)
+    return total / len(estimators)
+
+
+@pytest.fixture(scope="module")
+def halves():
+    """Two halves of a table: forests fitted on each have other bin edges."""
+    X, y = make_classification(1200, 6, n_informative=4, n_classes=3, random_state=0)
+    return (X[:600], y[:600]), (X[600:], y[600:]), X
+
+
+def test_merged_forests_predict_as_all_their_trees(halves):
+    (Xa, ya), (Xb, yb), X = halves
+    a = RandomForestClassifier(n_estimators=4, random_state=1).fit(Xa, ya)
+    b = RandomForestClassifier(n_estimators=6, random_state=2).fit(Xb, yb)
+    assert not np.array_equal(a.bin_mapper_.bin_edges_[0], b.bin_mapper_.bin_edges_[0])
+    merged = merge_forests([a, b])
+    assert type(merged) is RandomForestClassifier and len(merged) == 10
+    assert merged.get_params()["n_estimators"] == 10
+    expected = summed_in_order([*a.estimators_, *b.estimators_], X, "predict_proba")
+    np.testing.assert_array_equal(merged.predict_proba(X), expected)
+    weighted = (4 * a.predict_proba(X) + 6 * b.predict_proba(X)) / 10
+    np.testing.assert_allclose(merged.predict_proba(X), weighted, atol=1e-12)
+    np.testing.assert_array_equal(merged.apply(X), np.hstack([a.apply(X), b.apply(X)]))
+    np.testing.assert_allclose(
+        merged.shap_values(X[:20]),
+        (4 * a.shap_values(X[:20]) + 6 * b.shap_values(X[:20])) / 10,
+        atol=1e-12,
+    )
+    np.testing.assert_allclose(
+        merged.feature_importances_,
+        (4 * a.feature_importances_ + 6 * b.feature_importances_) / 10,
+        atol=1e-15,
+    )
+    # Merged again with a third: the fits stay apart. Pickled: the same forest.
+    c = RandomForestClassifier(n_estimators=2, random_state=3).fit(X, np.r_[ya, yb])
+    again = merge_forests([merged, c])
+    assert len(again._sources) == 3
+    expected = summed_in_order([*merged.estimators_, *c.estimators_], X, "predict_proba")
+    np.testing.assert_array_equal(again.predict_proba(X), expected)
+    import pickle
+
+    np.testing.assert_array_equal(pickle.loads(pickle.dumps(again)).predict_proba(X), expected)
+
+
+def test_merged_regressors_median_and_frames():
+    X, y = make_regression(800, 5, noise=3.0, random_state=4)
+    frame = pd.DataFrame(X, columns=[f"x{i}" for i in range(5)])
+    a = ExtraTreesRegressor(n_estimators=3, random_state=0).fit(frame[:400], y[:400])
+    b = ExtraTreesRegressor(n_estimators=2, random_state=1).fit(frame[400:], y[400:])
+    merged = merge_forests([a, b])
+    trees = [*a.estimators_, *b.estimators_]
+    np.testing.assert_array_equal(merged.predict(frame), summed_in_order(trees, frame, "predict"))
+    merged.set_params(aggregation="median")
+    per_tree = np.column_stack([est.predict(frame) for est in trees])
+    np.testing.assert_array_equal(merged.predict(frame), np.median(per_tree, axis=1))
+
+
+def test_merged_on_the_workers_same_as_on_the_client(client, halves):
+    (Xa, ya), (Xb, yb), X = halves
+    params = {"client": client, "trees_per_task": 2}
+    on_client = [
+        RandomForestClassifier(n_estimators=n, random_state=s, **params).fit(Xs, ys)
+        for n, s, Xs, ys in ((3, 1, Xa, ya), (5, 2, Xb, yb))
+    ]
+    on_workers = [
+        RandomForestClassifier(
+            n_estimators=n, random_state=s, tree_storage="workers", **params
+        ).fit(Xs, ys)
+        for n, s, Xs, ys in ((3, 1, Xa, ya), (5, 2, Xb, yb))
+    ]
+    a, b = merge_forests(on_client), merge_forests(on_workers)
+    assert b.tree_storage_ == "workers" and len(b._tree_shards.parts) == 5
+    for method in ("predict_proba", "apply"):
+        np.testing.assert_array_equal(getattr(b, method)(X), getattr(a, method)(X))
+    np.testing.assert_array_equal(b.shap_values(X[:10]), a.shap_values(X[:10]))
+    np.testing.assert_array_equal(b.feature_importances_, a.feature_importances_)
+    b.gather_trees()
+    np.testing.assert_array_equal(b.predict_proba(X), a.predict_proba(X))
+
+
+def test_merge_refusals(client, halves):
+    (Xa, ya), (Xb, yb), X = halves
+    a = RandomForestClassifier(n_estimators=2, random_state=1).fit(Xa, ya)
+    with pytest.raises(ValueError, match="at least one forest"):
+        merge_forests([])
+    with pytest.raises(TypeError, match="forest 1 is a RandomForestRegressor"):
+        merge_forests([a, RandomForestRegressor(n_estimators=2).fit(Xa, ya.astype(float))])
+    with pytest.raises(TypeError, match="not quantile forests"):
+        merge_forests([RandomForestQuantileRegressor(n_estimators=2).fit(Xa, ya.astype(float))])
+    with pytest.raises(ValueError, match="differ in parameter 'max_depth'"):
+        merge_forests([a, RandomForestClassifier(n_estimators=2, max_depth=3).fit(Xb, yb)])
+    with pytest.raises(ValueError, match="other classes"):
+        merge_forests([a, RandomForestClassifier(n_estimators=2).fit(Xb, yb % 2)])
+    with pytest.raises(ValueError, match="columns"):
+        merge_forests([a, RandomForestClassifier(n_estimators=2).fit(Xb[:, :5], yb)])
+    frame = pd.DataFrame({"x": Xa[:, 0], "c": pd.Categorical(np.where(ya > 0, "u", "v"))})
+    other = frame.assign(c=pd.Categorical(np.where(ya > 0, "u", "w")))
+    with pytest.raises(ValueError, match="'c' has other categories"):
+        merge_forests(
+            [
+                RandomForestClassifier(n_estimators=2).fit(frame, ya),
+                RandomForestClassifier(n_estimators=2).fit(other, ya),
+            ]
+        )
+    on_workers = RandomForestClassifier(n_estimators=2, tree_storage="workers", client=client).fit(
+        Xb, yb
+    )
+    with pytest.raises(ValueError, match="on the client and forest 1 on the workers"):
+        merge_forests([a, on_workers])
+    merged = merge_forests([a, RandomForestClassifier(n_estimators=2).fit(Xb, yb)])
+    for call, name in (
+        (lambda: merged.oob_impurity_importance(X, np.r_[ya, yb]), "oob_impurity_importance"),
+        (lambda: merged.estimators_samples_, "estimators_samples_"),
+        (lambda: merged.save("unused"), "save"),
+        (lambda: merged.to_sklearn(), "to_sklearn"),
+        (lambda: merged.set_params(warm_start=True, n_estimators=6).fit(Xa, ya), "warm start"),
+    ):
+        with pytest.raises(ValueError, match=f"{name}.*needs the trees of one fit|one fit"):
+            call()
+    # Fitted again from scratch, a merged estimator is a forest of one fit.
+    merged.set_params(warm_start=False, n_estimators=3).fit(Xa, ya)
+    assert merged._merged_sources() is None and len(merged) == 3
+    regressor = merge_forests(
+        [RandomForestRegressor(n_estimators=2, random_state=s).fit(Xa, ya * 1.0) for s in (0, 1)]
+    )
+    with pytest.raises(ValueError, match="return_std=True needs the trees of one fit"):
+        regressor.predict(X, return_std=True)
