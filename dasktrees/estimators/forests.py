@@ -72,7 +72,7 @@ from ..learner.binning import BinMapper
 from ..learner.sampling import sampling_rate, tree_counts
 from ..modelfile.format import FOREST_FITTED
 from ..modelfile.writing import save as save_model
-from .sharded_models import save_from_workers
+from .sharded_models import save_sharded
 from .trees import BaseDecisionTree, DecisionTreeClassifier, DecisionTreeRegressor, log_proba
 
 
@@ -686,11 +686,11 @@ class BaseForest(BaseEstimator):
             a JSON manifest and ``.npz`` arrays, is described in docs/models.md; the client and
             the per-row out-of-bag estimates are not saved. A forest kept on the workers is
             saved from them, each shard a model directory of its own written by its worker
-            (``path`` must be a directory the workers see).
+            (``path`` must be a directory the workers see); a merged forest (``merge_forests``)
+            is saved so too, each fit's trees with its own bins and seed.
         """
-        self._needs_one_fit("save")
-        if self._tree_shards is not None:
-            save_from_workers(self, path)
+        if self._tree_shards is not None or self._merged_sources() is not None:
+            save_sharded(self, path)
         else:
             save_model(self, path)
 

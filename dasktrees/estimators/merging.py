@@ -12,14 +12,13 @@ categorical columns must have the same categories).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
 from sklearn.utils.validation import check_is_fitted
 
 from ..core.validation import column_label
 from ..distributed.shards import join_shards
-from ..learner.binning import BinMapper
+from ..forest.parts import sources_of
 from .forests import BaseForest
 
 # Parameters in which merged forests may differ: how and where they were fitted, their seeds and
@@ -41,25 +40,6 @@ _FREE_PARAMETERS = frozenset(
 )
 
 
-@dataclass(frozen=True)
-class Source:
-    """The trees of one fit within a merged forest: how many, and what they were drawn
-    (``seed``, ``n_rows``: their bootstrap counts) and binned (``bin_mapper``) with."""
-
-    n_trees: int
-    seed: int
-    n_rows: int
-    bin_mapper: BinMapper
-
-
-def sources_of(forest: BaseForest) -> list[Source]:
-    """The fits whose trees ``forest`` holds, in order: its own, or a merged forest's."""
-    merged = getattr(forest, "_sources", None)
-    if merged is not None:
-        return list(merged)
-    return [Source(forest.n_estimators_, forest._seed, forest._n_rows, forest.bin_mapper_)]
-
-
 def merge_forests(forests: Sequence[BaseForest]) -> BaseForest:
     """One forest of the trees of ``forests``, fitted apart on the same columns and classes.
 
@@ -69,9 +49,9 @@ def merge_forests(forests: Sequence[BaseForest]) -> BaseForest:
     (nothing moves). It predicts the mean of all the trees: each input's prediction weighted
     by its number of trees. Predictions, ``apply``, SHAP values and ``feature_importances_``
     are those of its trees; results that need the trees' bootstrap draws on the training rows
-    (out-of-bag estimates and importances, ``return_std``, ``estimators_samples_``) and
-    ``save``, ``to_sklearn`` and a warm start are refused, each input having its own draws and
-    bins.
+    (out-of-bag estimates and importances, ``return_std``, ``estimators_samples_``),
+    ``to_sklearn`` and a warm start are refused, each input having its own draws and bins.
+    ``save`` writes a sharded model, each fit's trees with their own bins and seed.
 
     Parameters
     ----------

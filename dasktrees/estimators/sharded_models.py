@@ -18,7 +18,7 @@ import numpy as np
 
 from ..distributed.client import as_completed
 from ..distributed.shards import TreeShards, placements
-from ..forest.parts import ForestPart
+from ..forest.parts import ForestPart, Source, sources_of
 from ..modelfile import reading
 from ..modelfile.format import OOB_SCORES
 from ..modelfile.integrity import read_manifest
@@ -26,32 +26,59 @@ from ..modelfile.sharding import check_listed, shard_directory, write_sharded
 from ..modelfile.writing import save as save_model
 
 
-def save_from_workers(forest: Any, path: str | os.PathLike) -> None:
-    """Write the forest kept on the workers ``forest`` as a sharded model at ``path``: each
-    shard a model directory written by its worker, then the manifest listing them."""
-    shards: TreeShards = forest._tree_shards
-    client = shards.client
-    skeleton = forest._fitted_skeleton()
+def save_sharded(forest: Any, path: str | os.PathLike) -> None:
+    """Write ``forest`` as a sharded model at ``path``: a forest kept on the workers each shard
+    a model directory written by its worker, a merged forest on the client each fit's trees;
+    then the manifest listing them. Each shard's model holds its fit's bin mapper and seed (a
+    merged forest's fits differ in them)."""
+    sources = forest._merged_sources()
+    shards: TreeShards | None = forest._tree_shards
+    skeletons, source_starts = [forest._fitted_skeleton()], [0]
+    if sources is not None:
+        skeletons = [_source_skeleton(forest, source) for source in sources]
+        source_starts = list(np.cumsum([0] + [s.n_trees for s in sources])[:-1])
+
+    def source_of(tree: int) -> int:
+        return int(np.searchsorted(source_starts, tree, side="right")) - 1
 
     def write_shards(directory: Path) -> list[dict[str, Any]]:
-        futures = [
-            client.submit(
-                _save_part, part, skeleton, str(directory / shard_directory(k)), pure=False
-            )
-            for k, part in enumerate(shards.parts)
-        ]
-        # Every shard task ended, written or failed, before the directory may be removed.
-        for _ in as_completed(client, futures):
-            pass
-        checksums = client.gather(futures)
+        if shards is None:  # a merged forest on the client: a shard a fit, written here
+            firsts, sizes, checksums = [], [], []
+            for k, (skeleton, source) in enumerate(zip(skeletons, sources or [])):
+                first = int(source_starts[k])
+                trees = [est.tree_ for est in forest.estimators_[first : first + source.n_trees]]
+                checksums.append(_save_trees(trees, skeleton, str(directory / shard_directory(k))))
+                firsts.append(first)
+                sizes.append(source.n_trees)
+            own_firsts = [0] * len(firsts)
+        else:
+            firsts = [int(t) for t in shards.first_trees[:-1]]
+            sizes = [int(n) for n in np.diff(shards.first_trees)]
+            own_firsts = [first - int(source_starts[source_of(first)]) for first in firsts]
+            client = shards.client
+            futures = [
+                client.submit(
+                    _save_part,
+                    part,
+                    skeletons[source_of(first)],
+                    str(directory / shard_directory(k)),
+                    pure=False,
+                )
+                for k, (part, first) in enumerate(zip(shards.parts, firsts))
+            ]
+            # Every shard task ended, written or failed, before the directory may be removed.
+            for _ in as_completed(client, futures):
+                pass
+            checksums = client.gather(futures)
         return [
             {
                 "directory": shard_directory(k),
-                "n_trees": int(shards.first_trees[k + 1] - shards.first_trees[k]),
-                "first_tree": int(shards.first_trees[k]),
+                "n_trees": n,
+                "first_tree": first,
+                "part_first_tree": own,
                 "manifest_sha256": checksum,
             }
-            for k, checksum in enumerate(checksums)
+            for k, (n, first, own, checksum) in enumerate(zip(sizes, firsts, own_firsts, checksums))
         ]
 
     fitted = {name: float(getattr(forest, name)) for name in OOB_SCORES if hasattr(forest, name)}
@@ -62,16 +89,33 @@ def save_from_workers(forest: Any, path: str | os.PathLike) -> None:
         fitted,
         None if curve is None else [float(v) for v in curve],
         write_shards,
+        merged=sources is not None,
     )
 
 
-def _save_part(part: ForestPart, skeleton: Any, directory: str) -> str:
-    """On the shard's worker: the shard as a model directory of its own; its manifest's
-    checksum."""
+def _source_skeleton(forest: Any, source: Any) -> Any:
+    """The skeleton of one fit of a merged forest: its bin mapper, seed and rows."""
+    skeleton = forest._fitted_skeleton()
+    skeleton.bin_mapper_, skeleton._seed, skeleton._n_rows = (
+        source.bin_mapper,
+        source.seed,
+        source.n_rows,
+    )
+    return skeleton
+
+
+def _save_trees(trees: list, skeleton: Any, directory: str) -> str:
+    """``trees`` as a model directory of their own (the skeleton's forest of them); its
+    manifest's checksum."""
     forest = copy.copy(skeleton)
-    forest.estimators_ = [forest._wrap(tree) for tree in part.trees or []]
+    forest.estimators_ = [forest._wrap(tree) for tree in trees]
     save_model(forest, directory)
     return read_manifest(directory)["manifest_sha256"]
+
+
+def _save_part(part: ForestPart, skeleton: Any, directory: str) -> str:
+    """On the shard's worker: the shard as a model directory of its own (``_save_trees``)."""
+    return _save_trees(part.trees or [], skeleton, directory)
 
 
 def load_sharded(
@@ -79,12 +123,16 @@ def load_sharded(
 ) -> Any:
     """The forest of the sharded model at ``path`` (its checked top ``manifest``): on
     ``client``'s workers, a shard a worker task (each read with all of a model's checks), or
-    without a client in this process, exactly the forest ``load`` gives of an unsharded file."""
+    without a client in this process, exactly the forest ``load`` gives of an unsharded file
+    (a merged forest: the forest ``merge_forests`` makes of its shards' models)."""
     directory = Path(path).absolute()
     listed = manifest["shards"]
+    merged = manifest["merged"]
     if client is None:
         forests = [reading.load(directory / s["directory"], estimators) for s in listed]
         forest = forests[0]
+        if merged:  # as merge_forests makes it of the shards' models
+            forest._sources = [source for f in forests for source in sources_of(f)]
         forest._keep_on_client([est for f in forests for est in f.estimators_])
     else:
         where = placements(client, [s["n_trees"] for s in listed])
@@ -92,19 +140,25 @@ def load_sharded(
             client.submit(
                 _load_part,
                 str(directory / s["directory"]),
-                s["first_tree"],
+                s["part_first_tree"],
                 s["manifest_sha256"],
                 estimators,
-                k == 0,
                 pure=False,
                 workers=[worker],
                 allow_other_workers=True,
             )
-            for k, (s, worker) in enumerate(zip(listed, where))
+            for s, worker in zip(listed, where)
         ]
         parts = [client.submit(operator.itemgetter(0), f, pure=False) for f in loaded]
         summaries = client.gather([client.submit(ForestPart.summary, p) for p in parts])
-        forest = client.submit(operator.itemgetter(1), loaded[0]).result()
+        skeletons = client.gather([client.submit(operator.itemgetter(1), f) for f in loaded])
+        forest = skeletons[0]
+        if merged:
+            forest._sources = [
+                Source(s["n_trees"], skeleton._seed, skeleton._n_rows, skeleton.bin_mapper_)
+                for s, skeleton in zip(listed, skeletons)
+            ]
+            forest.set_params(n_estimators=manifest["n_trees"])
         forest._keep_on_workers(TreeShards.from_parts(parts, summaries, where))
     for name, value in manifest["fitted"].items():
         setattr(forest, name, float(value))
@@ -114,21 +168,15 @@ def load_sharded(
 
 
 def _load_part(
-    directory: str,
-    first_tree: int,
-    listed_sha256: str,
-    estimators: Mapping[str, type],
-    with_skeleton: bool,
+    directory: str, first_tree: int, listed_sha256: str, estimators: Mapping[str, type]
 ) -> tuple[ForestPart, Any]:
     """On a worker: a shard's model directory, loaded and checked (again the shard the model
     lists: a shard grown again after its worker died is read again, and must not have changed),
-    as the forest's part; with ``with_skeleton``, also the estimator without its trees (what
-    the client keeps of a forest on the workers)."""
+    as the forest's part, and its estimator without its trees (what the client keeps of a
+    forest on the workers: its bin mapper and seed, for a merged forest's fits)."""
     check_listed(Path(directory), read_manifest(directory), listed_sha256)
     forest = reading.load(directory, estimators)
     part = ForestPart(first_tree, forest._forest, [est.tree_ for est in forest.estimators_])
-    if not with_skeleton:
-        return part, None
     del forest.estimators_
     forest._forest = None
     return part, forest

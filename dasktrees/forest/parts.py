@@ -117,6 +117,25 @@ def pickled(trees: list[Tree]) -> np.ndarray:
     return np.frombuffer(pickle.dumps(trees, protocol=pickle.HIGHEST_PROTOCOL), np.uint8)
 
 
+@dataclass(frozen=True)
+class Source:
+    """The trees of one fit within a merged forest (``merge_forests``): how many, and what they
+    were drawn (``seed``, ``n_rows``: their bootstrap counts) and binned (``bin_mapper``) with."""
+
+    n_trees: int
+    seed: int
+    n_rows: int
+    bin_mapper: BinMapper
+
+
+def sources_of(forest) -> list[Source]:
+    """The fits whose trees a fitted forest holds, in order: its own, or a merged forest's."""
+    merged = getattr(forest, "_sources", None)
+    if merged is not None:
+        return list(merged)
+    return [Source(forest.n_estimators_, forest._seed, forest._n_rows, forest.bin_mapper_)]
+
+
 # ---- row ops -----------------------------------------------------------------------------------
 
 

@@ -37,10 +37,12 @@ from .integrity import read_manifest
 
 SHARDED_FORMAT_VERSION = 1
 # What the top manifest lists of each shard.
-_SHARD_FIELDS = {"directory", "n_trees", "first_tree", "manifest_sha256"}
-# What every shard of a forest holds alike (manifest fields, and arrays by their checksums).
-_SHARED_FIELDS = ("estimator", "params", "fitted", "feature_names", "classes", "bins")
+_SHARD_FIELDS = {"directory", "n_trees", "first_tree", "part_first_tree", "manifest_sha256"}
+# What every shard of a forest holds alike (manifest fields, and arrays by their checksums); the
+# fits of a merged forest, only the first.
+_SHARED_FIELDS = ("estimator", "params", "feature_names", "classes", "fitted", "bins")
 _SHARED_ARRAYS = ("bin_edges", "bin_values")
+_MERGED_SHARED_FIELDS = _SHARED_FIELDS[:4]
 
 
 def shard_directory(k: int) -> str:
@@ -59,6 +61,7 @@ def write_sharded(
     fitted: dict[str, float],
     oob_curve: list[float] | None,
     write_shards: Callable[[Path], list[dict[str, Any]]],
+    merged: bool = False,
 ) -> None:
     """Write a sharded model at ``path``, atomically (``format.replace_directory``):
     ``write_shards(directory)`` writes the shards into the new directory and returns their
@@ -74,6 +77,8 @@ def write_sharded(
         The forest's out-of-bag scores (``format.OOB_SCORES``) it has.
     oob_curve : list of float or None
     write_shards : callable
+    merged : bool
+        The forest merges fits (``merge_forests``): its shards' bins and seeds may differ.
     """
 
     def fill(directory: Path) -> None:
@@ -85,6 +90,7 @@ def write_sharded(
             "format": SHARDED_FORMAT,
             "format_version": SHARDED_FORMAT_VERSION,
             "estimator": estimator,
+            "merged": merged,
             "n_trees": sum(s["n_trees"] for s in shards),
             "shards": shards,
             "fitted": {name: _json_float(value) for name, value in fitted.items()},
@@ -133,6 +139,8 @@ def read_sharded_manifest(path: str | os.PathLike) -> Manifest | None:
         )
     if manifest.get("manifest_sha256") != manifest_checksum(manifest):
         raise ValueError(f"{file}: checksum mismatch: the manifest was modified or is corrupt")
+    if not isinstance(manifest.get("merged"), bool):
+        raise ValueError(f"{file}: 'merged' must be true or false")
     shards = manifest.get("shards")
     if not isinstance(shards, list) or not shards:
         raise ValueError(f"{file}: 'shards' must be a non-empty list")
@@ -153,8 +161,11 @@ def read_sharded_manifest(path: str | os.PathLike) -> Manifest | None:
         if shard_manifest["trees"]["n_trees"] != shard["n_trees"]:
             raise ValueError(f"{file}: shard {k} holds another number of trees than listed")
         # Parts of one forest: the same parameters, columns, classes and bins in every shard.
-        shared = [shard_manifest[name] for name in _SHARED_FIELDS]
-        shared += [shard_manifest["arrays"][name]["sha256"] for name in _SHARED_ARRAYS]
+        if manifest.get("merged") is True:
+            shared = [shard_manifest[name] for name in _MERGED_SHARED_FIELDS]
+        else:
+            shared = [shard_manifest[name] for name in _SHARED_FIELDS]
+            shared += [shard_manifest["arrays"][name]["sha256"] for name in _SHARED_ARRAYS]
         if common is not None and shared != common:
             raise ValueError(f"{file}: shard {k} is not of the same forest as shard 0")
         common = shared
