@@ -67,10 +67,10 @@ def test_classifier_same_on_workers(client, classification):
     # Shards of 3, 3, 3 and 1 trees: a forest in four parts, in runs on the workers (a block
     # of rows visits each worker once), each worker with trees.
     assert len(b._tree_shards.parts) == 4 and len(b) == len(a) == 10
+    # (Asked for, not enforced: a shard may run elsewhere, on a busy or lost worker.)
     targets = shards_module.placements(client, [3, 3, 3, 1])
     assert targets == sorted(targets) and len(set(targets)) == 2
-    holders = client.who_has(b._tree_shards.parts)
-    assert all(t in holders[p.key] for t, p in zip(targets, b._tree_shards.parts))
+    assert b._tree_shards.workers == targets
     assert_same_predictions(a, b, X[:100])
     np.testing.assert_array_equal(b.feature_importances_, a.feature_importances_)
     np.testing.assert_array_equal(b.feature_importances_std_, a.feature_importances_std_)

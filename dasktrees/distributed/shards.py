@@ -59,8 +59,8 @@ class TreeShards:
     nbytes : ndarray of int64, shape (n_shards,)
         The bytes each shard's trees take on its worker (``ForestPart.nbytes``).
     workers : list of str
-        The worker each shard was placed on (``placements``); Dask may grow a shard again
-        elsewhere if that worker dies.
+        The worker each shard was asked to run on (``placements``): a preference, which Dask
+        may override (a busy worker's task stolen, a lost worker's shard grown elsewhere).
     """
 
     parts: list
