@@ -290,6 +290,9 @@ def _add_run(model, rows, acc, *parts):
     op = model[1]
     # Inside Dask tasks the kernels run without threads (see ``PackedForest.vote``).
     if op.chained:
+        # Chained ops add in place: the earlier run's sums are another task's result, copied
+        # once for the whole run.
+        acc = None if acc is None else acc.copy()
         for part in parts:
             acc = op.add(part, rows, acc, False)
         return acc

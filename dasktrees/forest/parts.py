@@ -11,9 +11,11 @@ visit computes:
     tree values):      -> op.finish([cols_0, cols_1, ...])
 
 A chained op continues one sum from part to part, each row's trees added in order, so a forest
-in parts adds exactly what the same forest in one part adds, bit for bit; a column op's parts
-give disjoint columns of the result. The same ops run on the client forest (one part, rows in
-threads) and on the shards (one Dask task a part and a block of rows, on the shard's worker).
+in parts adds exactly what the same forest in one part adds, bit for bit; its ``add`` adds to
+``acc`` in place (a new sum for None), so a caller whose ``acc`` is another task's result copies
+it once first. A column op's parts give disjoint columns of the result. The same ops run on the
+client forest (one part, rows in threads) and on the shards (one Dask task a block of rows and a
+run of shards on one worker, ``shards._add_run``).
 """
 
 from __future__ import annotations
@@ -149,7 +151,7 @@ class MeanVote:
         self.n_trees = n_trees
 
     def add(self, part: ForestPart, encoded, acc, parallel: bool):
-        out = np.zeros((len(encoded), part.packed.values.shape[1])) if acc is None else acc.copy()
+        out = np.zeros((len(encoded), part.packed.values.shape[1])) if acc is None else acc
         part.packed.add_votes(encoded, self.voting, out, parallel)
         return out
 
@@ -201,7 +203,7 @@ class ShapValues:
         self.shape = (n_features, n_values)
 
     def add(self, table, encoded, acc, parallel: bool):
-        out = np.zeros((len(encoded), *self.shape)) if acc is None else acc.copy()
+        out = np.zeros((len(encoded), *self.shape)) if acc is None else acc
         add_shap_values(table, encoded, out, self.max_depth, parallel)
         return out
 
