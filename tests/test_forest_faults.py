@@ -8,9 +8,9 @@ import dask
 import numpy as np
 import pytest
 from distributed import KilledWorker
-from sklearn.datasets import make_classification
+from sklearn.datasets import make_classification, make_regression
 
-from dasktrees import RandomForestClassifier
+from dasktrees import RandomForestClassifier, RandomForestQuantileRegressor
 from dasktrees.distributed.levels import gathered_rows
 
 from .conftest import local_client
@@ -118,23 +118,28 @@ def _kill(client, worker):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("dask_input", [False, True])
-def test_forest_on_the_workers_survives_a_killed_worker(fault_cluster, dask_input):
+@pytest.mark.parametrize("kind", ["numpy", "dask", "quantile"])
+def test_forest_on_the_workers_survives_a_killed_worker(fault_cluster, kind):
     """The shards of a forest kept on the workers are futures of tasks: a worker that dies
     after the fit takes their memory, and the next prediction grows them again from the tree
-    tasks' graph (numpy input: the blocks embedded in it; dask input: the collection's graph),
-    the same trees bit for bit."""
+    tasks' graph (numpy input: the blocks embedded in it; dask input: the collection's graph;
+    a quantile forest's shards, their leaf targets too), the same trees bit for bit."""
     import dask.array as da
 
-    X, y = make_classification(n_samples=4_000, n_features=10, random_state=2)
-    if dask_input:
+    if kind == "quantile":
+        X, y = make_regression(n_samples=3_000, n_features=8, noise=5.0, random_state=2)
+        cls, predict = RandomForestQuantileRegressor, lambda f, X: f.predict(X, [0.1, 0.5, 0.9])
+    else:
+        X, y = make_classification(n_samples=4_000, n_features=10, random_state=2)
+        cls, predict = RandomForestClassifier, lambda f, X: f.predict_proba(X)
+    if kind == "dask":
         X, y = da.from_array(X, chunks=1_000), da.from_array(y, chunks=1_000)
     params = dict(n_estimators=8, random_state=0, trees_per_task=2, client=fault_cluster)
-    on_client = RandomForestClassifier(tree_storage="client", **params).fit(X, y)
-    forest = RandomForestClassifier(tree_storage="workers", **params).fit(X, y)
+    on_client = cls(tree_storage="client", **params).fit(X, y)
+    forest = cls(tree_storage="workers", **params).fit(X, y)
     X_test = np.asarray(X[:500])
-    expected = on_client.predict_proba(X_test)
-    np.testing.assert_array_equal(forest.predict_proba(X_test), expected)
+    expected = predict(on_client, X_test)
+    np.testing.assert_array_equal(predict(forest, X_test), expected)
     holders = fault_cluster.who_has(forest._tree_shards.parts)
     worker = next(iter(holders.values()))[0]
     lost = [key for key, where in holders.items() if worker in where]
@@ -144,5 +149,5 @@ def test_forest_on_the_workers_survives_a_killed_worker(fault_cluster, dask_inpu
         time.sleep(0.1)
     assert worker not in fault_cluster.scheduler_info()["workers"], "the worker must be gone"
     assert lost, "the killed worker held shards"
-    np.testing.assert_array_equal(forest.predict_proba(X_test), expected)
+    np.testing.assert_array_equal(predict(forest, X_test), expected)
     np.testing.assert_array_equal(forest.feature_importances_, on_client.feature_importances_)

@@ -16,6 +16,7 @@ from sklearn.datasets import make_classification, make_regression
 
 from dasktrees import (
     ExtraTreesClassifier,
+    ExtraTreesQuantileRegressor,
     RandomForestClassifier,
     RandomForestQuantileRegressor,
     RandomForestRegressor,
@@ -116,6 +117,45 @@ def test_regressor_explanations_same_on_workers(client, regression):
     assert b.shap_expected_value_ == a.shap_expected_value_
     expected, got = a.oob_impurity_importance(X, y), b.oob_impurity_importance(X, y)
     np.testing.assert_array_equal(got.importances, expected.importances)
+
+
+@pytest.mark.parametrize(
+    "cls, params",
+    [
+        # Deep trees: a row's few targets a tree are gathered and sorted.
+        (RandomForestQuantileRegressor, {}),
+        # Stumps: more than 2,048 targets reached a row, each quantile found by bisection.
+        (ExtraTreesQuantileRegressor, {"max_depth": 1, "bootstrap": True, "n_estimators": 20}),
+    ],
+)
+def test_quantile_forest_same_on_workers(client, regression, cls, params, tmp_path):
+    import dasktrees
+
+    X, y = regression
+    a, b = fit_pair(cls, X, y, client, oob_score=True, trees_per_task=3, **params)
+    # The shards keep their leaves' targets: none on the client.
+    assert b.leaf_targets_ is None and len(b._tree_shards.parts) > 1
+    rows, quantiles = X[:120], [0.05, 0.5, 0.9, 0.95]
+    expected = a.predict(rows, quantiles)
+    np.testing.assert_array_equal(b.predict(rows, quantiles), expected)
+    np.testing.assert_array_equal(b.predict(rows, 0.3), a.predict(rows, 0.3))
+    lazy = b.predict(da.from_array(rows, chunks=(50, X.shape[1])), quantiles)
+    np.testing.assert_array_equal(client.compute(lazy, sync=True), expected)
+    np.testing.assert_array_equal(b.predict(rows), a.predict(rows))
+    np.testing.assert_array_equal(b.oob_quantiles_, a.oob_quantiles_)
+    assert b.oob_coverage_ == a.oob_coverage_
+    # Saved from the workers, loaded onto them or here: the same quantiles; here, and brought
+    # home, the client forest's leaf targets, array for array.
+    b.save(tmp_path / "model")
+    onto_workers = dasktrees.load(tmp_path / "model", client=client)
+    here = dasktrees.load(tmp_path / "model")
+    assert onto_workers.leaf_targets_ is None
+    for forest in (onto_workers, here, b.gather_trees()):
+        np.testing.assert_array_equal(forest.predict(rows, quantiles), expected)
+    for forest in (here, b):
+        for mine, theirs in zip(forest.leaf_targets_.arrays(), a.leaf_targets_.arrays()):
+            assert mine.dtype == theirs.dtype
+            np.testing.assert_array_equal(mine, theirs)
 
 
 def test_hard_voting_extra_trees_and_dask_fit(client, classification):
@@ -234,8 +274,6 @@ def test_refusals(client, classification):
         RandomForestClassifier(tree_storage="disk", client=client).fit(X, y)
     with pytest.raises(ValueError, match='n_estimators="auto" needs tree_storage="client" or'):
         RandomForestClassifier(n_estimators="auto", tree_storage="workers", client=client).fit(X, y)
-    # Quantile forests have no such parameter: their trees stay on the client.
-    assert "tree_storage" not in RandomForestQuantileRegressor().get_params()
 
 
 def test_save_from_the_workers_and_load_onto_them_or_here(client, classification, tmp_path):

@@ -9,6 +9,7 @@ the trees that did not sample a row, and returns small sums. Loss sums are exact
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import operator
 from collections.abc import Sequence
@@ -30,13 +31,14 @@ from ..forest.exact import (
 from ..forest.node_table import NodeTable
 from ..forest.packing import PackedForest
 from ..forest.parts import ForestPart
-from ..forest.quantiles import LeafTargets, inside_interval, predict_quantiles
+from ..forest.quantiles import LeafTargets, inside_interval, joined, predict_quantiles
 from ..forest.routing import leaves_of_codes
 from ..forest.voting import add_oob_votes, misclassified, tree_loss
 from ..learner.sampling import tree_counts
 from ..learner.tree import goes_left_binned
 from .client import Client, Future, is_in_process, sending_large_data
 from .data import BinnedPartition, TrainingData
+from .shards import TreeShards
 
 
 def oob_block(
@@ -449,9 +451,12 @@ def _block_leaves(forest, block):
 
 
 def leaf_entries_block(
-    forest: PackedForest, block: BinnedPartition, seed: int, lam: float
+    forest: PackedForest, block: BinnedPartition, seed: int, lam: float, first_tree: int = 0
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The (leaf, target, in-bag weight) of every tree's in-bag rows in one block.
+
+    ``first_tree`` is the forest's index of ``forest``'s first tree (a shard's): what its
+    bootstrap counts are keyed by.
 
     Returns
     -------
@@ -466,12 +471,17 @@ def leaf_entries_block(
     counts = np.empty(n)
     parts = []
     for t in range(forest.n_trees):
-        tree_counts(seed, t, block.first_row, lam, counts)
+        tree_counts(seed, first_tree + t, block.first_row, lam, counts)
         weights = block.w * counts
         rows = np.flatnonzero(weights > 0)
         parts.append((leaves[rows, t], block.y[rows], weights[rows]))
     all_leaves, all_y, all_weights = (np.concatenate([p[k] for p in parts]) for k in range(3))
     return all_leaves, all_y, all_weights
+
+
+def _from_entries(entries, n_leaves):
+    leaves, y, weights = (np.concatenate([e[k] for e in entries]) for k in range(3))
+    return LeafTargets.from_entries(leaves, y, weights, n_leaves)
 
 
 def leaf_targets(
@@ -484,25 +494,52 @@ def leaf_targets(
     row order, so the leaves hold the same sums however the rows were cut.
     """
     forest_future = forest_task(client, forest)
-    parts = client.gather(
+    entries = client.gather(
         [
             client.submit(leaf_entries_block, forest_future, part, seed, lam, pure=False)
             for part in data.parts
         ]
     )
-    leaves, y, weights = (np.concatenate([p[k] for p in parts]) for k in range(3))
-    return LeafTargets.from_entries(leaves, y, weights, len(forest.values))
+    return _from_entries(entries, len(forest.values))
 
 
-def oob_quantiles_block(
-    model: tuple[PackedForest, LeafTargets],
+def _part_leaf_entries(part: ForestPart, block: BinnedPartition, seed: int, lam: float):
+    return leaf_entries_block(part.packed, block, seed, lam, part.first_tree)
+
+
+def _with_leaf_targets(part: ForestPart, *entries) -> ForestPart:
+    return dataclasses.replace(part, leaf_targets=_from_entries(entries, len(part.packed.values)))
+
+
+def shard_leaf_targets(
+    client: Client, data: TrainingData, shards: TreeShards, seed: int, lam: float
+) -> TreeShards:
+    """The shards of a quantile forest kept on the workers, each with its leaves' targets
+    (``leaf_targets`` of its trees), made on its worker: the blocks' entries go to the shard,
+    in row order, and neither they nor the targets come to the client."""
+    parts = []
+    for part, worker in zip(shards.parts, shards.workers):
+        where = {"workers": [worker], "allow_other_workers": True, "pure": False}
+        entries = [
+            client.submit(_part_leaf_entries, part, block, seed, lam, **where)
+            for block in data.parts
+        ]
+        parts.append(client.submit(_with_leaf_targets, part, *entries, **where))
+    nbytes = client.gather([client.submit(ForestPart.nbytes, p, pure=False) for p in parts])
+    return dataclasses.replace(shards, parts=parts, nbytes=np.array(nbytes, dtype=np.int64))
+
+
+def _oob_quantiles_of(
+    targets: LeafTargets,
+    leaves: np.ndarray,
     block: BinnedPartition,
     seed: int,
     lam: float,
     quantiles: np.ndarray,
 ) -> tuple[np.ndarray, tuple[int, int]]:
-    """Out-of-bag quantiles of one block's rows, and how many fall inside the interval between
-    the lowest and the highest quantile.
+    """Out-of-bag quantiles of one block's rows, from the leaves (n_rows, n_trees) they reach
+    in every tree of the forest, and how many fall inside the interval between the lowest and
+    the highest quantile.
 
     Returns
     -------
@@ -510,12 +547,10 @@ def oob_quantiles_block(
         NaN for a row no tree left out.
     coverage : (rows inside, rows with out-of-bag quantiles)
     """
-    forest, targets = model
-    n = len(block.y)
-    leaves = _block_leaves(forest, block)
-    out_of_bag = np.empty((n, forest.n_trees), dtype=bool)
+    n, n_trees = leaves.shape
+    out_of_bag = np.empty((n, n_trees), dtype=bool)
     counts = np.empty(n)
-    for t in range(forest.n_trees):
+    for t in range(n_trees):
         tree_counts(seed, t, block.first_row, lam, counts)
         out_of_bag[:, t] = counts == 0
     values = predict_quantiles(targets, leaves, quantiles, out_of_bag)
@@ -524,17 +559,35 @@ def oob_quantiles_block(
     return values, (int(inside.sum()), int(scored.sum()))
 
 
+def oob_quantiles_block(
+    part: ForestPart, block: BinnedPartition, seed: int, lam: float, quantiles: np.ndarray
+) -> tuple[np.ndarray, tuple[int, int]]:
+    """``_oob_quantiles_of`` a block, the whole forest in one part with its leaf targets."""
+    leaves = _block_leaves(part.packed, block)
+    return _oob_quantiles_of(part.quantile_targets(), leaves, block, seed, lam, quantiles)
+
+
+def _reached_block(part: ForestPart, block: BinnedPartition):
+    """The leaves a block's rows reach in a part's trees, with their targets
+    (``LeafTargets.reached``)."""
+    return part.quantile_targets().reached(_block_leaves(part.packed, block))
+
+
+def _oob_quantiles_joined(block, seed, lam, quantiles, *reached):
+    """``_oob_quantiles_of`` a block, from what each part of the forest reached (``joined``)."""
+    targets, leaves = joined(reached)
+    return _oob_quantiles_of(targets, leaves, block, seed, lam, quantiles)
+
+
 def oob_quantiles(
-    client: Client,
-    data: TrainingData,
-    forest: PackedForest,
-    targets: LeafTargets,
-    seed: int,
-    lam: float,
-    quantiles: np.ndarray,
+    client: Client, data: TrainingData, parts: list, seed: int, lam: float, quantiles: np.ndarray
 ) -> tuple[np.ndarray | da.Array, float]:
     """Out-of-bag quantiles of every training row and the out-of-bag coverage of the interval
     between the lowest and highest of ``quantiles``.
+
+    ``parts``: futures of the forest's parts with their leaf targets, in tree order: the
+    client's forest as one part (each block's task takes it whole), or the shards of a forest
+    kept on the workers (each shard sends a block what its rows reach, ``_reached_block``).
 
     Returns
     -------
@@ -543,11 +596,24 @@ def oob_quantiles(
     coverage : float
         Share of the rows with out-of-bag quantiles whose target lies in that interval.
     """
-    model = forest_task(client, (forest, targets))
-    results = [
-        client.submit(oob_quantiles_block, model, part, seed, lam, quantiles, pure=False)
-        for part in data.parts
-    ]
+    if len(parts) == 1:
+        results = [
+            client.submit(oob_quantiles_block, parts[0], block, seed, lam, quantiles, pure=False)
+            for block in data.parts
+        ]
+    else:
+        results = [
+            client.submit(
+                _oob_quantiles_joined,
+                block,
+                seed,
+                lam,
+                quantiles,
+                *[client.submit(_reached_block, part, block, pure=False) for part in parts],
+                pure=False,
+            )
+            for block in data.parts
+        ]
     sums = client.gather([client.submit(operator.itemgetter(1), r) for r in results])
     covered, scored = (sum(s[k] for s in sums) for k in range(2))
     coverage = covered / scored if scored else float("nan")

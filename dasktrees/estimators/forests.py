@@ -201,9 +201,7 @@ class BaseForest(BaseEstimator):
         keeps the storage of the trees it adds to."""
         if warm:
             return self._tree_shards is not None
-        # Quantile forests have no such parameter: their leaf targets are made with the trees
-        # on the client.
-        storage = getattr(self, "tree_storage", "client")
+        storage = self.tree_storage
         # n_estimators="auto" checks its waves on the client ("workers" is refused with it).
         if storage == "client" or self.n_estimators == "auto":
             return False

@@ -7,20 +7,27 @@ for each tree, the targets and in-bag weights of the rows it drew, recomputed fr
 counter-based sampling: only these come to the client, never the features. Prediction sends the
 forest and its leaves' targets to the workers once and computes the quantiles block by block of
 rows (``quantiles.quantile_rows``).
+
+With ``tree_storage="workers"`` each shard keeps the targets of its own leaves, made on its worker
+from the blocks (``reductions.shard_leaf_targets``), and a block's quantiles are found from the
+leaves its rows reach in each shard, sent with the targets they hold (``parts.LeafQuantiles``):
+the same quantiles as the forest on the client, bit for bit.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from functools import partial
 from typing import TYPE_CHECKING
 
 import dask.array as da
 import numpy as np
 from sklearn.utils.validation import check_is_fitted
 
-from ..distributed.reductions import leaf_targets, oob_quantiles
-from ..forest.quantiles import check_quantiles, is_scalar_quantile, predict_quantiles
+from ..distributed.client import Client
+from ..distributed.reductions import forest_task, leaf_targets, oob_quantiles, shard_leaf_targets
+from ..distributed.shards import map_parts
+from ..forest.parts import ForestPart, LeafQuantiles
+from ..forest.quantiles import LeafTargets, check_quantiles, is_scalar_quantile
 from .forests import (
     FOREST_DOC,
     Data,
@@ -41,9 +48,11 @@ _QUANTILE_DOC = """
 
     Quantile attributes
     -------------------
-    leaf_targets_ : dasktrees.quantiles.LeafTargets
+    leaf_targets_ : dasktrees.quantiles.LeafTargets or None
         Each leaf's distinct in-bag targets and their cumulative weights; ``nbytes`` says
-        its size (about 12 bytes per distinct in-bag row and tree).
+        its size (about 12 bytes per distinct in-bag row and tree). None for a forest kept on
+        the workers (``tree_storage="workers"``): each shard keeps its own leaves' targets
+        there, and ``gather_trees`` brings them home with the trees.
     oob_quantiles_ : ndarray of shape (n_samples, n_default_quantiles)
         With ``oob_score``: each training row's quantiles from the trees that did not draw it
         (NaN for a row every tree drew); a dask array when the input was a dask collection.
@@ -66,21 +75,44 @@ class _QuantileMixin(_QuantileBase):
     """Leaf targets at fit, quantiles at predict (shared by the two quantile forests)."""
 
     default_quantiles: float | Sequence[float]  # a parameter of both quantile forests
+    leaf_targets_: LeafTargets | None
 
     def _after_growth(self, client, data, spec):
-        self.leaf_targets_ = leaf_targets(client, data, self.forest_, self._seed, spec.lam)
+        shards = self._tree_shards
+        if shards is None:
+            self.leaf_targets_ = leaf_targets(client, data, self.forest_, self._seed, spec.lam)
+        else:
+            self.leaf_targets_ = None
+            self._keep_on_workers(shard_leaf_targets(client, data, shards, self._seed, spec.lam))
+
+    def _quantile_parts(self, client: Client | None = None) -> list:
+        """The forest's parts with their leaf targets: the shards (futures), or the client's
+        forest as one part (on ``client``'s cluster when given, else here)."""
+        if self._tree_shards is not None:
+            return self._tree_shards.parts
+        check_is_fitted(self, "leaf_targets_")
+        part = ForestPart(0, self.forest_, leaf_targets=self.leaf_targets_)
+        return [part] if client is None else [forest_task(client, part)]
 
     def _set_oob(self, client, data, lam, is_classifier):
         super()._set_oob(client, data, lam, is_classifier)
         self.oob_quantiles_, self.oob_coverage_ = oob_quantiles(
             client,
             data,
-            self.forest_,
-            self.leaf_targets_,
+            self._quantile_parts(client),
             self._seed,
             lam,
             check_quantiles(self.default_quantiles, "default_quantiles"),
         )
+
+    def gather_trees(self):
+        shards = self._tree_shards
+        if shards is not None:
+            targets = shards.client.gather(map_parts(shards.parts, _leaf_targets_of))
+        super().gather_trees()
+        if shards is not None:
+            self.leaf_targets_ = LeafTargets.concatenate(targets)
+        return self
 
     # Not the regressor's signature: ``quantiles`` comes second (the public API), so that
     # ``predict(X, 0.5)`` asks for a quantile, where the regressor's second is ``return_std``.
@@ -112,15 +144,15 @@ class _QuantileMixin(_QuantileBase):
             raise ValueError("return_std=True needs quantiles=None (the mean prediction)")
         values = check_quantiles(quantiles)
         check_is_fitted(self, "leaf_targets_")
-        forest = self.forest_
-        out = self._apply_by_rows(
-            X, partial(_quantile_rows, forest, self.leaf_targets_, values), len(values)
-        )
+        # On the client the forest's leaf targets are taken whole; the shards send what the
+        # rows reach (``LeafQuantiles``).
+        op = LeafQuantiles(values, reached=self._tree_shards is not None)
+        out = self._by_rows(X, op, len(values), parts=self._quantile_parts())
         return out[:, 0] if is_scalar_quantile(quantiles) else out
 
 
-def _quantile_rows(forest, targets, quantiles, encoded, parallel):
-    return predict_quantiles(targets, forest.apply(encoded, parallel), quantiles)
+def _leaf_targets_of(part: ForestPart) -> LeafTargets:
+    return part.leaf_targets  # type: ignore[return-value]
 
 
 class RandomForestQuantileRegressor(_QuantileMixin, RandomForestRegressor):
@@ -162,6 +194,7 @@ class RandomForestQuantileRegressor(_QuantileMixin, RandomForestRegressor):
         trees_per_task=None,
         n_blocks=None,
         mode="auto",
+        tree_storage="client",
     ):
         keep_init_arguments(self, locals())
 
@@ -205,5 +238,6 @@ class ExtraTreesQuantileRegressor(_QuantileMixin, ExtraTreesRegressor):
         trees_per_task=None,
         n_blocks=None,
         mode="auto",
+        tree_storage="client",
     ):
         keep_init_arguments(self, locals())

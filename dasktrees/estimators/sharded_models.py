@@ -19,6 +19,7 @@ import numpy as np
 from ..distributed.client import as_completed
 from ..distributed.shards import TreeShards, placements
 from ..forest.parts import ForestPart, Source, sources_of
+from ..forest.quantiles import LeafTargets
 from ..modelfile import reading
 from ..modelfile.format import OOB_SCORES
 from ..modelfile.integrity import read_manifest
@@ -104,18 +105,22 @@ def _source_skeleton(forest: Any, source: Any) -> Any:
     return skeleton
 
 
-def _save_trees(trees: list, skeleton: Any, directory: str) -> str:
-    """``trees`` as a model directory of their own (the skeleton's forest of them); its
-    manifest's checksum."""
+def _save_trees(
+    trees: list, skeleton: Any, directory: str, leaf_targets: LeafTargets | None = None
+) -> str:
+    """``trees`` as a model directory of their own (the skeleton's forest of them, with the
+    ``leaf_targets`` of a quantile forest's); its manifest's checksum."""
     forest = copy.copy(skeleton)
     forest.estimators_ = [forest._wrap(tree) for tree in trees]
+    if leaf_targets is not None:
+        forest.leaf_targets_ = leaf_targets
     save_model(forest, directory)
     return read_manifest(directory)["manifest_sha256"]
 
 
 def _save_part(part: ForestPart, skeleton: Any, directory: str) -> str:
     """On the shard's worker: the shard as a model directory of its own (``_save_trees``)."""
-    return _save_trees(part.trees or [], skeleton, directory)
+    return _save_trees(part.trees or [], skeleton, directory, part.leaf_targets)
 
 
 def load_sharded(
@@ -134,6 +139,8 @@ def load_sharded(
         if merged:  # as merge_forests makes it of the shards' models
             forest._sources = [source for f in forests for source in sources_of(f)]
         forest._keep_on_client([est for f in forests for est in f.estimators_])
+        if hasattr(forest, "leaf_targets_"):  # a quantile forest's, leaf after leaf
+            forest.leaf_targets_ = LeafTargets.concatenate(f.leaf_targets_ for f in forests)
     else:
         where = placements(client, [s["n_trees"] for s in listed])
         loaded = [
@@ -176,9 +183,14 @@ def _load_part(
     forest on the workers: its bin mapper and seed, for a merged forest's fits)."""
     check_listed(Path(directory), read_manifest(directory), listed_sha256)
     forest = reading.load(directory, estimators)
-    part = ForestPart(first_tree, forest._forest, [est.tree_ for est in forest.estimators_])
+    trees = [est.tree_ for est in forest.estimators_]
+    part = ForestPart(
+        first_tree, forest._forest, trees, leaf_targets=getattr(forest, "leaf_targets_", None)
+    )
     del forest.estimators_
     forest._forest = None
+    if part.leaf_targets is not None:
+        forest.leaf_targets_ = None  # kept with the shard's trees, as a fitted one keeps them
     return part, forest
 
 

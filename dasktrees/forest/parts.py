@@ -30,6 +30,7 @@ from ..learner.binning import BinMapper
 from ..learner.tree import Tree
 from .node_table import NodeTable
 from .packing import PackedForest
+from .quantiles import LeafTargets, joined, predict_quantiles
 from .treeshap import add_shap_values, explained_table
 from .variance import jackknife_mean_std
 
@@ -50,12 +51,15 @@ class ForestPart:
         which carries what it predicts with only.
     leaf_ids : ndarray of int64 or None
         The node id of each packed leaf (``apply``); None: found from ``trees`` when asked.
+    leaf_targets : quantiles.LeafTargets or None
+        A quantile forest's part: the in-bag targets of its leaves (``packed``'s numbering).
     """
 
     first_tree: int
     packed: PackedForest
     trees: list[Tree] | None = None
     leaf_ids: np.ndarray | None = field(default=None, repr=False)
+    leaf_targets: LeafTargets | None = field(default=None, repr=False)
 
     @classmethod
     def from_shipped(cls, shipped: np.ndarray, first_tree: int, bin_mapper: BinMapper):
@@ -81,6 +85,12 @@ class ForestPart:
             raise ValueError("this forest part carries neither leaf ids nor its trees")
         return np.concatenate([tree.leaf_nodes() for tree in self.trees])
 
+    def quantile_targets(self) -> LeafTargets:
+        """``leaf_targets``, which a quantile forest's part has."""
+        if self.leaf_targets is None:
+            raise ValueError("quantiles need a quantile forest's parts (with their leaf targets)")
+        return self.leaf_targets
+
     def shipped(self) -> np.ndarray:
         """The part's trees as ``pickled`` ships them (``from_shipped`` reads them back)."""
         return pickled(self.trees or [])
@@ -98,11 +108,14 @@ class ForestPart:
         }
 
     def nbytes(self) -> int:
-        """The bytes of the part's packed tables and of its trees' states besides them (a
-        shipped tree's leaf values and bitsets are views of the packed tables)."""
+        """The bytes of the part's packed tables, of its trees' states besides them (a shipped
+        tree's leaf values and bitsets are views of the packed tables) and of its leaf
+        targets."""
         packed = self.packed
         tables = (packed.nodes, packed.values, packed.bitsets, packed.roots)
         total = sum(a.nbytes for a in tables)
+        if self.leaf_targets is not None:
+            total += self.leaf_targets.nbytes
         for tree in self.trees or []:
             state = tree.shipped_state or tree.__dict__
             for value in state.values():
@@ -188,6 +201,29 @@ class Leaves:
 
     def finish(self, columns):
         return np.hstack(columns) if len(columns) > 1 else columns[0]
+
+
+class LeafQuantiles:
+    """Columns: the quantiles of a quantile forest (``quantiles.predict_quantiles``), from the
+    leaves each part's trees reach and their targets. A quantile is not a sum over the trees:
+    each part sends its rows' leaves with the targets they hold (``LeafTargets.reached``), and
+    the finish puts them together, so the quantiles are those of the forest in one part, bit
+    for bit. With ``reached=False`` (the client's forest, one part in this process) a part's
+    leaf targets are taken whole."""
+
+    chained = False
+
+    def __init__(self, quantiles: np.ndarray, reached: bool = True):
+        self.quantiles = quantiles
+        self.reached = reached
+
+    def add(self, part: ForestPart, encoded, acc, parallel: bool):
+        targets, leaves = part.quantile_targets(), part.packed.apply(encoded, parallel)
+        return targets.reached(leaves) if self.reached else (targets, leaves)
+
+    def finish(self, columns):
+        targets, leaves = joined(columns)
+        return predict_quantiles(targets, leaves, self.quantiles)
 
 
 class ShapValues:

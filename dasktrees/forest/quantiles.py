@@ -101,6 +101,77 @@ class LeafTargets:
         """The arrays the kernels take, in their order."""
         return self.offsets, self.target_ids, self.cum_weights, self.targets
 
+    @property
+    def n_leaves(self) -> int:
+        return len(self.offsets) - 1
+
+    def reached(self, leaves):
+        """The leaves ``leaves`` reaches, with only the targets they hold: what a part of a
+        forest kept on the workers sends for its rows' quantiles (``joined`` puts the parts
+        together), rather than all its leaves' targets.
+
+        Parameters
+        ----------
+        leaves : ndarray of int64, shape (n_rows, n_trees)
+            Leaves of this forest (``PackedForest.apply``).
+
+        Returns
+        -------
+        targets : LeafTargets
+            The reached leaves in increasing order, each with its entries as here; its table of
+            targets only those they hold.
+        leaves : ndarray of int64, shape (n_rows, n_trees)
+            ``leaves`` as indices of ``targets``' leaves.
+        """
+        kept, renumbered = np.unique(leaves, return_inverse=True)
+        starts, stops = self.offsets[kept], self.offsets[kept + 1]
+        offsets = np.zeros(len(kept) + 1, dtype=np.int64)
+        np.cumsum(stops - starts, out=offsets[1:])
+        # Entry j of new leaf k is old entry starts[k] + (j - offsets[k]).
+        entries = np.arange(offsets[-1]) + np.repeat(starts - offsets[:-1], stops - starts)
+        used, target_ids = np.unique(self.target_ids[entries], return_inverse=True)
+        subset = LeafTargets(
+            offsets, target_ids.astype(np.uint32), self.cum_weights[entries], self.targets[used]
+        )
+        return subset, renumbered.reshape(leaves.shape)
+
+    @classmethod
+    def concatenate(cls, parts):
+        """The leaf targets of consecutive parts of a forest (their leaves one after the other,
+        as ``PackedForest`` numbers the leaves of its trees): exactly those ``from_entries``
+        makes of the whole forest's entries."""
+        parts = list(parts)
+        targets = np.unique(np.concatenate([p.targets for p in parts]))
+        target_ids = np.concatenate(
+            [np.searchsorted(targets, p.targets)[p.target_ids] for p in parts]
+        )
+        starts = np.cumsum([0] + [len(p.target_ids) for p in parts])
+        offsets = np.concatenate([[0]] + [p.offsets[1:] + s for p, s in zip(parts, starts)])
+        return cls(
+            offsets.astype(np.int64),
+            target_ids.astype(np.uint32),
+            np.concatenate([p.cum_weights for p in parts]),
+            targets,
+        )
+
+
+def joined(reached) -> tuple[LeafTargets, np.ndarray]:
+    """One forest's leaf targets and leaves of the ``(targets, leaves)`` its parts reached
+    (``LeafTargets.reached``, in tree order): the quantiles ``quantile_rows`` finds with them
+    are those of the whole forest's leaf targets, bit for bit (the same entries and cumulative
+    weights, target indices in the same order).
+
+    Returns
+    -------
+    targets : LeafTargets
+    leaves : ndarray of int64, shape (n_rows, n_trees)
+    """
+    if len(reached) == 1:
+        return reached[0]
+    shifts = np.cumsum([0] + [targets.n_leaves for targets, _ in reached])
+    leaves = np.hstack([leaves + shift for (_, leaves), shift in zip(reached, shifts)])
+    return LeafTargets.concatenate(targets for targets, _ in reached), leaves
+
 
 @njit(cache=True, nogil=True)
 def _leaf_cumulative_shares(offsets, weights, out):
