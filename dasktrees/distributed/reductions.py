@@ -41,6 +41,39 @@ from .data import BinnedPartition, TrainingData
 from .shards import TreeShards
 
 
+@dataclasses.dataclass(frozen=True)
+class Draws:
+    """How each part of a forest reads the training rows: the blocks binned with its trees'
+    bins, and the seed of its trees' bootstrap counts (keyed by ``ForestPart.first_tree``, the
+    tree's index in its own fit). A forest of one fit has one binning and one seed; the parts
+    of a merged forest (``merge_forests``) have their own fit's.
+
+    Attributes
+    ----------
+    data : list of TrainingData
+        Per part, in tree order; every binning cuts the rows into the same blocks.
+    seeds : list of int
+        Per part.
+    """
+
+    data: list[TrainingData]
+    seeds: list[int]
+
+    @classmethod
+    def of_one_fit(cls, data: TrainingData, seed: int, n_parts: int) -> Draws:
+        return cls([data] * n_parts, [seed] * n_parts)
+
+    @property
+    def rows(self) -> TrainingData:
+        """The training rows (a binning of them): their targets, blocks and output chunks."""
+        return self.data[0]
+
+    def blocks(self) -> list[list[tuple[Future, int]]]:
+        """Per block of rows, in order: (the block as part k reads it, part k's seed), for
+        every part."""
+        return [list(zip(binned, self.seeds)) for binned in zip(*(d.parts for d in self.data))]
+
+
 def oob_block(
     part: ForestPart,
     block: BinnedPartition,
@@ -133,19 +166,13 @@ def _decision(result):
 
 
 def oob_estimates(
-    client: Client,
-    data: TrainingData,
-    parts: list[Future],
-    seed: int,
-    lam: float,
-    voting: int,
-    classification: bool,
+    client: Client, draws: Draws, parts: list[Future], lam: float, voting: int, classification: bool
 ) -> tuple[np.ndarray | da.Array, float, np.ndarray]:
     """Out-of-bag decision function (NaN for rows never out of bag), score and curve.
 
     ``parts`` are futures of the forest's parts (``forest.parts.ForestPart``) in tree order:
-    each block goes through them one after the other (``oob_block``), on the workers that hold
-    them.
+    each block goes through them one after the other (``oob_block``, with the block and seed
+    ``draws`` gives the part), on the workers that hold them.
 
     Returns
     -------
@@ -157,9 +184,9 @@ def oob_estimates(
         Error after 1, 2, ... trees: misclassification rate or mean squared error.
     """
     results = []
-    for block in data.parts:
+    for blocks in draws.blocks():
         result = None
-        for part in parts:
+        for part, (block, seed) in zip(parts, blocks):
             result = client.submit(
                 oob_block, part, block, seed, lam, voting, classification, result, pure=False
             )
@@ -182,7 +209,7 @@ def oob_estimates(
         total = sum_y2 - sum_y * sum_y / n_scored
         score = 1.0 - from_exact(losses[-1]) / total
     decisions = [client.submit(_decision, r) for r in results]
-    return _row_output(client, data, decisions, n_values), float(score), curve
+    return _row_output(client, draws.rows, decisions, n_values), float(score), curve
 
 
 def _row_output(client, data, futures, n_columns):
@@ -259,9 +286,8 @@ def permutation_block(
 
 def permutation_importance(
     client: Client,
-    data: TrainingData,
+    draws: Draws,
     parts: list[Future],
-    seed: int,
     lam: float,
     classification: bool,
     n_repeats: int,
@@ -270,17 +296,21 @@ def permutation_importance(
     """Breiman's out-of-bag permutation importance, summed over the blocks.
 
     ``parts`` are futures of the forest's parts (``forest.parts.ForestPart``) in tree order;
-    every block is scored by each, where the part is.
+    every block is scored by each (as ``draws`` gives it the block, with its seed), where the
+    part is.
 
     Returns
     -------
     ndarray (n_features, n_trees, n_repeats)
         Each tree's mean loss increase on its out-of-bag rows when the feature is permuted.
     """
-    args = (seed, lam, classification, n_repeats, permutation_seed)
+    args = (lam, classification, n_repeats, permutation_seed)
     futures = [
-        [client.submit(permutation_block, part, block, *args, pure=False) for part in parts]
-        for block in data.parts
+        [
+            client.submit(permutation_block, part, block, seed, *args, pure=False)
+            for part, (block, seed) in zip(parts, blocks)
+        ]
+        for blocks in draws.blocks()
     ]
     # Per block, the parts' trees one after the other; then the blocks summed, in order.
     blocks = [
@@ -397,10 +427,9 @@ def oob_impurity_block(
 
 def oob_impurity_importance(
     client: Client,
-    data: TrainingData,
+    draws: Draws,
     tables: list[Future],
     first_trees: Sequence[int],
-    seed: int,
     lam: float,
     classification: bool,
 ) -> np.ndarray:
@@ -408,7 +437,8 @@ def oob_impurity_importance(
     the same figures however the rows are cut into blocks.
 
     ``tables`` are futures of the node tables (``NodeTable``) of the forest's parts, in tree
-    order, whose first trees are ``first_trees``.
+    order, whose first trees (in their own fit) are ``first_trees``; ``draws``, the blocks and
+    seed of each.
 
     Returns
     -------
@@ -421,9 +451,9 @@ def oob_impurity_importance(
             client.submit(
                 oob_impurity_block, table, block, seed, lam, classification, first, pure=False
             )
-            for table, first in zip(tables, first_trees)
+            for table, first, (block, seed) in zip(tables, first_trees, blocks)
         ]
-        for block in data.parts
+        for blocks in draws.blocks()
     ]
     blocks = [np.concatenate(client.gather(row)) for row in futures]
     totals = sum(blocks[1:], blocks[0])

@@ -14,7 +14,7 @@ import os
 import pickle
 from collections.abc import Sequence
 from functools import partial
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import dask
 import dask.array as da
@@ -38,7 +38,7 @@ from ..distributed import reductions
 from ..distributed.client import client_for, find_client, is_in_process
 from ..distributed.convergence import WAVE, ConvergenceMonitor
 from ..distributed.data import Data, is_dask_collection, prepare
-from ..distributed.reductions import forest_task, oob_estimates, permutation_importance
+from ..distributed.reductions import Draws, forest_task, oob_estimates, permutation_importance
 from ..distributed.shards import (
     TreeShards,
     auto_client_bytes,
@@ -59,12 +59,14 @@ from ..forest.parts import (
     Leaves,
     MeanVote,
     ShapValues,
+    Source,
     TreeValues,
     expected_values,
     explained,
     median_of_trees,
     node_table,
     run_in_parts,
+    sources_of,
 )
 from ..forest.routing import HARD, SOFT
 from ..forest.variance import centred_count_gram
@@ -193,7 +195,7 @@ class BaseForest(BaseEstimator):
             self._set_fitted(data, params, new_trees, warm, is_classifier)
             self._after_growth(client, data, spec)
             if self.oob_score:
-                self._set_oob(client, data, spec.lam, is_classifier)
+                self._set_oob(client, self._draws({id(data.bin_mapper): data}), spec.lam)
         return self
 
     def _stores_on_workers(self, client, warm):
@@ -310,13 +312,13 @@ class BaseForest(BaseEstimator):
         return getattr(self, "_sources", None)
 
     def _needs_one_fit(self, method):
-        """Refuse ``method`` on a merged forest: it needs the trees' bootstrap draws or bins,
-        which differ between the merged fits."""
+        """Refuse ``method`` on a merged forest: it needs one set of bins (one packed forest,
+        an export, more trees grown on the same bins), and the merged fits have their own."""
         sources = self._merged_sources()
         if sources is not None:
             raise ValueError(
                 f"{method} needs the trees of one fit, and this forest merges {len(sources)} "
-                "(merge_forests), each with its own bootstrap draws and bins"
+                "(merge_forests), each with its own bins"
             )
 
     def _client_parts(self):
@@ -391,7 +393,8 @@ class BaseForest(BaseEstimator):
         """The training rows each tree drew, as scikit-learn's forests give them: per tree, the
         (0-based, global) index of every row it drew, a row drawn k times k times over, in
         increasing order; every row for a forest that draws none (``bootstrap=False`` without
-        ``max_samples``).
+        ``max_samples``). A merged forest's trees (``merge_forests``): each the rows of its own
+        fit's training table.
 
         Not stored: computed on each access from the counts the trees were grown with
         (``sampling.tree_counts`` of the forest's seed, the tree and the row), on the client,
@@ -400,16 +403,16 @@ class BaseForest(BaseEstimator):
         drawn like the others (they take no part in the tree), as in scikit-learn.
         """
         check_is_fitted(self, "estimators_")
-        self._needs_one_fit("estimators_samples_")
-        n_rows = int(self._n_rows)
-        dtype = np.int32 if n_rows < 2**31 else np.int64
-        rows = np.arange(n_rows, dtype=dtype)
-        lam = sampling_rate(self.bootstrap, self.max_samples, n_rows)
-        counts = np.empty(n_rows)
         samples = []
-        for t in range(len(self.estimators_)):
-            tree_counts(self._seed, t, 0, lam, counts)
-            samples.append(np.repeat(rows, counts.astype(np.int64)))  # all ones: every row
+        for source in sources_of(self):
+            n_rows = int(source.n_rows)
+            dtype = np.int32 if n_rows < 2**31 else np.int64
+            rows = np.arange(n_rows, dtype=dtype)
+            lam = sampling_rate(self.bootstrap, self.max_samples, n_rows)
+            counts = np.empty(n_rows)
+            for t in range(source.n_trees):
+                tree_counts(source.seed, t, 0, lam, counts)
+                samples.append(np.repeat(rows, counts.astype(np.int64)))  # all ones: every row
         return samples
 
     def _after_growth(self, client, data, spec):
@@ -504,14 +507,13 @@ class BaseForest(BaseEstimator):
         permutation_seed = int(check_random_state(random_state).randint(np.iinfo(np.int32).max))
         with self._training_blocks(X, y, sample_weight, "oob_permutation_importance") as (
             client,
-            data,
+            draws,
             lam,
         ):
             increase = permutation_importance(
                 client,
-                data,
+                draws,
                 self._parts_on(client),
-                self._seed,
                 lam,
                 hasattr(self, "classes_"),
                 n_repeats,
@@ -552,48 +554,83 @@ class BaseForest(BaseEstimator):
         """
         with self._training_blocks(X, y, sample_weight, "oob_impurity_importance") as (
             client,
-            data,
+            draws,
             lam,
         ):
             shards = self._tree_shards
             if shards is None:
-                tables = [forest_task(client, NodeTable([e.tree_ for e in self.estimators_]))]
-                first_trees = [0]
+                every_tree = [e.tree_ for e in self.estimators_]
+                tables = [
+                    forest_task(client, NodeTable(part.trees or every_tree))
+                    for part in self._client_parts()
+                ]
             else:
                 tables = map_parts(shards.parts, node_table)
-                first_trees = list(shards.first_trees[:-1])
+            first_trees = [first for _, first in self._part_draws()]
             importances = reductions.oob_impurity_importance(
-                client, data, tables, first_trees, self._seed, lam, hasattr(self, "classes_")
+                client, draws, tables, first_trees, lam, hasattr(self, "classes_")
             )
         return _importance_bunch(importances)
 
     @contextlib.contextmanager
     def _training_blocks(self, X, y, sample_weight, method):
         """The training data binned on the cluster again, for a reduction over each tree's
-        out-of-bag rows: yields ``(client, data, lam)``, lam the trees' sampling rate.
-        ``method`` names the caller in the errors: the forest must sample rows, and X must have
-        the training rows."""
+        out-of-bag rows: yields ``(client, draws, lam)``, draws the blocks and seed of each of
+        the forest's parts (``reductions.Draws``: the rows binned once for each fit's bins),
+        lam the trees' sampling rate. ``method`` names the caller in the errors: the forest
+        must sample rows, and X must have the training rows (a merged forest's: of each fit,
+        with distinct seeds)."""
         check_is_fitted(self, "estimators_")
-        self._needs_one_fit(method)
         if not self.samples_rows():
             raise ValueError(f"{method} needs bootstrap=True or max_samples")
+        sources = sources_of(self)
+        _check_distinct_seeds(sources, method)
         with client_for(self._cluster()) as client:
-            data = prepare(
+            binned: dict[int, Any] = {}
+            for k, source in enumerate(sources):
+                if id(source.bin_mapper) not in binned:
+                    binned[id(source.bin_mapper)] = prepare(
+                        client,
+                        X,
+                        y,
+                        sample_weight,
+                        mapper=source.bin_mapper,
+                        is_classifier=hasattr(self, "classes_"),
+                        class_weight=getattr(self, "class_weight", None),
+                        n_blocks=self.n_blocks,
+                    )
+                data = binned[id(source.bin_mapper)]
+                if data.n_rows != source.n_rows:
+                    fit = f"fit {k} of this merged forest" if len(sources) > 1 else "the forest"
+                    raise ValueError(
+                        f"X has {data.n_rows} rows but {fit} was fitted on {source.n_rows}: "
+                        "pass the training data"
+                    )
+            yield (
                 client,
-                X,
-                y,
-                sample_weight,
-                mapper=self.bin_mapper_,
-                is_classifier=hasattr(self, "classes_"),
-                class_weight=getattr(self, "class_weight", None),
-                n_blocks=self.n_blocks,
+                self._draws(binned),
+                sampling_rate(self.bootstrap, self.max_samples, data.n_rows),
             )
-            if data.n_rows != self._n_rows:
-                raise ValueError(
-                    f"X has {data.n_rows} rows but the forest was fitted on {self._n_rows}: "
-                    "pass the training data"
-                )
-            yield client, data, sampling_rate(self.bootstrap, self.max_samples, data.n_rows)
+
+    def _part_draws(self) -> list[tuple[Source, int]]:
+        """For each of the forest's parts (``_parts_on``), in tree order: the fit whose trees
+        it holds and the index of its first tree in that fit (what its counts are keyed by)."""
+        sources = sources_of(self)
+        shards = self._tree_shards
+        if shards is None:  # one part, or a merged forest's one part a fit
+            return [(source, 0) for source in sources]
+        starts = np.cumsum([0] + [source.n_trees for source in sources])
+        out = []
+        for first in shards.first_trees[:-1]:
+            k = int(np.searchsorted(starts, first, side="right")) - 1
+            out.append((sources[k], int(first - starts[k])))
+        return out
+
+    def _draws(self, binned: dict[int, Any]) -> Draws:
+        """The ``reductions.Draws`` of the forest's parts, ``binned`` the training blocks
+        binned with each of its fits' bin mappers (by ``id``)."""
+        sources = [source for source, _ in self._part_draws()]
+        return Draws([binned[id(s.bin_mapper)] for s in sources], [s.seed for s in sources])
 
     def to_sklearn(self) -> BaseEstimator:
         """The equivalent scikit-learn forest (``RandomForestClassifier``, ``ExtraTreesRegressor``,
@@ -656,6 +693,17 @@ class BaseForest(BaseEstimator):
             )
         expected = per_tree.mean(axis=0)
         return expected if hasattr(self, "classes_") else float(expected[0])
+
+    def _set_oob_on(self, X: Data, y: Data, sample_weight: Data | None = None) -> None:
+        """The out-of-bag results (``oob_score_``, ``oob_curve_``, ``oob_decision_function_``
+        or ``oob_prediction_``) of the fitted trees, on their training rows X, y: what
+        ``merge_forests(..., X=X, y=y)`` computes for the merged forest."""
+        with self._training_blocks(X, y, sample_weight, "out-of-bag results") as (
+            client,
+            draws,
+            lam,
+        ):
+            self._set_oob(client, draws, lam)
 
     def _explained_voting(self):
         """Whether the trees' SHAP values explain hard votes; refuses a median of the trees."""
@@ -817,10 +865,11 @@ class BaseForest(BaseEstimator):
 
     def _parts_on(self, client):
         """The forest's parts as futures on ``client``'s cluster, in tree order: the shards,
-        or the client's forest sent as one part (``reductions.forest_task``)."""
+        or the client's forest sent as one part (``reductions.forest_task``; a merged
+        forest's, one part a fit)."""
         if self._tree_shards is not None:
             return self._tree_shards.parts
-        return [forest_task(client, ForestPart(0, self.forest_))]
+        return [forest_task(client, part) for part in self._client_parts()]
 
     def _shared_with_workers(self, model):
         """``model`` as every block task of a prediction should receive it.
@@ -916,6 +965,18 @@ def _importance_bunch(importances):
         importances_std=importances.std(axis=1),
         importances=importances,
     )
+
+
+def _check_distinct_seeds(sources: list[Source], method: str) -> None:
+    """Refuse out-of-bag results of a merged forest whose fits share a seed: they drew the
+    same rows, tree for tree (the same trees, if fitted on the same rows)."""
+    seeds = [source.seed for source in sources]
+    for k, seed in enumerate(seeds):
+        if seed in seeds[:k]:
+            raise ValueError(
+                f"{method} of a merged forest need its fits drawn with distinct seeds: fits "
+                f"{seeds.index(seed)} and {k} have the same (fit them with other random_state)"
+            )
 
 
 def _scored_rows(client, data, decision):
@@ -1078,15 +1139,15 @@ class _ForestClassifierMixin(ClassifierMixin):
             )
         return _most_probable(self.classes_, proba)
 
-    def _set_oob(self, client, data, lam, is_classifier):
+    def _set_oob(self, client, draws, lam):
         decision, score, curve = oob_estimates(
-            client, data, self._parts_on(client), self._seed, lam, self._voting_code(), True
+            client, draws, self._parts_on(client), lam, self._voting_code(), True
         )
         self.oob_decision_function_ = decision
         self.oob_curve_ = curve
         self.oob_score_ = score
         if callable(self.oob_score):
-            y_true, decision = _scored_rows(client, data, decision)
+            y_true, decision = _scored_rows(client, draws.rows, decision)
             self.oob_score_ = self.oob_score(
                 self.classes_.take(y_true.astype(np.int64)),
                 self.classes_.take(np.argmax(decision, axis=1)),
@@ -1126,26 +1187,32 @@ class _ForestRegressorMixin(RegressorMixin):
 
     def _mean_and_std(self, X):
         check_is_fitted(self, "estimators_")
-        self._needs_one_fit("return_std=True")
+        sources = sources_of(self)
+        if len({source.n_rows for source in sources}) > 1:
+            raise ValueError(
+                "return_std=True on a merged forest needs its fits on the same training rows: "
+                f"they were fitted on {sorted({s.n_rows for s in sources})} rows"
+            )
         if not self.bootstrap or self.max_samples is not None:
             raise ValueError(
                 "return_std=True needs the bootstrap: bootstrap=True and max_samples=None"
             )
         if self.aggregation != "mean":
             raise ValueError('return_std=True needs aggregation="mean"')
-        gram = centred_count_gram(self._seed, 1.0, self._n_rows, self.n_estimators_)
+        fits = [(source.seed, source.n_trees) for source in sources]
+        gram = centred_count_gram(fits, 1.0, sources[0].n_rows)
         out = self._by_rows(X, TreeValues(JackknifeStd(gram, self._n_rows)), 2)
         return out[:, 0], out[:, 1]
 
-    def _set_oob(self, client, data, lam, is_classifier):
+    def _set_oob(self, client, draws, lam):
         decision, score, curve = oob_estimates(
-            client, data, self._parts_on(client), self._seed, lam, SOFT, False
+            client, draws, self._parts_on(client), lam, SOFT, False
         )
         self.oob_prediction_ = decision[:, 0]
         self.oob_curve_ = curve
         self.oob_score_ = score
         if callable(self.oob_score):
-            y_true, decision = _scored_rows(client, data, decision)
+            y_true, decision = _scored_rows(client, draws.rows, decision)
             self.oob_score_ = self.oob_score(y_true, decision[:, 0])
 
 

@@ -7,6 +7,11 @@ were drawn and binned with (a ``Source``: its seed, training rows and bin mapper
 forests fitted on other rows, or on more rows than the bin mapper samples, differ, so each
 input's trees are packed with their own bin edges, and the rows are encoded once (the inputs'
 categorical columns must have the same categories).
+
+Forests fitted on the same rows with different seeds are one bagged forest of all their trees:
+its out-of-bag results are computed on request, from the training rows (``merge_forests(...,
+X=X, y=y)``, ``oob_permutation_importance``, ``oob_impurity_importance``), each tree's rows drawn
+with its own fit's seed and binned with its own fit's bins (``reductions.Draws``).
 """
 
 from __future__ import annotations
@@ -17,9 +22,11 @@ import numpy as np
 from sklearn.utils.validation import check_is_fitted
 
 from ..core.validation import column_label
+from ..distributed.data import Data
 from ..distributed.shards import join_shards
 from ..forest.parts import sources_of
 from .forests import BaseForest
+from .quantile_forests import _QuantileMixin
 
 # Parameters in which merged forests may differ: how and where they were fitted, their seeds and
 # sizes, not what their trees are.
@@ -40,7 +47,12 @@ _FREE_PARAMETERS = frozenset(
 )
 
 
-def merge_forests(forests: Sequence[BaseForest]) -> BaseForest:
+def merge_forests(
+    forests: Sequence[BaseForest],
+    X: Data | None = None,
+    y: Data | None = None,
+    sample_weight: Data | None = None,
+) -> BaseForest:
     """One forest of the trees of ``forests``, fitted apart on the same columns and classes.
 
     The result is a forest of the inputs' class, with the first input's parameters
@@ -48,10 +60,13 @@ def merge_forests(forests: Sequence[BaseForest]) -> BaseForest:
     are: on the client, or, for forests kept on the workers of one client, as the same shards
     (nothing moves). It predicts the mean of all the trees: each input's prediction weighted
     by its number of trees. Predictions, ``apply``, SHAP values and ``feature_importances_``
-    are those of its trees; results that need the trees' bootstrap draws on the training rows
-    (out-of-bag estimates and importances, ``return_std``, ``estimators_samples_``),
-    ``to_sklearn`` and a warm start are refused, each input having its own draws and bins.
-    ``save`` writes a sharded model, each fit's trees with their own bins and seed.
+    are those of its trees. Each tree keeps its own fit's bootstrap draws: given the training
+    rows (``X``, ``y``) on which every input was fitted, with distinct seeds, the merged
+    forest's out-of-bag results are computed over all its trees; ``oob_permutation_importance``
+    and ``oob_impurity_importance`` take the rows too, ``return_std`` needs the fits on the same
+    number of rows, and ``estimators_samples_`` gives each tree's rows of its own fit.
+    ``to_sklearn`` and a warm start are refused (the fits have their own bins). ``save``
+    writes a sharded model, each fit's trees with their own bins and seed.
 
     Parameters
     ----------
@@ -61,6 +76,11 @@ def merge_forests(forests: Sequence[BaseForest]) -> BaseForest:
         ``oob_score``, ``tree_storage``, ``mode``, ...), the same columns (names and number),
         classes and categories of each categorical column; all on the client, or all on the
         workers of one client.
+    X, y, sample_weight : optional
+        The training rows every input was fitted on, in the same order (numpy, pandas or
+        dask): with them the merged forest gets ``oob_score_``, ``oob_curve_`` and
+        ``oob_decision_function_`` (``oob_prediction_``), each row voted by the trees of every
+        input that did not draw it. The rows are binned again once for each input's bins.
 
     Returns
     -------
@@ -73,14 +93,17 @@ def merge_forests(forests: Sequence[BaseForest]) -> BaseForest:
         An input is not a fitted dasktrees forest, or of another class than the first.
     ValueError
         The inputs differ in what their trees are or read: the message names the parameter,
-        column or classes, or where the trees are.
+        column or classes, or where the trees are. With ``X``: the inputs share a seed, or X
+        has other rows than an input was fitted on, or the forests draw no rows
+        (``bootstrap=False`` without ``max_samples``).
     """
     forests = list(forests)
     if not forests:
         raise ValueError("merge_forests needs at least one forest")
     first = forests[0]
     for k, forest in enumerate(forests):
-        if not isinstance(forest, BaseForest) or "tree_storage" not in forest.get_params():
+        # Quantile forests' leaf targets are one table of all their trees' leaves: not merged.
+        if not isinstance(forest, BaseForest) or isinstance(forest, _QuantileMixin):
             raise TypeError(
                 f"forest {k}: merge_forests merges dasktrees' random forests and extra-trees "
                 f"(not quantile forests), got {type(forest).__name__}"
@@ -93,6 +116,8 @@ def merge_forests(forests: Sequence[BaseForest]) -> BaseForest:
             )
         if k:
             _check_compatible(first, forest, k)
+    if (X is None) != (y is None):
+        raise ValueError("merge_forests needs both X and y (the training rows), or neither")
     merged = first._fitted_skeleton()
     merged.set_params(
         n_estimators=sum(f.n_estimators_ for f in forests), warm_start=False, oob_score=False
@@ -102,6 +127,9 @@ def merge_forests(forests: Sequence[BaseForest]) -> BaseForest:
         merged._keep_on_workers(join_shards([f._tree_shards for f in forests if f._tree_shards]))
     else:
         merged._keep_on_client([est for f in forests for est in f.estimators_])
+    if X is not None:
+        merged._set_oob_on(X, y, sample_weight)
+        merged.set_params(oob_score=first.oob_score or True)
     return merged
 
 

@@ -94,11 +94,11 @@ class _QuantileMixin(_QuantileBase):
         part = ForestPart(0, self.forest_, leaf_targets=self.leaf_targets_)
         return [part] if client is None else [forest_task(client, part)]
 
-    def _set_oob(self, client, data, lam, is_classifier):
-        super()._set_oob(client, data, lam, is_classifier)
+    def _set_oob(self, client, draws, lam):
+        super()._set_oob(client, draws, lam)
         self.oob_quantiles_, self.oob_coverage_ = oob_quantiles(
             client,
-            data,
+            draws.rows,
             self._quantile_parts(client),
             self._seed,
             lam,

@@ -8,6 +8,7 @@ The workers must see the directory where the client does (one machine, or a shar
 from __future__ import annotations
 
 import copy
+import dataclasses
 import operator
 import os
 from collections.abc import Mapping
@@ -18,7 +19,7 @@ import numpy as np
 
 from ..distributed.client import as_completed
 from ..distributed.shards import TreeShards, placements
-from ..forest.parts import ForestPart, Source, sources_of
+from ..forest.parts import ForestPart, Source
 from ..forest.quantiles import LeafTargets
 from ..modelfile import reading
 from ..modelfile.format import OOB_SCORES
@@ -137,7 +138,7 @@ def load_sharded(
         forests = [reading.load(directory / s["directory"], estimators) for s in listed]
         forest = forests[0]
         if merged:  # as merge_forests makes it of the shards' models
-            forest._sources = [source for f in forests for source in sources_of(f)]
+            forest._sources = _fit_sources(listed, forests)
         forest._keep_on_client([est for f in forests for est in f.estimators_])
         if hasattr(forest, "leaf_targets_"):  # a quantile forest's, leaf after leaf
             forest.leaf_targets_ = LeafTargets.concatenate(f.leaf_targets_ for f in forests)
@@ -161,10 +162,7 @@ def load_sharded(
         skeletons = client.gather([client.submit(operator.itemgetter(1), f) for f in loaded])
         forest = skeletons[0]
         if merged:
-            forest._sources = [
-                Source(s["n_trees"], skeleton._seed, skeleton._n_rows, skeleton.bin_mapper_)
-                for s, skeleton in zip(listed, skeletons)
-            ]
+            forest._sources = _fit_sources(listed, skeletons)
             forest.set_params(n_estimators=manifest["n_trees"])
         forest._keep_on_workers(TreeShards.from_parts(parts, summaries, where))
     for name, value in manifest["fitted"].items():
@@ -172,6 +170,23 @@ def load_sharded(
     if manifest["oob_curve"] is not None:
         forest.oob_curve_ = np.array([float(v) for v in manifest["oob_curve"]])
     return forest
+
+
+def _fit_sources(listed: list[dict], forests: list[Any]) -> list[Source]:
+    """The fits (``Source``) of a merged model's shards: a shard whose first tree is its fit's
+    first (``part_first_tree`` 0) begins a fit, and the shards after it continue it (a forest
+    saved from the workers has several shards a fit). ``forests``: the shards' estimators, for
+    their seed, rows and bins."""
+    sources: list[Source] = []
+    for shard, forest in zip(listed, forests):
+        if shard["part_first_tree"] == 0 or not sources:
+            sources.append(
+                Source(shard["n_trees"], forest._seed, forest._n_rows, forest.bin_mapper_)
+            )
+        else:
+            fit = sources[-1]
+            sources[-1] = dataclasses.replace(fit, n_trees=fit.n_trees + shard["n_trees"])
+    return sources
 
 
 def _load_part(

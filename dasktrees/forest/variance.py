@@ -18,6 +18,8 @@ predicted row then costs O(B^2) instead of O(n B).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from ..learner.sampling import tree_counts
@@ -26,27 +28,30 @@ from ..learner.sampling import tree_counts
 _ROWS_PER_CHUNK = 65536
 
 
-def centred_count_gram(seed: int, lam: float, n_rows: int, n_trees: int) -> np.ndarray:
+def centred_count_gram(fits: Sequence[tuple[int, int]], lam: float, n_rows: int) -> np.ndarray:
     """G = sum_i c_i c_i' over the training rows, c_i the trees' centred counts of row i.
 
     Parameters
     ----------
-    seed : int
-        The forest's random_state (``BaseForest._seed``).
+    fits : sequence of (seed, n_trees)
+        The forest's fits, in order: its own (``BaseForest._seed``, its trees), or those of a
+        merged forest fitted on the same rows (tree t of a fit drew ``tree_counts(seed, t)``).
     lam : float
         Poisson mean of the counts (1 for the bootstrap).
-    n_rows, n_trees : int
+    n_rows : int
 
     Returns
     -------
-    ndarray of float64, shape (n_trees, n_trees)
+    ndarray of float64, shape (n_trees, n_trees), n_trees the fits' trees
     """
+    draws = [(seed, t) for seed, n_trees in fits for t in range(n_trees)]
+    n_trees = len(draws)
     gram = np.zeros((n_trees, n_trees))
     counts = np.empty((n_trees, min(_ROWS_PER_CHUNK, n_rows)))
     for first in range(0, n_rows, _ROWS_PER_CHUNK):
         chunk = counts[:, : min(_ROWS_PER_CHUNK, n_rows - first)]
-        for t in range(n_trees):
-            tree_counts(seed, t, first, lam, chunk[t])
+        for k, (seed, t) in enumerate(draws):
+            tree_counts(seed, t, first, lam, chunk[k])
         chunk -= chunk.mean(axis=0)
         gram += chunk @ chunk.T
     return gram
