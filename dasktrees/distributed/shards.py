@@ -57,7 +57,8 @@ class TreeShards:
     max_depth : int
         The deepest tree's depth.
     nbytes : ndarray of int64, shape (n_shards,)
-        The bytes each shard's trees take on its worker (``ForestPart.nbytes``).
+        The bytes each shard's trees (and a quantile forest's leaf targets) take on its worker
+        (``ForestPart.nbytes``).
     workers : list of str
         The worker each shard was asked to run on (``placements``): a preference, which Dask
         may override (a busy worker's task stolen, a lost worker's shard grown elsewhere).

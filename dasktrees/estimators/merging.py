@@ -128,8 +128,9 @@ def merge_forests(
     else:
         merged._keep_on_client([est for f in forests for est in f.estimators_])
     if X is not None:
-        merged._set_oob_on(X, y, sample_weight)
+        # The first input's scoring (a callable) scores the merged forest's rows too.
         merged.set_params(oob_score=first.oob_score or True)
+        merged._set_oob_on(X, y, sample_weight)
     return merged
 
 

@@ -97,7 +97,7 @@ class ForestPart:
 
     def summary(self) -> dict:
         """What the client keeps of a shard: its trees' impurity importances (each tree's,
-        normalised), node counts and depth, and the bytes of its trees (``nbytes``)."""
+        normalised), node counts and depth, and its bytes (``nbytes``)."""
         trees = self.trees or []
         return {
             "n_trees": self.n_trees,
