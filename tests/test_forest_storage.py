@@ -88,6 +88,7 @@ def test_regressor_same_on_workers(client, regression):
         np.testing.assert_array_equal(mean_std_b, mean_std_a)
     assert b.oob_score_ == a.oob_score_
     np.testing.assert_array_equal(b.oob_prediction_, a.oob_prediction_)
+    np.testing.assert_array_equal(b.predict_interval(X[:50]), a.predict_interval(X[:50]))
     a.set_params(aggregation="median")
     b.set_params(aggregation="median")
     np.testing.assert_array_equal(b.predict(X[:50]), a.predict(X[:50]))
@@ -144,6 +145,7 @@ def test_quantile_forest_same_on_workers(client, regression, cls, params, tmp_pa
     np.testing.assert_array_equal(b.predict(rows), a.predict(rows))
     np.testing.assert_array_equal(b.oob_quantiles_, a.oob_quantiles_)
     assert b.oob_coverage_ == a.oob_coverage_
+    np.testing.assert_array_equal(b.predict_interval(rows, 0.8), a.predict_interval(rows, 0.8))
     # Saved from the workers, loaded onto them or here: the same quantiles; here, and brought
     # home, the client forest's leaf targets, array for array.
     b.save(tmp_path / "model")

@@ -19,6 +19,7 @@ import numpy as np
 from numba import njit
 
 from ..core.dtypes import TREE_LEAF
+from ..forest.conformal import ConformalScores, order_sketch
 from ..forest.exact import (
     ADDS_BEFORE_CARRY,
     EXACT_DIGITS,
@@ -31,7 +32,7 @@ from ..forest.exact import (
 from ..forest.node_table import NodeTable
 from ..forest.packing import PackedForest
 from ..forest.parts import ForestPart
-from ..forest.quantiles import LeafTargets, inside_interval, joined, predict_quantiles
+from ..forest.quantiles import LeafTargets, inside_interval, joined, predict_cdf, predict_quantiles
 from ..forest.routing import leaves_of_codes
 from ..forest.voting import add_oob_votes, misclassified, tree_loss
 from ..learner.sampling import tree_counts
@@ -58,10 +59,6 @@ class Draws:
 
     data: list[TrainingData]
     seeds: list[int]
-
-    @classmethod
-    def of_one_fit(cls, data: TrainingData, seed: int, n_parts: int) -> Draws:
-        return cls([data] * n_parts, [seed] * n_parts)
 
     @property
     def rows(self) -> TrainingData:
@@ -167,8 +164,9 @@ def _decision(result):
 
 def oob_estimates(
     client: Client, draws: Draws, parts: list[Future], lam: float, voting: int, classification: bool
-) -> tuple[np.ndarray | da.Array, float, np.ndarray]:
-    """Out-of-bag decision function (NaN for rows never out of bag), score and curve.
+) -> tuple[np.ndarray | da.Array, float, np.ndarray, ConformalScores | None]:
+    """Out-of-bag decision function (NaN for rows never out of bag), score and curve (and a
+    regressor's conformity scores).
 
     ``parts`` are futures of the forest's parts (``forest.parts.ForestPart``) in tree order:
     each block goes through them one after the other (``oob_block``, with the block and seed
@@ -182,6 +180,9 @@ def oob_estimates(
         Accuracy (classification) or R² (regression) over rows with an out-of-bag vote.
     curve : ndarray (n_trees,)
         Error after 1, 2, ... trees: misclassification rate or mean squared error.
+    scores : ConformalScores or None
+        Regression: the rows' absolute out-of-bag residuals (``conformal``), sketched where
+        the blocks are.
     """
     results = []
     for blocks in draws.blocks():
@@ -209,7 +210,19 @@ def oob_estimates(
         total = sum_y2 - sum_y * sum_y / n_scored
         score = 1.0 - from_exact(losses[-1]) / total
     decisions = [client.submit(_decision, r) for r in results]
-    return _row_output(client, draws.rows, decisions, n_values), float(score), curve
+    scores = None
+    if not classification:
+        sketches = [
+            client.submit(_residual_sketch, d, block, pure=False)
+            for d, block in zip(decisions, draws.rows.parts)
+        ]
+        scores = ConformalScores.from_sketches(client.gather(sketches), int(n_scored))
+    return _row_output(client, draws.rows, decisions, n_values), float(score), curve, scores
+
+
+def _residual_sketch(decision: np.ndarray, block: BinnedPartition):
+    """``conformal.order_sketch`` of a block's absolute out-of-bag residuals."""
+    return order_sketch(np.abs(block.y - decision[:, 0]))
 
 
 def _row_output(client, data, futures, n_columns):
@@ -545,8 +558,9 @@ def shard_leaf_targets(
     client: Client, data: TrainingData, shards: TreeShards, seed: int, lam: float
 ) -> TreeShards:
     """The shards of a quantile forest kept on the workers, each with its leaves' targets
-    (``leaf_targets`` of its trees), made on its worker: the blocks' entries go to the shard,
-    in row order, and neither they nor the targets come to the client."""
+    (``leaf_targets`` of its trees), made on its worker: each binned block goes to every
+    worker that holds shards (a copy of the binned table there while this runs), its entries
+    are gathered there in row order, and neither they nor the targets come to the client."""
     parts = []
     for part, worker in zip(shards.parts, shards.workers):
         where = {"workers": [worker], "allow_other_workers": True, "pure": False}
@@ -566,16 +580,17 @@ def _oob_quantiles_of(
     seed: int,
     lam: float,
     quantiles: np.ndarray,
-) -> tuple[np.ndarray, tuple[int, int]]:
+) -> tuple[np.ndarray, tuple[int, int], tuple]:
     """Out-of-bag quantiles of one block's rows, from the leaves (n_rows, n_trees) they reach
-    in every tree of the forest, and how many fall inside the interval between the lowest and
-    the highest quantile.
+    in every tree of the forest, how many fall inside the interval between the lowest and
+    the highest quantile, and the rows' conformity scores.
 
     Returns
     -------
     quantiles : ndarray (n_rows, n_quantiles)
         NaN for a row no tree left out.
     coverage : (rows inside, rows with out-of-bag quantiles)
+    sketch : ``conformal.order_sketch`` of |F_-i(y_i | x_i) - 1/2| over the rows
     """
     n, n_trees = leaves.shape
     out_of_bag = np.empty((n, n_trees), dtype=bool)
@@ -586,12 +601,14 @@ def _oob_quantiles_of(
     values = predict_quantiles(targets, leaves, quantiles, out_of_bag)
     scored = ~np.isnan(values[:, 0])
     inside = inside_interval(block.y[scored], values[scored], quantiles)
-    return values, (int(inside.sum()), int(scored.sum()))
+    # Conformity: how far each target's out-of-bag conditional CDF is from the median.
+    sketch = order_sketch(np.abs(predict_cdf(targets, leaves, block.y, out_of_bag) - 0.5))
+    return values, (int(inside.sum()), int(scored.sum())), sketch
 
 
 def oob_quantiles_block(
     part: ForestPart, block: BinnedPartition, seed: int, lam: float, quantiles: np.ndarray
-) -> tuple[np.ndarray, tuple[int, int]]:
+) -> tuple[np.ndarray, tuple[int, int], tuple]:
     """``_oob_quantiles_of`` a block, the whole forest in one part with its leaf targets."""
     leaves = _block_leaves(part.packed, block)
     return _oob_quantiles_of(part.quantile_targets(), leaves, block, seed, lam, quantiles)
@@ -611,9 +628,9 @@ def _oob_quantiles_joined(block, seed, lam, quantiles, *reached):
 
 def oob_quantiles(
     client: Client, data: TrainingData, parts: list, seed: int, lam: float, quantiles: np.ndarray
-) -> tuple[np.ndarray | da.Array, float]:
-    """Out-of-bag quantiles of every training row and the out-of-bag coverage of the interval
-    between the lowest and highest of ``quantiles``.
+) -> tuple[np.ndarray | da.Array, float, ConformalScores]:
+    """Out-of-bag quantiles of every training row, the out-of-bag coverage of the interval
+    between the lowest and highest of ``quantiles``, and the rows' conformity scores.
 
     ``parts``: futures of the forest's parts with their leaf targets, in tree order: the
     client's forest as one part (each block's task takes it whole), or the shards of a forest
@@ -625,6 +642,8 @@ def oob_quantiles(
         Shape (n_rows, n_quantiles); NaN for rows never out of bag.
     coverage : float
         Share of the rows with out-of-bag quantiles whose target lies in that interval.
+    scores : ConformalScores
+        |F_-i(y_i | x_i) - 1/2| of those rows (``conformal``), sketched where the blocks are.
     """
     if len(parts) == 1:
         results = [
@@ -647,5 +666,7 @@ def oob_quantiles(
     sums = client.gather([client.submit(operator.itemgetter(1), r) for r in results])
     covered, scored = (sum(s[k] for s in sums) for k in range(2))
     coverage = covered / scored if scored else float("nan")
+    sketches = client.gather([client.submit(operator.itemgetter(2), r) for r in results])
+    scores = ConformalScores.from_sketches(sketches, scored)
     values = [client.submit(operator.itemgetter(0), r) for r in results]
-    return _row_output(client, data, values, len(quantiles)), float(coverage)
+    return _row_output(client, data, values, len(quantiles)), float(coverage), scores

@@ -51,6 +51,7 @@ from ..distributed.shards import (
 )
 from ..distributed.train import ForestSpec, finish_progress, grow_forest, progress_of_wave
 from ..forest import treeshap
+from ..forest.conformal import check_coverage
 from ..forest.node_table import NodeTable
 from ..forest.packing import PackedForest
 from ..forest.parts import (
@@ -586,6 +587,8 @@ class BaseForest(BaseEstimator):
         sources = sources_of(self)
         _check_distinct_seeds(sources, method)
         with client_for(self._cluster()) as client:
+            # One cut of the rows for every fit's binning (the parts' blocks go side by side).
+            n_blocks = self.n_blocks or max(1, len(client.scheduler_info()["workers"]))
             binned: dict[int, Any] = {}
             for k, source in enumerate(sources):
                 if id(source.bin_mapper) not in binned:
@@ -597,7 +600,7 @@ class BaseForest(BaseEstimator):
                         mapper=source.bin_mapper,
                         is_classifier=hasattr(self, "classes_"),
                         class_weight=getattr(self, "class_weight", None),
-                        n_blocks=self.n_blocks,
+                        n_blocks=n_blocks,
                     )
                 data = binned[id(source.bin_mapper)]
                 if data.n_rows != source.n_rows:
@@ -606,6 +609,8 @@ class BaseForest(BaseEstimator):
                         f"X has {data.n_rows} rows but {fit} was fitted on {source.n_rows}: "
                         "pass the training data"
                     )
+                if not np.array_equal(data.offsets, binned[id(sources[0].bin_mapper)].offsets):
+                    raise ValueError(f"{method}: the rows were cut in other blocks for fit {k}")
             yield (
                 client,
                 self._draws(binned),
@@ -1074,8 +1079,8 @@ FOREST_DOC = """
         the worker that grew them), where predictions, ``apply`` and the out-of-bag estimates
         go to them, the client keeping only small summaries; ``gather_trees()`` brings them
         home. "auto": on the workers when the trees take more than a tenth of this machine's
-        memory. "workers" needs a Dask cluster. Not a parameter of the quantile forests,
-        whose trees stay on the client.
+        memory (a quantile forest's leaf targets, made after, not counted: they take about as
+        much again). "workers" needs a Dask cluster.
 
     Attributes
     ----------
@@ -1140,7 +1145,7 @@ class _ForestClassifierMixin(ClassifierMixin):
         return _most_probable(self.classes_, proba)
 
     def _set_oob(self, client, draws, lam):
-        decision, score, curve = oob_estimates(
+        decision, score, curve, _ = oob_estimates(
             client, draws, self._parts_on(client), lam, self._voting_code(), True
         )
         self.oob_decision_function_ = decision
@@ -1188,6 +1193,7 @@ class _ForestRegressorMixin(RegressorMixin):
     def _mean_and_std(self, X):
         check_is_fitted(self, "estimators_")
         sources = sources_of(self)
+        _check_distinct_seeds(sources, "return_std=True")
         if len({source.n_rows for source in sources}) > 1:
             raise ValueError(
                 "return_std=True on a merged forest needs its fits on the same training rows: "
@@ -1205,15 +1211,58 @@ class _ForestRegressorMixin(RegressorMixin):
         return out[:, 0], out[:, 1]
 
     def _set_oob(self, client, draws, lam):
-        decision, score, curve = oob_estimates(
+        decision, score, curve, scores = oob_estimates(
             client, draws, self._parts_on(client), lam, SOFT, False
         )
         self.oob_prediction_ = decision[:, 0]
         self.oob_curve_ = curve
         self.oob_score_ = score
+        self.oob_interval_scores_ = scores
         if callable(self.oob_score):
             y_true, decision = _scored_rows(client, draws.rows, decision)
             self.oob_score_ = self.oob_score(y_true, decision[:, 0])
+
+    def predict_interval(self, X: Data, coverage: float = 0.9) -> np.ndarray | da.Array:
+        """Prediction intervals calibrated on the out-of-bag rows: split conformal prediction
+        with each training row's out-of-bag prediction in place of a held-out set
+        (``dasktrees.conformal``; docs/forests.md, "Intervals with a coverage level").
+
+        The regressors' interval is the mean prediction plus or minus the
+        ceil(coverage (n + 1))-th smallest absolute out-of-bag residual of the n training rows
+        with one; the quantile forests' are the conditional quantiles 1/2 - Q and 1/2 + Q, Q
+        the same order statistic of |F_-i(y_i | x_i) - 1/2| (adaptive: wider where the leaves'
+        targets spread). The coverage of a new row from the training rows' distribution is
+        close to ``coverage`` (the out-of-bag predictions come from a third of the trees: the
+        guarantee of split conformal prediction holds approximately; measured in
+        docs/benchmarks.md).
+
+        Parameters
+        ----------
+        X : array-like or dask collection, shape (n_samples, n_features)
+        coverage : float in (0, 1), default=0.9
+
+        Returns
+        -------
+        ndarray of shape (n_samples, 2), lower and upper bounds (infinite when there are too
+        few out-of-bag rows for the coverage); a dask array for dask input.
+        """
+        coverage = check_coverage(coverage)
+        check_is_fitted(self, "estimators_")
+        scores = getattr(self, "oob_interval_scores_", None)
+        if scores is None:
+            raise ValueError(
+                "predict_interval is calibrated on the out-of-bag rows: fit the forest with "
+                "oob_score=True (and bootstrap=True or max_samples); a model file does not keep "
+                "them"
+            )
+        return self._interval(X, scores.threshold(coverage))
+
+    def _interval(self, X, q):
+        """The bounds for a conformity threshold ``q``: the mean prediction plus or minus q
+        (the out-of-bag residuals are the mean's, whatever ``aggregation``)."""
+        mean = self._votes(X, SOFT)[:, 0]
+        stack = da.stack if isinstance(mean, da.Array) else np.stack
+        return stack([mean - q, mean + q], axis=1)
 
 
 def keep_init_arguments(estimator, arguments):

@@ -28,6 +28,7 @@ from ..distributed.reductions import forest_task, leaf_targets, oob_quantiles, s
 from ..distributed.shards import map_parts
 from ..forest.parts import ForestPart, LeafQuantiles
 from ..forest.quantiles import LeafTargets, check_quantiles, is_scalar_quantile
+from ..forest.routing import SOFT
 from .forests import (
     FOREST_DOC,
     Data,
@@ -96,7 +97,9 @@ class _QuantileMixin(_QuantileBase):
 
     def _set_oob(self, client, draws, lam):
         super()._set_oob(client, draws, lam)
-        self.oob_quantiles_, self.oob_coverage_ = oob_quantiles(
+        # The conformity scores of predict_interval: the quantiles' (|F - 1/2|), which replace
+        # the mean's residuals.
+        self.oob_quantiles_, self.oob_coverage_, self.oob_interval_scores_ = oob_quantiles(
             client,
             draws.rows,
             self._quantile_parts(client),
@@ -113,6 +116,16 @@ class _QuantileMixin(_QuantileBase):
         if shards is not None:
             self.leaf_targets_ = LeafTargets.concatenate(targets)
         return self
+
+    def _interval(self, X, q):
+        """The conditional quantiles 1/2 - q and 1/2 + q: every y whose |F(y | x) - 1/2| is at
+        most q (``conformal``); the whole line once q reaches 1/2."""
+        if q < 0.5:
+            return self.predict(X, [0.5 - q, 0.5 + q])
+        middle = self._votes(X, SOFT)[:, 0]
+        stack = da.stack if isinstance(middle, da.Array) else np.stack
+        infinite = middle * 0.0 + np.inf
+        return stack([-infinite, infinite], axis=1)
 
     # Not the regressor's signature: ``quantiles`` comes second (the public API), so that
     # ``predict(X, 0.5)`` asks for a quantile, where the regressor's second is ``return_std``.

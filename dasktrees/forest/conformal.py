@@ -1,0 +1,110 @@
+"""Prediction intervals calibrated on the out-of-bag rows (split conformal prediction, with each
+training row's out-of-bag prediction in place of a held-out set).
+
+Each training row i with an out-of-bag prediction gets a conformity score s_i: how far its target
+lies from what the trees that did not draw it predict (the regressors: |y_i - oob_prediction_i|;
+the quantile forests: |F_-i(y_i | x_i) - 1/2|, the distance of the target's out-of-bag
+conditional CDF from the median, Chernozhukov, Wuthrich and Zhu 2021). For a coverage 1 - a and
+n scores, Q is the k-th smallest score, k = ceil((1 - a)(n + 1)) (infinite when k > n), and the
+interval of a row x is every y whose score would be at most Q: the prediction plus or minus Q,
+or the quantiles 1/2 - Q and 1/2 + Q of the forest's conditional distribution (Romano, Patterson
+and Candes 2019 conformalize quantiles the same way, with a held-out set).
+
+Were the scores those of rows the forest never saw, the interval would cover a new row with
+probability at least 1 - a (Vovk et al. 2005; Lei et al. 2018); an out-of-bag prediction comes
+from about a third of the trees, not from the forest that predicts a new row, so the guarantee is
+approximate (Kim, Xu and Barber 2020 bound the out-of-bag jackknife+ at 1 - 2a): measured in
+docs/benchmarks.md.
+
+The scores stay where the rows are: each block sends its order statistics at ``SKETCH_SIZE``
+ranks (all its scores when it has fewer), and the client keeps those of every block. The k-th
+smallest of all the scores is at most the smallest kept value v whose blocks' kept ranks at or
+below v add up to k: the threshold is exact when no block has more than ``SKETCH_SIZE`` scores,
+and otherwise larger than exact by fewer than n / ``SKETCH_SIZE`` ranks (the intervals a little
+wider, never narrower).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+# Order statistics a block keeps of its scores.
+SKETCH_SIZE = 4096
+
+
+def order_sketch(scores: np.ndarray, size: int = SKETCH_SIZE) -> tuple[np.ndarray, np.ndarray]:
+    """A block's scores as (values, ranks): its ``ranks[j]``-th smallest score is ``values[j]``.
+
+    Parameters
+    ----------
+    scores : ndarray of float64
+        The block's conformity scores; NaN (rows without an out-of-bag prediction) left out.
+    size : int
+        Ranks kept when the block has more scores: ``ceil(j n / size)`` for j = 1 .. size,
+        the last the largest score.
+
+    Returns
+    -------
+    values : ndarray of float64, increasing
+    ranks : ndarray of int64, increasing, 1-based
+    """
+    values = np.sort(scores[~np.isnan(scores)])
+    n = len(values)
+    if n <= size:
+        return values, np.arange(1, n + 1, dtype=np.int64)
+    ranks = -(-np.arange(1, size + 1, dtype=np.int64) * n // size)
+    return values[ranks - 1], ranks
+
+
+class ConformalScores:
+    """The conformity scores of a forest's out-of-bag rows, kept as its blocks' order sketches
+    (module docstring).
+
+    Attributes
+    ----------
+    values : ndarray of float64, shape (n_kept,)
+        The kept scores of every block, increasing.
+    counts : ndarray of int64, shape (n_kept,)
+        For each kept value v, a lower bound (exact for blocks kept whole) of how many scores
+        are at most v.
+    n_scores : int
+        Rows with an out-of-bag prediction.
+    """
+
+    def __init__(self, values: np.ndarray, counts: np.ndarray, n_scores: int):
+        self.values = values
+        self.counts = counts
+        self.n_scores = int(n_scores)
+
+    @classmethod
+    def from_sketches(cls, sketches: list[tuple[np.ndarray, np.ndarray]], n_scores: int):
+        """Put the blocks' ``order_sketch`` results together."""
+        values = np.sort(np.concatenate([v for v, _ in sketches] or [np.empty(0)]))
+        counts = np.zeros(len(values), dtype=np.int64)
+        for kept, ranks in sketches:
+            # How many of this block's scores are at most each value: at least the rank of its
+            # largest kept value not above it.
+            below = np.searchsorted(kept, values, side="right")
+            counts += np.where(below > 0, ranks[np.maximum(below - 1, 0)], 0)
+        return cls(values, counts, n_scores)
+
+    def threshold(self, coverage: float) -> float:
+        """Q for ``coverage``: the ceil(coverage (n + 1))-th smallest score (an upper bound of
+        it, module docstring); infinite when that is more than the n scores."""
+        k = math.ceil(coverage * (self.n_scores + 1))
+        if k > self.n_scores:
+            return math.inf
+        if k <= 0:
+            return -math.inf
+        return float(self.values[int(np.searchsorted(self.counts, k, side="left"))])
+
+
+def check_coverage(coverage) -> float:
+    """``coverage`` as a float in (0, 1); ``ValueError`` / ``TypeError`` naming it."""
+    if isinstance(coverage, bool) or not isinstance(coverage, (int, float, np.floating)):
+        raise TypeError(f"coverage must be a float in (0, 1), got {coverage!r}")
+    if not 0.0 < float(coverage) < 1.0:
+        raise ValueError(f"coverage must be in (0, 1), got {coverage!r}")
+    return float(coverage)
