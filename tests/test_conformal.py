@@ -78,13 +78,20 @@ def test_quantile_forest_interval_is_the_conformalized_quantiles():
     X = rng.uniform(size=(500, 3))
     y = X[:, 0] * rng.normal(size=500)  # the spread grows with x0
     forest = RandomForestQuantileRegressor(
-        n_estimators=40, oob_score=True, min_samples_leaf=5, random_state=0
+        n_estimators=40, oob_score=True, default_quantiles=[0.1, 0.5, 0.9], random_state=0
     ).fit(X, y)
-    scores = forest.oob_interval_scores_
-    q = scores.threshold(0.9)
-    assert 0 < q < 0.5 and scores.n_scores == np.sum(~np.isnan(forest.oob_quantiles_[:, 0]))
-    interval = forest.predict_interval(X[:60], 0.9)
-    np.testing.assert_array_equal(interval, forest.predict(X[:60], [0.5 - q, 0.5 + q]))
+    # The scores: how far each target falls outside its out-of-bag band (0.1 to 0.9).
+    low, high = forest.oob_quantiles_[:, 0], forest.oob_quantiles_[:, 2]
+    outside = np.maximum(low - y, y - high)
+    outside = outside[~np.isnan(outside)]
+    assert forest.oob_interval_scores_.n_scores == len(outside)
+    for coverage in (0.5, 0.8, 0.95):
+        q = exact_threshold(outside, coverage)
+        assert forest.oob_interval_scores_.threshold(coverage) == q
+        band = forest.predict(X[:60], [0.1, 0.9])
+        np.testing.assert_array_equal(
+            forest.predict_interval(X[:60], coverage), band + np.array([-q, q])
+        )
     # Adaptive: wider where the targets spread more.
     grid = np.column_stack([np.linspace(0.05, 0.95, 10), np.full(10, 0.5), np.full(10, 0.5)])
     widths = np.diff(forest.predict_interval(grid, 0.9), axis=1)[:, 0]
@@ -100,7 +107,7 @@ def test_coverage_on_simulated_data_is_nominal(cls):
         rng = np.random.default_rng(100 + seed)
         X = rng.uniform(-1, 1, size=(2_300, 5))
         y = np.sin(3 * X[:, 0]) + X[:, 1] ** 2 + (0.2 + np.abs(X[:, 2])) * rng.normal(size=2_300)
-        forest = cls(n_estimators=60, oob_score=True, min_samples_leaf=3, random_state=seed)
+        forest = cls(n_estimators=60, oob_score=True, random_state=seed)
         forest.fit(X[:300], y[:300])
         low, high = forest.predict_interval(X[300:], coverage=0.9).T
         coverages.append(np.mean((low <= y[300:]) & (y[300:] <= high)))

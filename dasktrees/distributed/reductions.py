@@ -32,7 +32,7 @@ from ..forest.exact import (
 from ..forest.node_table import NodeTable
 from ..forest.packing import PackedForest
 from ..forest.parts import ForestPart
-from ..forest.quantiles import LeafTargets, inside_interval, joined, predict_cdf, predict_quantiles
+from ..forest.quantiles import LeafTargets, inside_interval, joined, predict_quantiles
 from ..forest.routing import leaves_of_codes
 from ..forest.voting import add_oob_votes, misclassified, tree_loss
 from ..learner.sampling import tree_counts
@@ -590,7 +590,8 @@ def _oob_quantiles_of(
     quantiles : ndarray (n_rows, n_quantiles)
         NaN for a row no tree left out.
     coverage : (rows inside, rows with out-of-bag quantiles)
-    sketch : ``conformal.order_sketch`` of |F_-i(y_i | x_i) - 1/2| over the rows
+    sketch : ``conformal.order_sketch`` of the rows' distances outside their band of
+        quantiles (``conformal``)
     """
     n, n_trees = leaves.shape
     out_of_bag = np.empty((n, n_trees), dtype=bool)
@@ -601,8 +602,10 @@ def _oob_quantiles_of(
     values = predict_quantiles(targets, leaves, quantiles, out_of_bag)
     scored = ~np.isnan(values[:, 0])
     inside = inside_interval(block.y[scored], values[scored], quantiles)
-    # Conformity: how far each target's out-of-bag conditional CDF is from the median.
-    sketch = order_sketch(np.abs(predict_cdf(targets, leaves, block.y, out_of_bag) - 0.5))
+    # Conformity (conformalized quantile regression): how far each target falls outside the
+    # band of its lowest and highest out-of-bag quantiles (negative inside).
+    low, high = values[:, np.argmin(quantiles)], values[:, np.argmax(quantiles)]
+    sketch = order_sketch(np.maximum(low - block.y, block.y - high))
     return values, (int(inside.sum()), int(scored.sum())), sketch
 
 
@@ -643,7 +646,8 @@ def oob_quantiles(
     coverage : float
         Share of the rows with out-of-bag quantiles whose target lies in that interval.
     scores : ConformalScores
-        |F_-i(y_i | x_i) - 1/2| of those rows (``conformal``), sketched where the blocks are.
+        Those rows' distances outside the band of their lowest and highest out-of-bag
+        quantile (``conformal``), sketched where the blocks are.
     """
     if len(parts) == 1:
         results = [

@@ -1227,11 +1227,13 @@ class _ForestRegressorMixin(RegressorMixin):
         with each training row's out-of-bag prediction in place of a held-out set
         (``dasktrees.conformal``; docs/forests.md, "Intervals with a coverage level").
 
-        The regressors' interval is the mean prediction plus or minus the
+        The regressors' interval is the mean prediction plus or minus Q, the
         ceil(coverage (n + 1))-th smallest absolute out-of-bag residual of the n training rows
-        with one; the quantile forests' are the conditional quantiles 1/2 - Q and 1/2 + Q, Q
-        the same order statistic of |F_-i(y_i | x_i) - 1/2| (adaptive: wider where the leaves'
-        targets spread). The coverage of a new row from the training rows' distribution is
+        with one; the quantile forests' is the band between the lowest and highest
+        ``default_quantiles`` widened by Q on each side, Q the same order statistic of how far
+        the training targets fall outside their out-of-bag band (conformalized quantile
+        regression: adaptive, wider where the leaves' targets spread). The coverage of a new
+        row from the training rows' distribution is
         close to ``coverage`` (the out-of-bag predictions come from a third of the trees: the
         guarantee of split conformal prediction holds approximately; measured in
         docs/benchmarks.md).

@@ -28,7 +28,6 @@ from ..distributed.reductions import forest_task, leaf_targets, oob_quantiles, s
 from ..distributed.shards import map_parts
 from ..forest.parts import ForestPart, LeafQuantiles
 from ..forest.quantiles import LeafTargets, check_quantiles, is_scalar_quantile
-from ..forest.routing import SOFT
 from .forests import (
     FOREST_DOC,
     Data,
@@ -97,8 +96,8 @@ class _QuantileMixin(_QuantileBase):
 
     def _set_oob(self, client, draws, lam):
         super()._set_oob(client, draws, lam)
-        # The conformity scores of predict_interval: the quantiles' (|F - 1/2|), which replace
-        # the mean's residuals.
+        # The conformity scores of predict_interval: the distances outside the band of the
+        # quantiles, which replace the mean's residuals.
         self.oob_quantiles_, self.oob_coverage_, self.oob_interval_scores_ = oob_quantiles(
             client,
             draws.rows,
@@ -118,14 +117,11 @@ class _QuantileMixin(_QuantileBase):
         return self
 
     def _interval(self, X, q):
-        """The conditional quantiles 1/2 - q and 1/2 + q: every y whose |F(y | x) - 1/2| is at
-        most q (``conformal``); the whole line once q reaches 1/2."""
-        if q < 0.5:
-            return self.predict(X, [0.5 - q, 0.5 + q])
-        middle = self._votes(X, SOFT)[:, 0]
-        stack = da.stack if isinstance(middle, da.Array) else np.stack
-        infinite = middle * 0.0 + np.inf
-        return stack([-infinite, infinite], axis=1)
+        """The band of the lowest and highest ``default_quantiles``, widened by q on each side
+        (narrowed for a negative q): every y at most q outside the band (``conformal``)."""
+        levels = check_quantiles(self.default_quantiles, "default_quantiles")
+        band = self.predict(X, [levels.min(), levels.max()])
+        return band + np.array([-q, q])
 
     # Not the regressor's signature: ``quantiles`` comes second (the public API), so that
     # ``predict(X, 0.5)`` asks for a quantile, where the regressor's second is ``return_std``.

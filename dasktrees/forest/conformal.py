@@ -2,13 +2,15 @@
 training row's out-of-bag prediction in place of a held-out set).
 
 Each training row i with an out-of-bag prediction gets a conformity score s_i: how far its target
-lies from what the trees that did not draw it predict (the regressors: |y_i - oob_prediction_i|;
-the quantile forests: |F_-i(y_i | x_i) - 1/2|, the distance of the target's out-of-bag
-conditional CDF from the median, Chernozhukov, Wuthrich and Zhu 2021). For a coverage 1 - a and
-n scores, Q is the k-th smallest score, k = ceil((1 - a)(n + 1)) (infinite when k > n), and the
-interval of a row x is every y whose score would be at most Q: the prediction plus or minus Q,
-or the quantiles 1/2 - Q and 1/2 + Q of the forest's conditional distribution (Romano, Patterson
-and Candes 2019 conformalize quantiles the same way, with a held-out set).
+lies from what the trees that did not draw it predict. The regressors: |y_i - oob_prediction_i|.
+The quantile forests (conformalized quantile regression, Romano, Patterson and Candes 2019):
+max(lo_i - y_i, y_i - hi_i), how far the target falls outside the band between its lowest and
+highest out-of-bag quantile of ``default_quantiles`` (negative inside it). For a coverage 1 - a
+and n scores, Q is the k-th smallest score, k = ceil((1 - a)(n + 1)) (infinite when k > n), and
+the interval of a row x is every y whose score would be at most Q: the prediction plus or minus
+Q, or the band of the forest's quantiles at x widened by Q on each side (narrowed when Q < 0).
+Any coverage after one fit: the score does not depend on it (the band fits best a coverage
+close to its own, 0.9 for the default quantiles).
 
 Were the scores those of rows the forest never saw, the interval would cover a new row with
 probability at least 1 - a (Vovk et al. 2005; Lei et al. 2018); an out-of-bag prediction comes

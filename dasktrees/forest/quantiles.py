@@ -335,56 +335,6 @@ def quantile_rows(leaves, use, offsets, target_ids, cum_weights, targets, quanti
             out[i, k] = targets[lo]
 
 
-@njit(cache=True, nogil=True)
-def cdf_rows(leaves, use, offsets, target_ids, cum_weights, below, out):
-    """The forest's conditional CDF F(y_i | x_i) of each row at its own value (the share of the
-    weight of the leaves it reaches on targets up to y_i, averaged over the trees).
-
-    Parameters
-    ----------
-    leaves, use, offsets, target_ids, cum_weights :
-        As ``quantile_rows``.
-    below : ndarray of int64, shape (n_rows,)
-        Per row, the index in the forest's ``targets`` of the largest target <= y_i (-1 if
-        none).
-    out : ndarray of float64, shape (n_rows,)
-        Written; NaN for a row no tree counts for.
-    """
-    n_rows, n_trees = leaves.shape
-    for i in range(n_rows):
-        total = 0.0
-        n_used = 0
-        for t in range(n_trees):
-            if use.shape[0] > 0 and not use[i, t]:
-                continue
-            leaf = leaves[i, t]
-            first, stop = offsets[leaf], offsets[leaf + 1]
-            if stop == first:
-                continue
-            n_used += 1
-            total += _leaf_share_at_most(cum_weights, target_ids, first, stop, below[i])
-        out[i] = total / n_used if n_used > 0 else np.nan
-
-
-def predict_cdf(leaf_targets, leaves, y, use=None):
-    """F(y_i | x_i) for each row (``cdf_rows``): ndarray of float64 (n_rows,), NaN where no
-    tree counts.
-
-    Parameters
-    ----------
-    leaf_targets : LeafTargets
-    leaves : ndarray of int64, shape (n_rows, n_trees)
-    y : ndarray of float64, shape (n_rows,)
-    use : ndarray of bool, shape (n_rows, n_trees), optional
-    """
-    below = np.searchsorted(leaf_targets.targets, y, side="right").astype(np.int64) - 1
-    out = np.empty(leaves.shape[0])
-    offsets, target_ids, cum_weights, _ = leaf_targets.arrays()
-    empty = np.zeros((0, 0), dtype=bool)
-    cdf_rows(leaves, empty if use is None else use, offsets, target_ids, cum_weights, below, out)
-    return out
-
-
 def predict_quantiles(leaf_targets, leaves, quantiles, use=None):
     """Quantiles in the order given (``quantile_rows`` takes them sorted).
 
