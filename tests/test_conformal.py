@@ -115,6 +115,29 @@ def test_coverage_on_simulated_data_is_nominal(cls):
     assert min(coverages) >= 0.8, coverages
 
 
+def test_intervals_saved_and_loaded(client, tmp_path):
+    """The conformity scores travel with a model file, and with a sharded model saved from the
+    workers (loaded here or onto them): the same intervals."""
+    import dasktrees
+
+    rng = np.random.default_rng(5)
+    X = rng.normal(size=(600, 4))
+    y = X[:, 0] + rng.normal(size=600)
+    for cls in (RandomForestRegressor, RandomForestQuantileRegressor):
+        params = {"n_estimators": 8, "oob_score": True, "random_state": 0}
+        here = cls(**params).fit(X, y)
+        expected = here.predict_interval(X[:40], 0.85)
+        here.save(tmp_path / cls.__name__)
+        loaded = dasktrees.load(tmp_path / cls.__name__)
+        np.testing.assert_array_equal(loaded.predict_interval(X[:40], 0.85), expected)
+        there = cls(client=client, tree_storage="workers", trees_per_task=3, **params).fit(X, y)
+        np.testing.assert_array_equal(there.predict_interval(X[:40], 0.85), expected)
+        there.save(tmp_path / f"{cls.__name__}-sharded")
+        for kwargs in ({}, {"client": client}):
+            loaded = dasktrees.load(tmp_path / f"{cls.__name__}-sharded", **kwargs)
+            np.testing.assert_array_equal(loaded.predict_interval(X[:40], 0.85), expected)
+
+
 def test_interval_refusals():
     rng = np.random.default_rng(4)
     X, y = rng.normal(size=(200, 3)), rng.normal(size=200)

@@ -1254,8 +1254,7 @@ class _ForestRegressorMixin(RegressorMixin):
         if scores is None:
             raise ValueError(
                 "predict_interval is calibrated on the out-of-bag rows: fit the forest with "
-                "oob_score=True (and bootstrap=True or max_samples); a model file does not keep "
-                "them"
+                "oob_score=True (and bootstrap=True or max_samples)"
             )
         return self._interval(X, scores.threshold(coverage))
 

@@ -19,11 +19,12 @@ import numpy as np
 
 from ..distributed.client import as_completed
 from ..distributed.shards import TreeShards, placements
+from ..forest.conformal import ConformalScores
 from ..forest.parts import ForestPart, Source
 from ..forest.quantiles import LeafTargets
 from ..modelfile import reading
 from ..modelfile.format import OOB_SCORES
-from ..modelfile.integrity import read_manifest
+from ..modelfile.integrity import check_interval_scores, read_manifest
 from ..modelfile.sharding import check_listed, shard_directory, write_sharded
 from ..modelfile.writing import save as save_model
 
@@ -85,6 +86,7 @@ def save_sharded(forest: Any, path: str | os.PathLike) -> None:
 
     fitted = {name: float(getattr(forest, name)) for name in OOB_SCORES if hasattr(forest, name)}
     curve = getattr(forest, "oob_curve_", None)
+    scores = getattr(forest, "oob_interval_scores_", None)
     write_sharded(
         Path(path).absolute(),  # as the workers, whatever their working directory, see it
         type(forest).__name__,
@@ -92,6 +94,9 @@ def save_sharded(forest: Any, path: str | os.PathLike) -> None:
         None if curve is None else [float(v) for v in curve],
         write_shards,
         merged=sources is not None,
+        interval_scores=None
+        if scores is None
+        else ([float(v) for v in scores.values], [int(c) for c in scores.counts]),
     )
 
 
@@ -169,7 +174,27 @@ def load_sharded(
         setattr(forest, name, float(value))
     if manifest["oob_curve"] is not None:
         forest.oob_curve_ = np.array([float(v) for v in manifest["oob_curve"]])
+    if manifest.get("interval_scores") is not None:
+        forest.oob_interval_scores_ = _interval_scores(manifest["interval_scores"], directory)
     return forest
+
+
+def _interval_scores(entry: Any, directory: Path) -> ConformalScores:
+    """A sharded model's ``oob_interval_scores_`` from its top manifest, checked as a model
+    file's arrays are (``integrity.check_interval_scores``)."""
+    where = directory / "manifest.json"
+    if not isinstance(entry, dict) or set(entry) != {"values", "counts"}:
+        raise ValueError(f"{where}: 'interval_scores' must have the fields counts, values")
+    try:
+        values = np.array(entry["values"], dtype=np.float64)
+        counts = np.array(entry["counts"], dtype=np.int64)
+    except (TypeError, ValueError):
+        raise ValueError(f"{where}: 'interval_scores' must hold lists of numbers") from None
+    if values.ndim != 1 or counts.ndim != 1 or not np.all(np.isfinite(values)):
+        raise ValueError(f"{where}: 'interval_scores' must hold lists of finite numbers")
+    arrays = {"interval_score_values": values, "interval_score_counts": counts}
+    check_interval_scores(arrays, where)
+    return ConformalScores(values, counts, int(counts[-1]) if len(counts) else 0)
 
 
 def _fit_sources(listed: list[dict], forests: list[Any]) -> list[Source]:

@@ -98,6 +98,9 @@ ARRAY_DTYPES = {
     "bin_edges": np.dtype("<f8"),  # edges of the numeric features, concatenated
     "bin_values": np.dtype("<f8"),  # their representative values (BinMapper.bin_values_)
     "oob_curve": np.dtype("<f8"),  # forests fitted with oob_score
+    # regression forests fitted with oob_score: ``oob_interval_scores_`` (``predict_interval``)
+    "interval_score_values": np.dtype("<f8"),
+    "interval_score_counts": np.dtype("<i8"),
     # quantile forests: their ``leaf_targets_`` (``quantiles.LeafTargets``), one field an array
     "leaf_offsets": np.dtype("<i8"),
     "leaf_target_ids": np.dtype("<u4"),
@@ -118,6 +121,10 @@ NARROW_DTYPES = {
     "children_left": _UNSIGNED,
     "children_right": _UNSIGNED,
 }
+
+# The arrays of a regression forest's ``oob_interval_scores_``, by field of
+# ``conformal.ConformalScores`` (its ``n_scores`` is the last count).
+INTERVAL_SCORE_ARRAYS = {"interval_score_values": "values", "interval_score_counts": "counts"}
 
 # The arrays of a quantile forest's ``leaf_targets_``, by field of ``quantiles.LeafTargets``.
 LEAF_TARGET_ARRAYS = {

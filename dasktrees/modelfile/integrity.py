@@ -25,6 +25,7 @@ from .format import (
     FOREST_FITTED,
     FORMAT,
     FORMAT_VERSION,
+    INTERVAL_SCORE_ARRAYS,
     LEAF_TARGET_ARRAYS,
     MANIFEST,
     NARROW_DTYPES,
@@ -420,6 +421,11 @@ def expected_shapes(manifest: Manifest) -> dict[str, tuple[int, ...]]:
     if "oob_curve" in manifest["arrays"] and ESTIMATOR_KINDS[manifest["estimator"]][0] == "forest":
         # One entry per tree grown when the OOB estimates were computed (warm starts add trees).
         shapes["oob_curve"] = _declared_length(manifest, "oob_curve")
+    is_regression_forest = ESTIMATOR_KINDS[manifest["estimator"]] == ("forest", "regression")
+    if is_regression_forest and any(name in manifest["arrays"] for name in INTERVAL_SCORE_ARRAYS):
+        # Both or neither; their lengths follow the training blocks (``check_interval_scores``).
+        for name in INTERVAL_SCORE_ARRAYS:
+            shapes[name] = _declared_length(manifest, name)
     if manifest["estimator"] in QUANTILE_FORESTS:
         # Their lengths follow the leaves and the training targets, which the manifest does not
         # count: 1-d as declared here, checked against the trees by ``check_leaf_targets``.
@@ -723,6 +729,25 @@ class _Nodes:
             "no such categorical bitset",
         )
         return left, right
+
+
+def check_interval_scores(a: Arrays, npz: Path) -> None:
+    """Check a regression forest's out-of-bag conformity scores (``format.INTERVAL_SCORE_ARRAYS``
+    in ``a``), if any, as ``conformal.ConformalScores.threshold`` searches them: as many counts
+    as values, values finite (``check_numbers``) and not decreasing, counts at least 1 and not
+    decreasing (the last is the number of scores)."""
+    if "interval_score_values" not in a:
+        return
+    values, counts = a["interval_score_values"], a["interval_score_counts"]
+    problem = None
+    if len(counts) != len(values):
+        problem = f"has {len(counts)} entries, expected {len(values)} (one per value)"
+    elif len(counts) and (counts[0] < 1 or np.any(np.diff(counts) < 0)):
+        problem = "must be at least 1 and not decrease"
+    elif np.any(np.diff(values) < 0):
+        raise ValueError(f"{npz}: array 'interval_score_values': must not decrease")
+    if problem is not None:
+        raise ValueError(f"{npz}: array 'interval_score_counts': {problem}")
 
 
 def check_leaf_targets(a: Arrays, n_leaves: int, npz: Path) -> None:

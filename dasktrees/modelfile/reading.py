@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from ..core.criteria import CLASSIFICATION_CRITERIA, SQUARED_ERROR
+from ..forest.conformal import ConformalScores
 from ..forest.quantiles import LeafTargets
 from ..learner.binning import BinMapper
 from ..learner.tree import Tree
@@ -28,6 +29,7 @@ from .format import (
     from_json,
 )
 from .integrity import (
+    check_interval_scores,
     check_leaf_targets,
     check_numbers,
     check_shipped_trees,
@@ -110,6 +112,7 @@ def load(path: str | os.PathLike, estimators: Mapping[str, type]) -> Any:
         npz, manifest["arrays"], expected_shapes(manifest), expected_dtypes(manifest)
     )
     check_numbers(arrays, manifest["bins"], npz)
+    check_interval_scores(arrays, npz)
     mapper = _build_bin_mapper(manifest["bins"], arrays["bin_edges"], arrays["bin_values"])
     trees = manifest["trees"]
     structure = check_shipped_trees(arrays, trees, mapper.is_categorical_, npz)
@@ -122,9 +125,15 @@ def load(path: str | os.PathLike, estimators: Mapping[str, type]) -> Any:
             **{field: arrays[name] for name, field in LEAF_TARGET_ARRAYS.items()}
         )
     cls = estimators[manifest["estimator"]]
-    return _build_estimator(
+    estimator = _build_estimator(
         cls, manifest, mapper, fitted_trees, arrays.get("oob_curve"), leaf_targets
     )
+    if "interval_score_values" in arrays:
+        counts = arrays["interval_score_counts"]
+        estimator.oob_interval_scores_ = ConformalScores(
+            arrays["interval_score_values"], counts, int(counts[-1]) if len(counts) else 0
+        )
+    return estimator
 
 
 def _criterion(manifest: Manifest) -> int:

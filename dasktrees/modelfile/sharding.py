@@ -62,6 +62,7 @@ def write_sharded(
     oob_curve: list[float] | None,
     write_shards: Callable[[Path], list[dict[str, Any]]],
     merged: bool = False,
+    interval_scores: tuple[list[float], list[int]] | None = None,
 ) -> None:
     """Write a sharded model at ``path``, atomically (``format.replace_directory``):
     ``write_shards(directory)`` writes the shards into the new directory and returns their
@@ -79,6 +80,8 @@ def write_sharded(
     write_shards : callable
     merged : bool
         The forest merges fits (``merge_forests``): its shards' bins and seeds may differ.
+    interval_scores : (values, counts) or None
+        A regression forest's ``oob_interval_scores_`` (``conformal.ConformalScores``).
     """
 
     def fill(directory: Path) -> None:
@@ -95,6 +98,9 @@ def write_sharded(
             "shards": shards,
             "fitted": {name: _json_float(value) for name, value in fitted.items()},
             "oob_curve": None if oob_curve is None else [_json_float(v) for v in oob_curve],
+            "interval_scores": None
+            if interval_scores is None
+            else {"values": interval_scores[0], "counts": interval_scores[1]},
         }
         manifest["manifest_sha256"] = manifest_checksum(manifest)
         write_manifest(directory, manifest)

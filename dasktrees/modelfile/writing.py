@@ -32,6 +32,7 @@ from .format import (
     FOREST_FITTED,
     FORMAT,
     FORMAT_VERSION,
+    INTERVAL_SCORE_ARRAYS,
     LEAF_TARGET_ARRAYS,
     NARROW_DTYPES,
     OOB_SCORES,
@@ -90,6 +91,10 @@ def _describe(estimator: Any) -> tuple[Manifest, Arrays]:
     bins, arrays["bin_edges"], arrays["bin_values"] = _describe_bins(estimator.bin_mapper_)
     if hasattr(estimator, "oob_curve_"):
         arrays["oob_curve"] = estimator.oob_curve_
+    scores = getattr(estimator, "oob_interval_scores_", None)
+    if scores is not None:
+        for name, field in INTERVAL_SCORE_ARRAYS.items():
+            arrays[name] = getattr(scores, field)
     if cls.__name__ in QUANTILE_FORESTS:
         check_is_fitted(estimator, "leaf_targets_")
         for name, field in LEAF_TARGET_ARRAYS.items():
