@@ -960,6 +960,32 @@ def test_predict_bad_quantiles(capsys, tmp_path, saved_quantile_forest, quantile
     assert not (tmp_path / "o.csv").exists()
 
 
+@pytest.mark.parametrize("cls", ["RandomForestRegressor", "RandomForestQuantileRegressor"])
+def test_predict_interval(capsys, tmp_path, cls):
+    """--interval writes the prediction and the bounds of predict_interval (a parquet input:
+    blocks of unknown lengths); refused for a model without conformity scores."""
+    from sklearn.datasets import load_diabetes
+
+    X, y = load_diabetes(return_X_y=True, as_frame=True)
+    model = getattr(dasktrees, cls)(n_estimators=8, oob_score=True, random_state=0).fit(X, y)
+    model.save(tmp_path / "forest")
+    source = write_input(X, tmp_path / "in.parquet")
+    argv = ["predict", tmp_path / "forest", source, "--output", tmp_path / "out.parquet"]
+    code, out, err = run_cli(capsys, *argv, "--interval", "0.8")
+    assert code == 0, err
+    result = read_output(tmp_path / "out.parquet")
+    assert list(result.columns) == ["prediction", "lower", "upper"]
+    np.testing.assert_array_equal(result["prediction"], model.predict(X))
+    np.testing.assert_array_equal(result[["lower", "upper"]], model.predict_interval(X, 0.8))
+    for value, message in (("1", "the coverage is in (0, 1), got 1"), ("x", "got 'x'")):
+        code, out, err = run_cli(capsys, *argv, "--interval", value)
+        assert code == 2 and "--interval: " in err and message in err, err
+    model.set_params(oob_score=False).fit(X, y).save(tmp_path / "plain")
+    argv[1] = tmp_path / "plain"
+    code, out, err = run_cli(capsys, *argv, "--interval", "0.8")
+    assert code == 2 and "without out-of-bag conformity scores" in err, err
+
+
 def test_predict_quantiles_of_a_model_without_them_is_refused(capsys, tmp_path, saved_model):
     path, _, X = saved_model
     X.to_csv(tmp_path / "in.csv", index=False)

@@ -5,7 +5,9 @@ their definition, and their coverage on simulated data over many seeds."""
 import math
 
 import dask.array as da
+import dask.dataframe as dd
 import numpy as np
+import pandas as pd
 import pytest
 
 from dasktrees import (
@@ -69,6 +71,9 @@ def test_regressor_interval_is_the_mean_plus_or_minus_the_residuals_order_statis
     lazy = forest.predict_interval(da.from_array(X[:50], chunks=20), coverage=0.8)
     assert isinstance(lazy, da.Array)
     np.testing.assert_array_equal(lazy.compute(), interval)
+    # A dataframe's blocks, of lengths unknown until read.
+    frame = dd.from_pandas(pd.DataFrame(X[:50]), npartitions=3)
+    np.testing.assert_array_equal(forest.predict_interval(frame, 0.8).compute(), interval)
     # More coverage than the rows can calibrate: the whole line.
     assert np.all(np.isinf(forest.predict_interval(X[:3], coverage=1 - 1e-6)))
 
@@ -92,6 +97,10 @@ def test_quantile_forest_interval_is_the_conformalized_quantiles():
         np.testing.assert_array_equal(
             forest.predict_interval(X[:60], coverage), band + np.array([-q, q])
         )
+    frame = dd.from_pandas(pd.DataFrame(X[:60]), npartitions=2)
+    np.testing.assert_array_equal(
+        forest.predict_interval(frame, 0.95).compute(), forest.predict_interval(X[:60], 0.95)
+    )
     # Adaptive: wider where the targets spread more.
     grid = np.column_stack([np.linspace(0.05, 0.95, 10), np.full(10, 0.5), np.full(10, 0.5)])
     widths = np.diff(forest.predict_interval(grid, 0.9), axis=1)[:, 0]

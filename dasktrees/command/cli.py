@@ -57,6 +57,13 @@ def _parser():
         help="quantile forests: write these quantiles, one column each (q0.05, ...), e.g. "
         "--quantiles 0.05,0.5,0.95",
     )
+    predict.add_argument(
+        "--interval",
+        metavar="COVERAGE",
+        help="regression forests fitted with oob_score: also write the bounds of intervals of "
+        "this coverage calibrated on the out-of-bag rows (columns lower, upper), e.g. "
+        "--interval 0.9",
+    )
     where = predict.add_mutually_exclusive_group()
     where.add_argument("--config", help="use this experiment file's cluster section")
     where.add_argument("--address", help="a running Dask scheduler, e.g. tcp://10.0.0.5:8786")
@@ -132,6 +139,13 @@ def _predict(args):
         quantiles, problem = _parse_quantiles(args.quantiles)
         if problem is not None:
             problems.append(("--quantiles", problem))
+    coverage = None
+    if args.interval is not None:
+        coverage, problem = _parse_coverage(args.interval)
+        if problem is not None:
+            problems.append(("--interval", problem))
+        elif quantiles is not None:
+            problems.append(("--interval", "give --quantiles or --interval, not both"))
     if problems:
         raise ConfigError(problems)
     cluster = None  # none asked for: this process, Dask's threads
@@ -150,6 +164,16 @@ def _predict(args):
                 )
             ]
         )
+    if coverage is not None and getattr(model, "oob_interval_scores_", None) is None:
+        raise ConfigError(
+            [
+                (
+                    "--interval",
+                    f"{args.model} holds a {type(model).__name__} without out-of-bag conformity "
+                    "scores: intervals need a regression forest fitted with oob_score=True",
+                )
+            ]
+        )
     is_forest = hasattr(model, "estimators_")
     # A single tree predicts in this process: no cluster to start.
     on_cluster = is_forest and cluster is not None
@@ -161,7 +185,12 @@ def _predict(args):
             model.client = client
         else:
             X = X.compute()
-        out = _predictions(model, X) if quantiles is None else _quantiles(model, X, quantiles)
+        if quantiles is not None:
+            out = _quantiles(model, X, quantiles)
+        elif coverage is not None:
+            out = _with_interval(model, X, coverage)
+        else:
+            out = _predictions(model, X)
         if not isinstance(out, dd.DataFrame):
             out = dd.from_pandas(out, npartitions=1)
         write_table(out, args.output)
@@ -193,6 +222,40 @@ def _predictions(model, X):
     if isinstance(prediction, da.Array):
         return dd.from_dask_array(prediction, columns="prediction").to_frame()
     return pd.DataFrame({"prediction": prediction})
+
+
+def _parse_coverage(text):
+    """(coverage, None) for ``--interval 0.9``, or (None, the problem)."""
+    try:
+        value = float(text)
+    except ValueError:
+        return None, f"expected a coverage in (0, 1), got {text.strip()!r}"
+    if not 0.0 < value < 1.0:  # also NaN
+        return None, f"the coverage is in (0, 1), got {text.strip()}"
+    return value, None
+
+
+def _with_interval(model, X, coverage):
+    """A frame with ``prediction`` and the bounds ``lower`` and ``upper`` of the interval of
+    ``coverage``, per input row."""
+    import dask.array as da
+    import dask.dataframe as dd
+    import numpy as np
+    import pandas as pd
+
+    columns = ["prediction", "lower", "upper"]
+    prediction, bounds = model.predict(X), model.predict_interval(X, coverage)
+    if isinstance(bounds, da.Array):
+        # Block by block: a dataframe's blocks have lengths unknown until read.
+        table = da.map_blocks(
+            lambda p, b: np.concatenate([p, b], axis=1),
+            prediction[:, None],
+            bounds,
+            chunks=(prediction.chunks[0], (3,)),
+            dtype=np.float64,
+        )
+        return dd.from_dask_array(table, columns=columns)
+    return pd.DataFrame(np.column_stack([prediction, bounds]), columns=columns)
 
 
 def _parse_quantiles(text):

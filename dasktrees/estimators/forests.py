@@ -197,6 +197,9 @@ class BaseForest(BaseEstimator):
             self._after_growth(client, data, spec)
             if self.oob_score:
                 self._set_oob(client, self._draws({id(data.bin_mapper): data}), spec.lam)
+            else:  # a fit without them: no results of an earlier fit's trees left behind
+                for name in OOB_RESULTS:
+                    self.__dict__.pop(name, None)
         return self
 
     def _stores_on_workers(self, client, warm):
@@ -994,6 +997,22 @@ def _scored_rows(client, data, decision):
     return y_true[scored], decision[scored]
 
 
+# What ``_set_oob`` sets (a quantile forest's too).
+OOB_RESULTS = (
+    "oob_score_",
+    "oob_curve_",
+    "oob_decision_function_",
+    "oob_prediction_",
+    "oob_interval_scores_",
+    "oob_quantiles_",
+    "oob_coverage_",
+)
+
+
+def _plus_minus(values, q):
+    return np.stack([values - q, values + q], axis=1)
+
+
 def _most_probable(classes, proba):
     return classes.take(np.argmax(proba, axis=1))
 
@@ -1262,8 +1281,10 @@ class _ForestRegressorMixin(RegressorMixin):
         """The bounds for a conformity threshold ``q``: the mean prediction plus or minus q
         (the out-of-bag residuals are the mean's, whatever ``aggregation``)."""
         mean = self._votes(X, SOFT)[:, 0]
-        stack = da.stack if isinstance(mean, da.Array) else np.stack
-        return stack([mean - q, mean + q], axis=1)
+        if isinstance(mean, da.Array):  # block by block: a dataframe's lengths are unknown
+            chunks = (mean.chunks[0], (2,))
+            return da.map_blocks(_plus_minus, mean, q, new_axis=1, chunks=chunks, dtype=np.float64)
+        return _plus_minus(mean, q)
 
 
 def keep_init_arguments(estimator, arguments):
