@@ -369,7 +369,9 @@ def test_dask_predictions_with_and_without_a_cluster(client):
     assert len(external) == 1  # the six block tasks share one scattered forest ...
     (key,) = external
     holders = [w for w, keys in client.has_what().items() if key in map(str, keys)]
-    assert len(holders) == 2  # ... already on both workers
+    # ... broadcast to both workers (Dask's active memory manager may drop the second copy
+    # before the graph runs, no task waiting for it yet: a block task then fetches it once).
+    assert 1 <= len(holders) <= 2
     np.testing.assert_array_equal(client.compute(lazy, sync=True), expected)
     copy = pickle.loads(pickle.dumps(model))
     with pytest.raises(ValueError):
