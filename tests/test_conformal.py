@@ -16,6 +16,7 @@ from dasktrees import (
     RandomForestQuantileRegressor,
     RandomForestRegressor,
 )
+from dasktrees.forest import conformal
 from dasktrees.forest.conformal import ConformalScores, order_sketch
 
 
@@ -37,21 +38,25 @@ def test_sketch_of_small_blocks_is_exact(coverage):
     assert scores.threshold(coverage) == exact_threshold(finite, coverage)
 
 
-def test_sketch_of_large_blocks_errs_on_the_wide_side_by_few_ranks():
+@pytest.mark.parametrize("kept", [100_000, 100])
+def test_sketch_of_large_blocks_errs_on_the_wide_side_by_few_ranks(kept, monkeypatch):
+    monkeypatch.setattr(conformal, "KEPT_SIZE", kept)  # 100: fewer pairs kept than the blocks'
     rng = np.random.default_rng(1)
     blocks = [rng.normal(size=n) ** 2 for n in (5_000, 3_001, 7_777)]
+    blocks.append(np.full(3, np.nan))  # a block of rows without an out-of-bag prediction
     size = 64  # each block keeps 64 order statistics of its thousands
     sketches = [order_sketch(b, size) for b in blocks]
-    assert all(len(v) == size and r[-1] == len(b) for (v, r), b in zip(sketches, blocks))
-    scores = ConformalScores.from_sketches(sketches, sum(map(len, blocks)))
-    every = np.sort(np.concatenate(blocks))
+    assert all(len(v) == size and r[-1] == len(b) for (v, r), b in zip(sketches, blocks[:3]))
+    scores = ConformalScores.from_sketches(sketches, 15_778)
+    assert len(scores.values) == min(kept, 3 * size) and scores.counts[-1] == 15_778
+    every = np.sort(np.concatenate(blocks[:3]))
     n = len(every)
     for coverage in np.linspace(0.01, 0.99, 25):
         k = math.ceil(coverage * (n + 1))
         q = scores.threshold(coverage)
-        # Never narrower than exact; wider by fewer than n / size ranks in all.
+        # Never narrower than exact; wider by fewer than n / size + n / kept ranks in all.
         assert q >= every[k - 1]
-        assert np.searchsorted(every, q, side="left") < k + n / size
+        assert np.searchsorted(every, q, side="left") < k + n / size + n / kept
 
 
 def test_regressor_interval_is_the_mean_plus_or_minus_the_residuals_order_statistic():
@@ -94,13 +99,19 @@ def test_quantile_forest_interval_is_the_conformalized_quantiles():
         q = exact_threshold(outside, coverage)
         assert forest.oob_interval_scores_.threshold(coverage) == q
         band = forest.predict(X[:60], [0.1, 0.9])
-        np.testing.assert_array_equal(
-            forest.predict_interval(X[:60], coverage), band + np.array([-q, q])
+        middle = band.mean(axis=1)  # a negative q narrows the band, to its middle at most
+        expected = np.column_stack(
+            [np.minimum(band[:, 0] - q, middle), np.maximum(band[:, 1] + q, middle)]
         )
+        np.testing.assert_array_equal(forest.predict_interval(X[:60], coverage), expected)
     frame = dd.from_pandas(pd.DataFrame(X[:60]), npartitions=2)
     np.testing.assert_array_equal(
         forest.predict_interval(frame, 0.95).compute(), forest.predict_interval(X[:60], 0.95)
     )
+    # A coverage low enough for a negative threshold narrows the band to its middle at most.
+    q = forest.oob_interval_scores_.threshold(0.05)
+    narrow = forest.predict_interval(X[:60], 0.05)
+    assert q < 0 and np.all(narrow[:, 0] <= narrow[:, 1])
     # Adaptive: wider where the targets spread more.
     grid = np.column_stack([np.linspace(0.05, 0.95, 10), np.full(10, 0.5), np.full(10, 0.5)])
     widths = np.diff(forest.predict_interval(grid, 0.9), axis=1)[:, 0]

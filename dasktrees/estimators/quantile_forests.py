@@ -117,11 +117,14 @@ class _QuantileMixin(_QuantileBase):
         return self
 
     def _interval(self, X, q):
-        """The band of the lowest and highest ``default_quantiles``, widened by q on each side
-        (narrowed for a negative q): every y at most q outside the band (``conformal``)."""
+        """The band of the lowest and highest ``default_quantiles`` (those of the fit: the
+        scores were measured from them), widened by q on each side, or narrowed for a negative
+        q, to its middle at most: every y at most q outside the band (``conformal``)."""
         levels = check_quantiles(self.default_quantiles, "default_quantiles")
         band = self.predict(X, [levels.min(), levels.max()])
-        return band + np.array([-q, q])
+        if isinstance(band, da.Array):
+            return da.map_blocks(_widened, band, q, dtype=np.float64)
+        return _widened(band, q)
 
     # Not the regressor's signature: ``quantiles`` comes second (the public API), so that
     # ``predict(X, 0.5)`` asks for a quantile, where the regressor's second is ``return_std``.
@@ -158,6 +161,11 @@ class _QuantileMixin(_QuantileBase):
         op = LeafQuantiles(values, reached=self._tree_shards is not None)
         out = self._by_rows(X, op, len(values), parts=self._quantile_parts())
         return out[:, 0] if is_scalar_quantile(quantiles) else out
+
+
+def _widened(band, q):
+    middle = band.mean(axis=1)
+    return np.column_stack([np.minimum(band[:, 0] - q, middle), np.maximum(band[:, 1] + q, middle)])
 
 
 def _leaf_targets_of(part: ForestPart) -> LeafTargets:

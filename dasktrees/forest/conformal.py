@@ -19,21 +19,26 @@ approximate (Kim, Xu and Barber 2020 bound the out-of-bag jackknife+ at 1 - 2a):
 docs/benchmarks.md.
 
 The scores stay where the rows are: each block sends its order statistics at ``SKETCH_SIZE``
-ranks (all its scores when it has fewer), and the client keeps those of every block. The k-th
-smallest of all the scores is at most the smallest kept value v whose blocks' kept ranks at or
-below v add up to k: the threshold is exact when no block has more than ``SKETCH_SIZE`` scores,
-and otherwise larger than exact by fewer than n / ``SKETCH_SIZE`` ranks (the intervals a little
-wider, never narrower).
+ranks (all its scores when it has fewer). For each value v kept, the blocks' kept ranks at or
+below v add up to a lower bound of how many scores are at most v, and the k-th smallest score is
+at most the smallest v whose bound reaches k. The client keeps at most ``KEPT_SIZE`` of these
+(value, bound) pairs, the first to reach each multiple of n / ``KEPT_SIZE``. The threshold is
+exact when no block has more than ``SKETCH_SIZE`` scores and n is at most ``KEPT_SIZE``, and
+otherwise larger than exact by fewer than n / ``SKETCH_SIZE`` + n / ``KEPT_SIZE`` ranks (the
+intervals a little wider, never narrower), whatever the number of blocks.
 """
 
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 
 import numpy as np
 
 # Order statistics a block keeps of its scores.
 SKETCH_SIZE = 4096
+# (value, count) pairs the forest keeps of all its blocks' (8 bytes each in a model file).
+KEPT_SIZE = 65536
 
 
 def order_sketch(scores: np.ndarray, size: int = SKETCH_SIZE) -> tuple[np.ndarray, np.ndarray]:
@@ -82,20 +87,27 @@ class ConformalScores:
 
     @classmethod
     def from_sketches(cls, sketches: list[tuple[np.ndarray, np.ndarray]], n_scores: int):
-        """Put the blocks' ``order_sketch`` results together."""
-        values = np.sort(np.concatenate([v for v, _ in sketches] or [np.empty(0)]))
-        counts = np.zeros(len(values), dtype=np.int64)
-        for kept, ranks in sketches:
-            # How many of this block's scores are at most each value: at least the rank of its
-            # largest kept value not above it.
-            below = np.searchsorted(kept, values, side="right")
-            counts += np.where(below > 0, ranks[np.maximum(below - 1, 0)], 0)
+        """Put the blocks' ``order_sketch`` results together (blocks without scores too)."""
+        values = np.concatenate([v for v, _ in sketches] + [np.empty(0)])
+        # A block's kept value lifts its count from its previous kept rank to its own: swept in
+        # increasing order, the running sum of the lifts bounds how many scores are at most v.
+        lifts = np.concatenate([np.diff(r, prepend=0) for _, r in sketches] + [np.empty(0)])
+        order = np.argsort(values, kind="stable")
+        values, running = values[order], np.cumsum(lifts[order]).astype(np.int64)
+        # Tied values count every entry of their tie.
+        counts = running[np.searchsorted(values, values, side="right") - 1]
+        if len(values) > KEPT_SIZE:
+            # The first pair to reach each multiple of n / KEPT_SIZE, and the last.
+            steps = -(-np.arange(1, KEPT_SIZE + 1, dtype=np.int64) * int(counts[-1]) // KEPT_SIZE)
+            kept = np.unique(np.searchsorted(counts, steps, side="left"))
+            values, counts = values[kept], counts[kept]
         return cls(values, counts, n_scores)
 
     def threshold(self, coverage: float) -> float:
         """Q for ``coverage``: the ceil(coverage (n + 1))-th smallest score (an upper bound of
         it, module docstring); infinite when that is more than the n scores."""
-        k = math.ceil(coverage * (self.n_scores + 1))
+        # Exact for a coverage written in decimals (0.68 * 101 is 68.68000000000001 in floats).
+        k = math.ceil(Fraction(str(coverage)) * (self.n_scores + 1))
         if k > self.n_scores:
             return math.inf
         if k <= 0:
