@@ -259,8 +259,8 @@ def test_merge_refusals(client, halves):
     assert merged._merged_sources() is None and len(merged) == 3
     regressor = merge_forests(
         [
-            RandomForestRegressor(n_estimators=2, random_state=0).fit(Xs, ys * 1.0)
-            for Xs, ys in ((Xa, ya), (X[:700], np.r_[ya, yb][:700]))
+            RandomForestRegressor(n_estimators=2, random_state=seed).fit(Xs, ys * 1.0)
+            for seed, Xs, ys in ((0, Xa, ya), (1, X[:700], np.r_[ya, yb][:700]))
         ]
     )
     with pytest.raises(ValueError, match="needs its fits on the same training rows"):
