@@ -161,7 +161,8 @@ def main():
         for m in models
     }
     print("mean coverage:", {m: round(float(v), 4) for m, v in means.items()})
-    Path(args.json).write_text(json.dumps({"args": vars(args), "tables": results}, indent=1))
+    recorded = {k: v for k, v in vars(args).items() if k != "json"}  # no path of this machine
+    Path(args.json).write_text(json.dumps({"args": recorded, "tables": results}, indent=1))
 
 
 if __name__ == "__main__":
