@@ -242,6 +242,11 @@ def _bin_block(mapper, x, y, w, first_row, classes, class_weights):
 # ---- the client side ---------------------------------------------------------------------------
 
 
+def default_n_blocks(client: Client) -> int:
+    """The blocks a table is cut in when ``n_blocks`` is None: one a worker."""
+    return max(1, len(client.scheduler_info()["workers"]))
+
+
 def prepare(
     client: Client,
     X: Data,
@@ -267,7 +272,7 @@ def prepare(
     TrainingData
     """
     if n_blocks is None:
-        n_blocks = max(1, len(client.scheduler_info()["workers"]))
+        n_blocks = default_n_blocks(client)
     x_blocks, y_blocks, w_blocks, lengths, meta, is_dask = input_blocks(
         client, X, y, sample_weight, n_blocks
     )

@@ -32,7 +32,7 @@ from ..forest.exact import (
 from ..forest.node_table import NodeTable
 from ..forest.packing import PackedForest
 from ..forest.parts import ForestPart
-from ..forest.quantiles import LeafTargets, inside_interval, joined, predict_quantiles
+from ..forest.quantiles import LeafTargets, joined, predict_quantiles
 from ..forest.routing import leaves_of_codes
 from ..forest.voting import add_oob_votes, misclassified, tree_loss
 from ..learner.sampling import tree_counts
@@ -601,12 +601,13 @@ def _oob_quantiles_of(
         out_of_bag[:, t] = counts == 0
     values = predict_quantiles(targets, leaves, quantiles, out_of_bag)
     scored = ~np.isnan(values[:, 0])
-    inside = inside_interval(block.y[scored], values[scored], quantiles)
     # Conformity (conformalized quantile regression): how far each target falls outside the
-    # band of its lowest and highest out-of-bag quantiles (negative inside).
+    # band of its lowest and highest out-of-bag quantiles; at most 0 inside it, bounds included
+    # (``quantiles.inside_interval``).
     low, high = values[:, np.argmin(quantiles)], values[:, np.argmax(quantiles)]
-    sketch = order_sketch(np.maximum(low - block.y, block.y - high))
-    return values, (int(inside.sum()), int(scored.sum())), sketch
+    outside = np.maximum(low - block.y, block.y - high)
+    inside = int(np.sum(outside[scored] <= 0.0))
+    return values, (inside, int(scored.sum())), order_sketch(outside)
 
 
 def oob_quantiles_block(

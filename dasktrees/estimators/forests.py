@@ -37,7 +37,7 @@ from ..core.validation import check_2d, check_predict_columns
 from ..distributed import reductions
 from ..distributed.client import client_for, find_client, is_in_process
 from ..distributed.convergence import WAVE, ConvergenceMonitor
-from ..distributed.data import Data, is_dask_collection, prepare
+from ..distributed.data import Data, default_n_blocks, is_dask_collection, prepare
 from ..distributed.reductions import Draws, forest_task, oob_estimates, permutation_importance
 from ..distributed.shards import (
     TreeShards,
@@ -591,7 +591,7 @@ class BaseForest(BaseEstimator):
         _check_distinct_seeds(sources, method)
         with client_for(self._cluster()) as client:
             # One cut of the rows for every fit's binning (the parts' blocks go side by side).
-            n_blocks = self.n_blocks or max(1, len(client.scheduler_info()["workers"]))
+            n_blocks = self.n_blocks or default_n_blocks(client)
             binned: dict[int, Any] = {}
             for k, source in enumerate(sources):
                 if id(source.bin_mapper) not in binned:

@@ -110,7 +110,7 @@ class _QuantileMixin(_QuantileBase):
     def gather_trees(self):
         shards = self._tree_shards
         if shards is not None:
-            targets = shards.client.gather(map_parts(shards.parts, _leaf_targets_of))
+            targets = shards.client.gather(map_parts(shards.parts, ForestPart.quantile_targets))
         super().gather_trees()
         if shards is not None:
             self.leaf_targets_ = LeafTargets.concatenate(targets)
@@ -166,10 +166,6 @@ class _QuantileMixin(_QuantileBase):
 def _widened(band, q):
     middle = band.mean(axis=1)
     return np.column_stack([np.minimum(band[:, 0] - q, middle), np.maximum(band[:, 1] + q, middle)])
-
-
-def _leaf_targets_of(part: ForestPart) -> LeafTargets:
-    return part.leaf_targets  # type: ignore[return-value]
 
 
 class RandomForestQuantileRegressor(_QuantileMixin, RandomForestRegressor):

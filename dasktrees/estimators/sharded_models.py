@@ -34,40 +34,36 @@ def save_sharded(forest: Any, path: str | os.PathLike) -> None:
     a model directory written by its worker, a merged forest on the client each fit's trees;
     then the manifest listing them. Each shard's model holds its fit's bin mapper and seed (a
     merged forest's fits differ in them)."""
-    sources = forest._merged_sources()
+    # Per part (a shard, or a merged forest's fit on the client): its fit and its first tree in
+    # that fit (``BaseForest._part_draws``), and the skeleton of each fit.
+    draws = forest._part_draws()
+    skeletons: dict[int, Any] = {}
+    for source, _ in draws:
+        if id(source) not in skeletons:
+            skeletons[id(source)] = _source_skeleton(forest, source)
     shards: TreeShards | None = forest._tree_shards
-    skeletons, source_starts = [forest._fitted_skeleton()], [0]
-    if sources is not None:
-        skeletons = [_source_skeleton(forest, source) for source in sources]
-        source_starts = list(np.cumsum([0] + [s.n_trees for s in sources])[:-1])
-
-    def source_of(tree: int) -> int:
-        return int(np.searchsorted(source_starts, tree, side="right")) - 1
+    if shards is None:  # a merged forest on the client: a shard a fit, written here
+        sizes = [source.n_trees for source, _ in draws]
+    else:
+        sizes = [int(n) for n in np.diff(shards.first_trees)]
+    firsts = [int(first) for first in np.cumsum([0] + sizes)[:-1]]
 
     def write_shards(directory: Path) -> list[dict[str, Any]]:
-        if shards is None:  # a merged forest on the client: a shard a fit, written here
-            firsts, sizes, checksums = [], [], []
-            for k, (skeleton, source) in enumerate(zip(skeletons, sources or [])):
-                first = int(source_starts[k])
-                trees = [est.tree_ for est in forest.estimators_[first : first + source.n_trees]]
-                checksums.append(_save_trees(trees, skeleton, str(directory / shard_directory(k))))
-                firsts.append(first)
-                sizes.append(source.n_trees)
-            own_firsts = [0] * len(firsts)
+        places = [str(directory / shard_directory(k)) for k in range(len(draws))]
+        if shards is None:
+            checksums = [
+                _save_trees(
+                    [est.tree_ for est in forest.estimators_[first : first + n]],
+                    skeletons[id(source)],
+                    place,
+                )
+                for (source, _), first, n, place in zip(draws, firsts, sizes, places)
+            ]
         else:
-            firsts = [int(t) for t in shards.first_trees[:-1]]
-            sizes = [int(n) for n in np.diff(shards.first_trees)]
-            own_firsts = [first - int(source_starts[source_of(first)]) for first in firsts]
             client = shards.client
             futures = [
-                client.submit(
-                    _save_part,
-                    part,
-                    skeletons[source_of(first)],
-                    str(directory / shard_directory(k)),
-                    pure=False,
-                )
-                for k, (part, first) in enumerate(zip(shards.parts, firsts))
+                client.submit(_save_part, part, skeletons[id(source)], place, pure=False)
+                for part, (source, _), place in zip(shards.parts, draws, places)
             ]
             # Every shard task ended, written or failed, before the directory may be removed.
             for _ in as_completed(client, futures):
@@ -81,7 +77,7 @@ def save_sharded(forest: Any, path: str | os.PathLike) -> None:
                 "part_first_tree": own,
                 "manifest_sha256": checksum,
             }
-            for k, (n, first, own, checksum) in enumerate(zip(sizes, firsts, own_firsts, checksums))
+            for k, ((_, own), n, first, checksum) in enumerate(zip(draws, sizes, firsts, checksums))
         ]
 
     fitted = {name: float(getattr(forest, name)) for name in OOB_SCORES if hasattr(forest, name)}
@@ -93,7 +89,7 @@ def save_sharded(forest: Any, path: str | os.PathLike) -> None:
         fitted,
         None if curve is None else [float(v) for v in curve],
         write_shards,
-        merged=sources is not None,
+        merged=forest._merged_sources() is not None,
         interval_scores=None
         if scores is None
         else ([float(v) for v in scores.values], [int(c) for c in scores.counts]),
@@ -101,7 +97,8 @@ def save_sharded(forest: Any, path: str | os.PathLike) -> None:
 
 
 def _source_skeleton(forest: Any, source: Any) -> Any:
-    """The skeleton of one fit of a merged forest: its bin mapper, seed and rows."""
+    """The skeleton of one fit of the forest (of a merged forest's fits, each its own): its bin
+    mapper, seed and rows."""
     skeleton = forest._fitted_skeleton()
     skeleton.bin_mapper_, skeleton._seed, skeleton._n_rows = (
         source.bin_mapper,
