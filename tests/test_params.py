@@ -31,6 +31,7 @@ CASES = {
     "bootstrap": ("yes", False),
     "max_samples": (2.0, 0.5),
     "oob_score": ("yes", False),
+    "prune": ("cv", "oob:size"),
     "voting": ("majority", "hard"),
     "mode": ("fast", "sampled"),
     "tree_storage": ("disk", "auto"),

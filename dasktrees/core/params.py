@@ -151,6 +151,16 @@ PARAMETERS: dict[str, Rule] = {
         lambda v: v is None or (_is_int(v) and v >= 1) or (isinstance(v, float) and 0.0 < v <= 1.0),
     ),
     "oob_score": Rule("a bool or a callable", lambda v: isinstance(v, bool) or callable(v)),
+    "prune": Rule(
+        'None, "oob", "oob:depth", "oob:size", "oob:alpha" or "oob:leaves"',
+        lambda v: (
+            v is None
+            or (
+                isinstance(v, str)
+                and v in ("oob", "oob:depth", "oob:size", "oob:alpha", "oob:leaves")
+            )
+        ),
+    ),
     "voting": _options("soft", "hard"),
     "aggregation": _options("mean", "median"),
     "mode": _options("auto", "replicated", "sampled", "distributed"),
@@ -293,6 +303,7 @@ _FOREST_PARAMETERS = (
     "bootstrap",
     "max_samples",
     "oob_score",
+    "prune",
     "max_features_tree",
     "voting",
     "aggregation",
@@ -310,6 +321,13 @@ def check_forest_params(est) -> None:
     _check(est, [name for name in _FOREST_PARAMETERS if hasattr(est, name)])
     if est.oob_score and not (est.bootstrap or est.max_samples is not None):
         raise ValueError("oob_score needs bootstrap=True or max_samples: every row is in bag")
+    if getattr(est, "prune", None) is not None and not (
+        est.bootstrap or est.max_samples is not None
+    ):
+        raise ValueError(
+            f"prune={est.prune!r} chooses on the out-of-bag rows: it needs bootstrap=True or "
+            "max_samples (every row is in bag)"
+        )
     if est.n_estimators == "auto" and getattr(est, "tree_storage", "client") == "workers":
         raise ValueError(
             'n_estimators="auto" needs tree_storage="client" or "auto": its waves are checked '

@@ -35,7 +35,7 @@ import dask
 import dask.array as da
 import numpy as np
 
-from ..forest.parts import ForestPart, pickled
+from ..forest.parts import ForestPart, pickled, truncated
 from ..learner.binning import BinMapper
 from ..learner.tree import Tree
 from .client import as_completed, sending_large_data
@@ -251,6 +251,30 @@ def auto_client_bytes() -> float:
     import psutil  # a dependency of distributed
 
     return AUTO_CLIENT_SHARE * psutil.virtual_memory().total
+
+
+def truncate_shards(
+    shards: TreeShards, family: str, cut: float, criterion: int, bin_mapper: BinMapper
+) -> TreeShards:
+    """The shards with their trees cut at ``cut`` of ``family`` (``parts.truncated``), each
+    made from its shard on the shard's worker; the uncut shards are released with ``shards``."""
+    client = shards.client
+    parts = [
+        client.submit(
+            truncated,
+            part,
+            family,
+            cut,
+            criterion,
+            bin_mapper,
+            pure=False,
+            workers=[worker],
+            allow_other_workers=True,
+        )
+        for part, worker in zip(shards.parts, shards.workers)
+    ]
+    summaries = client.gather([client.submit(ForestPart.summary, p, pure=False) for p in parts])
+    return TreeShards.from_parts(parts, summaries, shards.workers)
 
 
 def map_parts(parts: list, function: Callable, *args) -> list:

@@ -13,12 +13,14 @@ import operator
 import os
 import pickle
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import Any, ClassVar
 
 import dask
 import dask.array as da
 import dask.dataframe as dd
+import numba
 import numpy as np
 import pandas as pd
 from numpy.typing import ArrayLike
@@ -38,6 +40,7 @@ from ..distributed import reductions
 from ..distributed.client import client_for, find_client, is_in_process
 from ..distributed.convergence import WAVE, ConvergenceMonitor
 from ..distributed.data import Data, default_n_blocks, is_dask_collection, prepare
+from ..distributed.oob_pruning import truncation_scores
 from ..distributed.reductions import Draws, forest_task, oob_estimates, permutation_importance
 from ..distributed.shards import (
     TreeShards,
@@ -48,9 +51,10 @@ from ..distributed.shards import (
     local_rows_through_shards,
     map_parts,
     rows_through_shards,
+    truncate_shards,
 )
 from ..distributed.train import ForestSpec, finish_progress, grow_forest, progress_of_wave
-from ..forest import treeshap
+from ..forest import treeshap, truncation
 from ..forest.conformal import check_coverage
 from ..forest.node_table import NodeTable
 from ..forest.packing import PackedForest
@@ -194,6 +198,11 @@ class BaseForest(BaseEstimator):
             else:  # a warm start with every tree grown already
                 new_trees = []
             self._set_fitted(data, params, new_trees, warm, is_classifier)
+            if getattr(self, "prune", None) is not None:
+                self._prune_on_oob(client, data, spec, is_classifier)
+            else:
+                for name in PRUNE_RESULTS:
+                    self.__dict__.pop(name, None)
             self._after_growth(client, data, spec)
             if self.oob_score:
                 self._set_oob(client, self._draws({id(data.bin_mapper): data}), spec.lam)
@@ -201,6 +210,56 @@ class BaseForest(BaseEstimator):
                 for name in OOB_RESULTS:
                     self.__dict__.pop(name, None)
         return self
+
+    def _prune_on_oob(self, client, data, spec, is_classifier):
+        """``prune="oob"``: score every truncation of the grown trees in one family on the
+        out-of-bag rows (``distributed.oob_pruning``), keep the curve, and cut the trees at the
+        best (the most pruned of equal scores), where they are."""
+        family = truncation.family_of(self.prune)
+        shards = self._tree_shards
+        if shards is None:
+            trees = [est.tree_ for est in self.estimators_]
+            tables = [forest_task(client, NodeTable(trees, family))]
+            max_depth = max(tree.max_depth for tree in trees)
+            max_leaves = max(tree.n_leaves for tree in trees)
+        else:
+            tables = map_parts(shards.parts, node_table, family)
+            max_depth = shards.max_depth
+            max_leaves = int(shards.node_count.max() + 1) // 2  # binary trees
+        cuts, values = truncation.grid(family, max_depth, max_leaves, data.n_rows)
+        hard = is_classifier and self._voting_code() == HARD
+        scores = truncation_scores(
+            client,
+            self._draws({id(data.bin_mapper): data}),
+            tables,
+            [first for _, first in self._part_draws()],
+            spec.lam,
+            cuts,
+            hard,
+            is_classifier,
+        )
+        # The most pruned of the best; none without a row out of bag (every score NaN).
+        best = int(np.flatnonzero(scores == scores.max())[-1]) if not np.isnan(scores).any() else 0
+        self.oob_prune_curve_ = np.column_stack([values, scores])
+        value = float(values[best])
+        self.prune_ = {
+            truncation.PARAMETER[family]: int(value) if float(value).is_integer() else value
+        }
+        if best == 0:
+            return
+        cut, criterion = float(cuts[best]), spec.params.criterion
+        if shards is None:
+            thresholds = self.bin_mapper_.kernel_arrays().thresholds
+            with ThreadPoolExecutor(numba.get_num_threads()) as pool:
+                pruned = list(
+                    pool.map(
+                        lambda tree: truncation.truncate(tree, family, cut, criterion, thresholds),
+                        trees,
+                    )
+                )
+            self._keep_on_client(pruned)
+        else:
+            self._keep_on_workers(truncate_shards(shards, family, cut, criterion, self.bin_mapper_))
 
     def _stores_on_workers(self, client, warm):
         """Whether this fit keeps its trees on the workers (``tree_storage``): a warm start
@@ -997,6 +1056,9 @@ def _scored_rows(client, data, decision):
     return y_true[scored], decision[scored]
 
 
+# What ``_prune_on_oob`` sets.
+PRUNE_RESULTS = ("prune_", "oob_prune_curve_")
+
 # What ``_set_oob`` sets (a quantile forest's too).
 OOB_RESULTS = (
     "oob_score_",
@@ -1073,6 +1135,17 @@ FOREST_DOC = """
     oob_score : bool or callable, default=False
         Compute out-of-bag estimates; a callable ``score(y_true, y_pred)`` replaces the
         default accuracy / R² (and gathers y and the predictions to the client).
+    prune : None, "oob" or "oob:<family>", default=None
+        "oob": grow the trees as the other parameters say, then cut every tree to the size
+        that gives the forest its best out-of-bag score, in the same fit (docs/forests.md,
+        "Trees pruned on their out-of-bag rows"): the forest is scored with the nodes holding
+        at most 2**-k of their tree's training weight made leaves, for every k, in one pass
+        over the out-of-bag rows, and the trees are cut at the best (``prune_``,
+        ``oob_prune_curve_``). "oob:size" is the same; "oob:depth", "oob:alpha" and
+        "oob:leaves" choose within another family of sizes (depth; cost-complexity alpha
+        relative to the root's impurity; leaves in best-first order). Needs ``bootstrap=True``
+        or ``max_samples``. The out-of-bag score of the cut forest is optimistic by the choice
+        (measured in docs/benchmarks.md).
     random_state : int, RandomState or None
     warm_start : bool, default=False
         Keep the fitted trees and grow only the missing ones (same data expected).
@@ -1118,6 +1191,13 @@ FOREST_DOC = """
     oob_decision_function_ (classifiers), oob_prediction_ (regressors) :
         Out-of-bag mean vote per row (NaN for a row no tree left out); a dask array when the
         input was a dask collection.
+    prune_ : dict
+        With ``prune``: the size chosen, as the parameter it stands for
+        (``{"min_split_fraction": 0.0039}``: nodes holding at most that share of their tree's
+        training weight are leaves; 0 and inf mean no pruning); the trees are cut to it.
+    oob_prune_curve_ : ndarray of shape (n_sizes, 2)
+        With ``prune``: each size scored (the parameter's value, from no pruning to most) and
+        the forest's out-of-bag score (accuracy / R²) with its trees cut to it.
     mode_ : str
         The mode the fit used.
     n_estimators_ : int
@@ -1333,6 +1413,7 @@ class RandomForestClassifier(_ForestClassifierMixin, BaseForest):
         bootstrap=True,
         max_samples=None,
         oob_score=False,
+        prune=None,
         random_state=None,
         warm_start=False,
         max_n_estimators=1000,
@@ -1376,6 +1457,7 @@ class ExtraTreesClassifier(RandomForestClassifier):
         bootstrap=False,
         max_samples=None,
         oob_score=False,
+        prune=None,
         random_state=None,
         warm_start=False,
         max_n_estimators=1000,
@@ -1426,6 +1508,7 @@ class RandomForestRegressor(_ForestRegressorMixin, BaseForest):
         bootstrap=True,
         max_samples=None,
         oob_score=False,
+        prune=None,
         random_state=None,
         warm_start=False,
         max_n_estimators=1000,
@@ -1465,6 +1548,7 @@ class ExtraTreesRegressor(RandomForestRegressor):
         bootstrap=False,
         max_samples=None,
         oob_score=False,
+        prune=None,
         random_state=None,
         warm_start=False,
         max_n_estimators=1000,

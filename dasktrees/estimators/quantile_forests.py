@@ -45,6 +45,9 @@ _QUANTILE_DOC = """
     default_quantiles : float or sequence of floats in [0, 1], default=(0.05, 0.5, 0.95)
         The quantiles of the out-of-bag estimates (``oob_quantiles_``, ``oob_coverage_``) and of
         the ``dasktrees`` command's predictions and interval plot.
+    prune : as above, the sizes scored by the out-of-bag R² of the forest's mean prediction
+        (not yet by the pinball loss of its quantiles); the leaves' targets are those of the
+        cut trees' leaves.
 
     Quantile attributes
     -------------------
@@ -193,6 +196,7 @@ class RandomForestQuantileRegressor(_QuantileMixin, RandomForestRegressor):
         bootstrap=True,
         max_samples=None,
         oob_score=False,
+        prune=None,
         random_state=None,
         warm_start=False,
         max_n_estimators=1000,
@@ -237,6 +241,7 @@ class ExtraTreesQuantileRegressor(_QuantileMixin, ExtraTreesRegressor):
         bootstrap=False,
         max_samples=None,
         oob_score=False,
+        prune=None,
         random_state=None,
         warm_start=False,
         max_n_estimators=1000,

@@ -14,9 +14,13 @@ covers beside it:
 Tree t's nodes are ``starts[t]:starts[t + 1]``, its root the first of them.
 """
 
+from concurrent.futures import ThreadPoolExecutor
+
+import numba
 import numpy as np
 
-from ..core.dtypes import ROUTING_NODE_DTYPE, TREE_LEAF
+from ..core.dtypes import BITSET_DTYPE, BITSET_WORDS, ROUTING_NODE_DTYPE, TREE_LEAF
+from .truncation import node_keys
 
 
 class NodeTable:
@@ -38,27 +42,40 @@ class NodeTable:
     starts : ndarray of int64, shape (n_trees + 1,)
     max_depth : int
     n_features : int
+    keys : ndarray of float64, shape (n_nodes,), or None
+        With ``family``: every node's key in that family of truncations
+        (``truncation.node_keys``), what ``prune="oob"`` scores the trees' truncations with.
     """
 
-    def __init__(self, trees):
+    def __init__(self, trees, family=None):
         trees = list(trees)
         if not trees:
             raise ValueError("a forest needs at least one tree")
         sizes = np.array([t.node_count for t in trees], dtype=np.int64)
         self.starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+        n_bitsets = np.array([_n_bitsets(t) for t in trees], dtype=np.int64)
+        bitset_starts = np.cumsum(n_bitsets) - n_bitsets
         self.nodes = np.empty(self.starts[-1], dtype=ROUTING_NODE_DTYPE)
         self.values = np.empty((self.starts[-1], trees[0].n_values))
         self.cover = np.empty(self.starts[-1])
-        bitsets = []
-        n_bitsets = 0
-        for t, tree in enumerate(trees):
-            tree = tree.expanded()  # one tree's arrays at a time: a forest stays compact
-            tree.write_routing(self.nodes, self.starts[t], n_bitsets)
-            self.values[self.starts[t] : self.starts[t + 1]] = tree.value
-            self.cover[self.starts[t] : self.starts[t + 1]] = tree.weighted_n_node_samples
-            bitsets.append(tree.categorical_bitsets)
-            n_bitsets += len(tree.categorical_bitsets)
-        self.bitsets = np.concatenate(bitsets)
+        self.keys = None if family is None else np.empty(self.starts[-1])
+        self.bitsets = np.empty((int(n_bitsets.sum()), BITSET_WORDS), dtype=BITSET_DTYPE)
+
+        def fill(t):
+            tree = trees[t].expanded()  # one tree's arrays at a time: a forest stays compact
+            nodes = slice(self.starts[t], self.starts[t + 1])
+            tree.write_routing(self.nodes, self.starts[t], bitset_starts[t])
+            self.values[nodes] = tree.value
+            self.cover[nodes] = tree.weighted_n_node_samples
+            if self.keys is not None:
+                self.keys[nodes] = node_keys(tree, family)
+            self.bitsets[bitset_starts[t] : bitset_starts[t] + n_bitsets[t]] = (
+                tree.categorical_bitsets
+            )
+
+        # Trees in threads (the expanding kernels release the GIL), each writing its own rows.
+        with ThreadPoolExecutor(numba.get_num_threads()) as pool:
+            list(pool.map(fill, range(len(trees))))  # list(): raise the first error
         self.max_depth = max(t.max_depth for t in trees)
         self.n_features = trees[0].n_features
 
@@ -81,3 +98,12 @@ class NodeTable:
         out = np.zeros((self.n_trees, self.values.shape[1]))
         np.add.at(out, tree_of_node, weighted)
         return out
+
+
+def _n_bitsets(tree) -> int:
+    """The rows of a tree's categorical bitset table, read without expanding a shipped tree:
+    an expanded tree without categorical splits has one all-zero row (``tree.expand_shipped``)."""
+    state = tree.shipped_state
+    if state is None:
+        return len(tree.categorical_bitsets)
+    return max(1, len(state["categorical_bitsets"]))

@@ -32,6 +32,7 @@ from .node_table import NodeTable
 from .packing import PackedForest
 from .quantiles import LeafTargets, joined, predict_quantiles
 from .treeshap import add_shap_values, explained_table
+from .truncation import truncate
 from .variance import jackknife_mean_std
 
 
@@ -254,9 +255,20 @@ def explained(part: ForestPart, hard_voting: bool):
     return explained_table(part.trees, hard_voting)
 
 
-def node_table(part: ForestPart) -> NodeTable:
-    """The node table of a part's trees (what the out-of-bag impurity importance walks)."""
-    return NodeTable(part.trees)
+def node_table(part: ForestPart, family: str | None = None) -> NodeTable:
+    """The node table of a part's trees (what the out-of-bag impurity importance walks), with
+    the keys of ``family``'s truncations (``truncation``) if given."""
+    return NodeTable(part.trees, family)
+
+
+def truncated(
+    part: ForestPart, family: str, cut: float, criterion: int, bin_mapper: BinMapper
+) -> ForestPart:
+    """The part with its trees cut at ``cut`` of ``family`` (``truncation.truncate``), packed
+    again where it lies."""
+    thresholds = bin_mapper.kernel_arrays().thresholds
+    trees = [truncate(tree, family, cut, criterion, thresholds) for tree in part.trees or []]
+    return ForestPart(part.first_tree, PackedForest(trees, bin_mapper), trees)
 
 
 def expected_values(part: ForestPart, hard_voting: bool) -> np.ndarray:
