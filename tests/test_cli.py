@@ -598,6 +598,13 @@ INVALID = [
         ">= 1",
     ),
     ("max_bins", _with({"model.params.max_bins": 300}), "model.params.max_bins", "[2, 255]"),
+    ("prune a typo", _with({"model.prune": "cv"}), "model.prune", "oob"),
+    (
+        "prune without bootstrap",
+        _with({"model.kind": "extra_trees", "model.prune": "oob"}),
+        "model.prune",
+        "needs bootstrap",
+    ),
     (
         "min_samples_leaf",
         _with({"model.params.min_samples_leaf": 0}),

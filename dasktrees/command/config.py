@@ -38,6 +38,7 @@ QUANTILE_METRICS = ("coverage", "pinball_loss")
 KINDS = ("random_forest", "extra_trees", "decision_tree", "quantile_forest", "quantile_extra_trees")
 # The kinds that predict quantiles of a numeric target (regression only).
 QUANTILE_KINDS = ("quantile_forest", "quantile_extra_trees")
+PRUNE_CHOICES = ("oob", "oob:depth", "oob:size", "oob:alpha", "oob:leaves")
 
 
 class ConfigError(Exception):
@@ -195,6 +196,8 @@ class ModelConfig(_Section):
     kind: Literal[KINDS] = "random_forest"
     task: Optional[Literal["classification", "regression"]] = None
     params: dict = {}
+    # The forests' ``prune`` (trees cut to their best out-of-bag size in the same fit).
+    prune: Optional[Literal[PRUNE_CHOICES]] = None
 
 
 Metric = Literal[CLASSIFICATION_METRICS + REGRESSION_METRICS + QUANTILE_METRICS]
@@ -508,6 +511,28 @@ def check_params(cls, params, is_classifier):
     return problems
 
 
+def _prune_problems(cls, params):
+    """What stops ``model.prune`` for estimator class ``cls`` and ``model.params``."""
+    if "prune" not in cls().get_params(deep=False):
+        return [
+            (
+                "model.prune",
+                f"{cls.__name__} has no out-of-bag pruning (random_forest and extra_trees have)",
+            )
+        ]
+    if "prune" in params:
+        return [("model.prune", "give model.prune or model.params.prune, not both")]
+    if not cls(**params).samples_rows():
+        return [
+            (
+                "model.prune",
+                "chooses on the out-of-bag rows: it needs bootstrap: true or "
+                "max_samples in model.params",
+            )
+        ]
+    return []
+
+
 def infer_task(target, kind="random_forest"):
     """classification for a boolean, categorical, string or integer target with at most 50
     distinct values, else regression (``target`` a pandas or dask Series). A quantile forest
@@ -604,6 +629,8 @@ def check_config(config):
         cls = estimator_class(config.model.kind, task)
         param_problems = check_params(cls, config.model.params, task == "classification")
         problems += param_problems
+        if config.model.prune is not None and not param_problems:
+            problems += _prune_problems(cls, config.model.params)
         for key in ("permutation_importance", "oob_impurity_importance"):
             if not getattr(config.evaluation, key):  # false, or None: where it can be
                 continue

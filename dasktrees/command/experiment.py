@@ -11,8 +11,9 @@ with a ``FAILED`` file holding the error, and without a model::
                              importance (forests that sample rows), permutation importance
                              when asked
         oob_curve.csv        OOB error after 1, 2, ... trees
+        prune_curve.csv      with model.prune: the OOB score of each size the trees were cut to
         plots/               importances.png, oob_curve.png, confusion_matrix.png (classifiers),
-                             intervals.png (quantile forests)
+                             intervals.png (quantile forests), prune_curve.png (model.prune)
         model/               the saved model (``dasktrees.load``)
         dask-report.html     Dask's performance report of the fit and evaluation
         run.log
@@ -120,6 +121,8 @@ def build_estimator(config, task, client):
         params.setdefault("categorical_features", list(config.data.categorical))
     if isinstance(params.get("default_quantiles"), list):  # YAML has no tuples; the default is one
         params["default_quantiles"] = tuple(params["default_quantiles"])
+    if config.model.prune is not None:
+        params["prune"] = config.model.prune
     is_forest = config.model.kind != "decision_tree"
     if is_forest:
         params["client"] = client
@@ -289,6 +292,27 @@ def _plot_oob_curve(curve, task, path, stopped_at=None):
         "out-of-bag error" + (" (misclassification)" if task == "classification" else " (MSE)")
     )
     ax.set_title("Out-of-bag error")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def _plot_prune_curve(curve, parameter, chosen, path):
+    """The out-of-bag score of the forest with its trees cut to each size scored
+    (``prune="oob"``), from no pruning to most, the chosen size marked."""
+    import matplotlib.pyplot as plt
+
+    labels = ["none" if v in (0.0, np.inf) else f"{v:g}" for v in curve[:, 0]]
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ax.plot(np.arange(len(curve)), curve[:, 1], marker="o", color="#4c72b0")
+    best = int(np.flatnonzero(curve[:, 0] == chosen)[0])
+    ax.axvline(best, color="#c44e52", linestyle="--", label=f"{parameter} = {labels[best]}")
+    ax.set_xticks(np.arange(len(curve)), labels, rotation=60, fontsize=7)
+    ax.set_xlabel(f"{parameter} (left: no pruning)")
+    ax.set_ylabel("out-of-bag score")
+    ax.set_title("Trees cut on their out-of-bag rows")
+    ax.legend(loc="lower left")
     ax.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
@@ -595,6 +619,15 @@ def _run(config, task, work, progress, echo):
         auto = model.get_params().get("n_estimators") == "auto"
         stopped_at = len(model.estimators_) if auto else None
         _plot_oob_curve(curve, task, plots / "oob_curve.png", stopped_at)
+    prune_curve = getattr(model, "oob_prune_curve_", None)
+    if prune_curve is not None:
+        (parameter,) = model.prune_
+        pd.DataFrame({parameter: prune_curve[:, 0], "oob_score": prune_curve[:, 1]}).to_csv(
+            work / "prune_curve.csv", index=False
+        )
+        _plot_prune_curve(
+            prune_curve, parameter, model.prune_[parameter], plots / "prune_curve.png"
+        )
     if confusion is not None:
         _plot_confusion(confusion["matrix"], confusion["labels"], plots / "confusion_matrix.png")
     # Drawn for an interval: a single default quantile has none.
@@ -621,6 +654,11 @@ def _run(config, task, work, progress, echo):
         "test": test_metrics,
         "versions": _versions(),
     }
+    if prune_curve is not None:
+        metrics["prune"] = {
+            "chosen": model.prune_,
+            "curve": [[float(v), float(score)] for v, score in prune_curve],
+        }
     if hasattr(model, "leaf_targets_"):
         metrics["quantiles"] = _default_quantiles(model).tolist()
         metrics["oob_coverage"] = getattr(model, "oob_coverage_", None)
