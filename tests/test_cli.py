@@ -812,18 +812,25 @@ def test_validate_accepts_every_shipped_config_but_slurm(capsys):
     assert config.cluster.class_ == "dask_jobqueue.SLURMCluster"
 
 
-def test_failed_run_is_marked_and_keeps_no_model(capsys, tmp_path, client):
-    # max_features=1000 passes the config checks (it depends on the data) and fails in fit
-    code, out, err = run_cli(
+def run_quickstart(capsys, client, output, *settings):
+    """configs/quickstart.yaml on the session's cluster, with ``--set`` ``settings``."""
+    sets = [arg for setting in settings for arg in ("--set", setting)]
+    return run_cli(
         capsys,
         "run",
         CONFIGS / "quickstart.yaml",
         "--set",
         f"cluster={{address: {client.scheduler.address}}}",
-        "--set",
-        "model.params.max_features=1000",
+        *sets,
         "--output",
-        tmp_path / "run",
+        output,
+    )
+
+
+def test_failed_run_is_marked_and_keeps_no_model(capsys, tmp_path, client):
+    # max_features=1000 passes the config checks (it depends on the data) and fails in fit
+    code, out, err = run_quickstart(
+        capsys, client, tmp_path / "run", "model.params.max_features=1000"
     )
     assert code == 1
     cause = failure_line(err)

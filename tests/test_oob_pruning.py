@@ -80,6 +80,19 @@ def test_one_pass_scores_equal_explicitly_pruned_forests(family, make, data, cri
     )
 
 
+def test_cut_classifier_trees_keep_their_class_counts():
+    """A cut tree's new leaf holds its node's class counts (two bytes a class in the packed
+    forest, as a grown tree's), whose fractions are the node's values."""
+    X, y = _wine()
+    grown = RandomForestClassifier(6, random_state=4).fit(X, y)
+    forest = RandomForestClassifier(6, random_state=4, prune="oob:depth").fit(X, y)
+    assert forest.prune_["max_depth"] < max(e.tree_.max_depth for e in grown.estimators_)
+    assert forest.forest_.leaf_counts and grown.forest_.leaf_counts
+    for full, cut in zip(grown.estimators_, forest.estimators_):
+        kept = full.tree_.node_depth <= forest.prune_["max_depth"]
+        np.testing.assert_array_equal(cut.tree_.value, full.tree_.value[kept])
+
+
 def test_depth_family_cuts_every_tree_at_the_chosen_depth():
     X, y = _diabetes()
     grown = RandomForestRegressor(10, random_state=0).fit(X, y)
@@ -172,6 +185,9 @@ def test_refusals_and_a_refit_without_pruning():
         RandomForestRegressor(5, prune="cv").fit(X, y)
     forest = RandomForestRegressor(5, random_state=0, prune="oob").fit(X, y)
     assert hasattr(forest, "prune_")
+    with pytest.raises(ValueError, match="warm start would cut the kept trees again"):
+        forest.set_params(warm_start=True, n_estimators=8).fit(X, y)
+    forest.set_params(warm_start=False, n_estimators=5)
     forest.set_params(prune=None).fit(X, y)
     assert not hasattr(forest, "prune_") and not hasattr(forest, "oob_prune_curve_")
     # max_samples draws rows too
@@ -209,21 +225,10 @@ def test_a_pruned_forest_saves_and_loads(tmp_path):
 def test_the_command_writes_the_curve(capsys, tmp_path, client):
     import json
 
-    from .test_cli import CONFIGS, run_cli
+    from .test_cli import run_quickstart
 
-    code, out, err = run_cli(
-        capsys,
-        "run",
-        CONFIGS / "quickstart.yaml",
-        "--set",
-        f"cluster={{address: {client.scheduler.address}}}",
-        "--set",
-        "model.params.n_estimators=20",
-        "--set",
-        "model.prune=oob",
-        "--output",
-        tmp_path / "run",
-    )
+    settings = ("model.params.n_estimators=20", "model.prune=oob")
+    code, out, err = run_quickstart(capsys, client, tmp_path / "run", *settings)
     assert code == 0, err
     run_dir = tmp_path / "run"
     metrics = json.loads((run_dir / "metrics.json").read_text())

@@ -514,12 +514,7 @@ def check_params(cls, params, is_classifier):
 def _prune_problems(cls, params):
     """What stops ``model.prune`` for estimator class ``cls`` and ``model.params``."""
     if "prune" not in cls().get_params(deep=False):
-        return [
-            (
-                "model.prune",
-                f"{cls.__name__} has no out-of-bag pruning (random_forest and extra_trees have)",
-            )
-        ]
+        return [("model.prune", "a single tree has no out-of-bag rows: model.prune needs a forest")]
     if "prune" in params:
         return [("model.prune", "give model.prune or model.params.prune, not both")]
     if not cls(**params).samples_rows():

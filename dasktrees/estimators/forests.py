@@ -122,6 +122,11 @@ class BaseForest(BaseEstimator):
         warm = self.warm_start and hasattr(self, "estimators_")
         if warm:
             self._needs_one_fit("a warm start")
+            if getattr(self, "prune", None) is not None:
+                raise ValueError(
+                    f"prune={self.prune!r} cuts the trees a fit grows: a warm start would cut "
+                    "the kept trees again; fit without warm_start=True"
+                )
         else:
             self._sources = None  # a new fit: whatever the estimator merged before is gone
         n_existing = len(self.estimators_) if warm else 0
@@ -238,8 +243,9 @@ class BaseForest(BaseEstimator):
             hard,
             is_classifier,
         )
-        # The most pruned of the best; none without a row out of bag (every score NaN).
-        best = int(np.flatnonzero(scores == scores.max())[-1]) if not np.isnan(scores).any() else 0
+        # The most pruned of the best; none without a finite score (no row out of bag).
+        finite = np.isfinite(scores)
+        best = int(np.flatnonzero(scores == scores[finite].max())[-1]) if finite.any() else 0
         self.oob_prune_curve_ = np.column_stack([values, scores])
         value = float(values[best])
         self.prune_ = {

@@ -22,7 +22,8 @@ The families (docs/algorithms.md, section 10c):
 ``leaves``
     key ``-rank``, the node's place in best-first order (the split of largest weighted
     impurity decrease among those whose parents are split first, the root rank 0); cut
-    ``-(K - 1)``: the tree a best-first grower stops at K leaves (``max_leaf_nodes=K``).
+    ``-(K - 1)``: about the tree a best-first grower stops at K leaves (``max_leaf_nodes=K``;
+    the grower computes its decreases otherwise and breaks exact ties by its own node order).
 
 Every family's first cut, ``-inf``, prunes nothing: the grown forest is a candidate.
 """
@@ -35,8 +36,15 @@ import numpy as np
 from numba import njit
 
 from ..core.dtypes import TREE_LEAF
-from ..learner.cost_complexity import subtree, weakest_links
-from ..learner.tree import Tree, goes_left_binned
+from ..learner.cost_complexity import node_owners, subtree, weakest_links
+from ..learner.tree import (
+    LEAF_COUNTS,
+    NODE_COUNTS,
+    Tree,
+    goes_left_binned,
+    node_counts,
+    shipped_values,
+)
 from ..learner.wire import decode, state_of
 
 FAMILIES = ("depth", "size", "alpha", "leaves")
@@ -217,7 +225,14 @@ def truncate(tree: Tree, family: str, cut: float, criterion: int, thresholds) ->
     collapse = (node_keys(expanded, family) <= cut) & (expanded.children_left != TREE_LEAF)
     if not collapse.any():
         return tree
-    return decode(state_of(subtree(expanded, collapse), criterion), thresholds)
+    counts = None
+    shipped = tree.shipped_state
+    if shipped is not None and shipped_values(shipped)[1] in (NODE_COUNTS, LEAF_COUNTS):
+        # A classifier's leaves keep their class counts (a new leaf its node's), as grown
+        # trees do: the forest packs them two bytes a class (``PackedForest.leaf_counts``).
+        kept = node_owners(expanded, collapse) == np.arange(expanded.node_count)
+        counts = node_counts(shipped)[kept]
+    return decode(state_of(subtree(expanded, collapse), criterion, counts), thresholds)
 
 
 @njit(cache=True, nogil=True)

@@ -266,10 +266,13 @@ SUMMABLE = {
 }
 
 
-def state_of(tree, criterion):
+def state_of(tree, criterion, class_counts=None):
     """The ``encode`` state of a fitted ``tree`` (criterion ``criterion``): a shipped tree's
     own, or that of a tree with its arrays (a single tree, a pruned one), whose raw thresholds
-    and classification impurities are the ones ``encode`` drops as derived."""
+    and classification impurities are the ones ``encode`` drops as derived. A classifier's
+    ``class_counts`` (n_nodes, n_classes), its nodes' weighted class counts, are shipped
+    instead of its fractions and weights, as ``encode`` ships them (the fractions derived from
+    them are ``tree.value`` when they are the counts it was made from)."""
     if tree.shipped_state is not None:
         return tree.shipped_state
     is_split = tree.children_left != TREE_LEAF
@@ -285,6 +288,10 @@ def state_of(tree, criterion):
     n_node_samples = tree.n_node_samples.astype(_count_dtype(tree.n_node_samples))
     kinds = _node_kinds(is_split)
     _put_summable(state, kinds, compact, "n_node_samples", n_node_samples)
+    if criterion != SQUARED_ERROR and class_counts is not None:
+        _put_summable(state, kinds, compact, "weighted_class_counts", class_counts)
+        state["criterion"] = criterion
+        return state
     weights = tree.weighted_n_node_samples
     _put_summable(state, kinds, compact, "weighted_n_node_samples", weights)
     if criterion == SQUARED_ERROR:
