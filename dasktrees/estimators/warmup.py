@@ -78,8 +78,8 @@ def _warm_trees():
 
 def _warm_forests():
     """Forests on a LocalCluster of threads in this process: fit (every tree task, out-of-bag
-    reductions, permutation and impurity importance) and prediction (SHAP values too), float64
-    and float32."""
+    reductions, permutation and impurity importance, out-of-bag pruning) and prediction (SHAP
+    values too), float64 and float32."""
     import numpy as np
     from distributed import Client, LocalCluster
 
@@ -128,6 +128,11 @@ def _warm_forests():
             quantile.fit(data, y.astype(float))
             quantile.predict(data, quantiles=[0.1, 0.9])
             quantile.predict(data, return_std=True)
+        # prune="oob": the truncations' keys (best-first ranks), votes under every cut, the
+        # trees cut (their class counts kept).
+        RandomForestClassifier(
+            n_estimators=2, prune="oob:leaves", random_state=0, client=client
+        ).fit(X, y)
         # Distributed mode: the tops of the trees split from summed histograms, on a table of
         # more rows than the smallest node budget, numeric and categorical.
         X_large, y_large, frame_large = _data(n_rows=3 * MIN_BUDGET_ROWS, seed=1)
