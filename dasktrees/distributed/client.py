@@ -68,6 +68,22 @@ def is_in_process(client: Client) -> bool:
     return isinstance(client, InProcessClient)
 
 
+def cluster_workers(client: Client) -> dict:
+    """The cluster's workers: address -> what the scheduler knows of each (``nthreads``,
+    ``memory_limit``, ...), as ``scheduler_info()["workers"]`` gives them.
+
+    Asked of the scheduler each time: distributed's ``Client.scheduler_info`` returns a cache
+    that the client's periodic update refreshes without the workers, and a call that read it
+    just after that update found no worker (a forest's shards were then placed on none).
+    """
+    if isinstance(client, InProcessClient):
+        return client.scheduler_info()["workers"]
+    scheduler = client.scheduler
+    if scheduler is None:  # not connected: as distributed's own call would fail
+        raise ValueError("the client is not connected to a scheduler")
+    return client.sync(scheduler.identity, n_workers=-1)["workers"]
+
+
 def as_completed(client: Client, futures: Iterable) -> Iterator:
     """``futures`` of ``client.submit`` in the order they finish."""
     if isinstance(client, InProcessClient):  # is_in_process, which mypy cannot narrow by

@@ -26,7 +26,7 @@ from sklearn.utils.validation import column_or_1d
 
 from ..core.validation import NOTHING_TO_FIT, check_2d, check_sample_weight, check_target
 from ..learner.binning import BinMapper, sample_mask
-from .client import Client, is_in_process, sending_large_data
+from .client import Client, cluster_workers, is_in_process, sending_large_data
 
 # What a fit takes as X, y or sample_weight: numpy or pandas (in this process), or dask (where
 # it lives).
@@ -244,7 +244,7 @@ def _bin_block(mapper, x, y, w, first_row, classes, class_weights):
 
 def default_n_blocks(client: Client) -> int:
     """The blocks a table is cut in when ``n_blocks`` is None: one a worker."""
-    return max(1, len(client.scheduler_info()["workers"]))
+    return max(1, len(cluster_workers(client)))
 
 
 def prepare(

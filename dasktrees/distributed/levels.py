@@ -75,7 +75,7 @@ from ..learner.grower import (
 from ..learner.histogram import TRACK_TOUCHED_BELOW
 from ..learner.sampling import tree_counts, tree_seed, tree_subspace, tree_weights_at
 from ..learner.tree import Tree
-from .client import Client, as_completed, is_in_process
+from .client import Client, as_completed, cluster_workers, is_in_process
 
 logger = logging.getLogger(__name__)
 
@@ -799,7 +799,7 @@ def _block_chains(client, parts, threads) -> list[list[int]]:
     chain a thread of each worker holding blocks, each in row order (in this process: a chain
     a thread)."""
     if is_in_process(client):
-        n = max(1, len(client.scheduler_info()["workers"]))
+        n = max(1, len(cluster_workers(client)))
         return [list(range(j, len(parts), n)) for j in range(min(n, len(parts)))]
     holders = client.who_has(parts)
     by_worker: dict = collections.defaultdict(list)

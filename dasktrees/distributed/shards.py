@@ -38,7 +38,7 @@ import numpy as np
 from ..forest.parts import ForestPart, pickled, truncated
 from ..learner.binning import BinMapper
 from ..learner.tree import Tree
-from .client import as_completed, sending_large_data
+from .client import as_completed, cluster_workers, sending_large_data
 
 
 @dataclass
@@ -170,7 +170,7 @@ def placements(client, sizes: Sequence[int]) -> list[str]:
     blocks wait in line for the first shards' worker; in consecutive runs a block visits each
     worker once, and the workers work on successive blocks side by side, as a pipeline.
     """
-    workers = client.scheduler_info()["workers"]
+    workers = cluster_workers(client)
     names = sorted(workers)
     threads = np.array([workers[w].get("nthreads", 1) for w in names], dtype=np.float64)
     bounds = np.cumsum(threads) / threads.sum()  # each worker's end, as a share of the trees
@@ -405,7 +405,7 @@ def local_rows_through_shards(
     worker thread to take part, of at least 1,024 rows), each block's tasks submitted as
     ``rows_through_shards`` builds them for a dask collection, the results gathered."""
     client = parts[0].client
-    n_threads = sum(w.get("nthreads", 1) for w in client.scheduler_info()["workers"].values())
+    n_threads = sum(w.get("nthreads", 1) for w in cluster_workers(client).values())
     n_blocks = max(1, min(2 * n_threads, -(-len(encoded) // 1024)))
     step = max(1, -(-len(encoded) // n_blocks))
     pieces = [encoded[i : i + step] for i in range(0, len(encoded), step)] or [encoded]

@@ -36,7 +36,7 @@ from ..learner.grower import Workspace, grow_tree_state
 from ..learner.sampling import tree_counts, tree_seed, tree_subspace
 from ..learner.tree import Tree
 from . import levels, shards
-from .client import Client, as_completed, is_in_process
+from .client import Client, as_completed, cluster_workers, is_in_process
 from .data import BinnedPartition, TrainingData
 from .shards import TreeShards
 
@@ -314,7 +314,7 @@ def grow_forest(
     mode : str
         The mode used.
     """
-    workers = client.scheduler_info()["workers"]
+    workers = cluster_workers(client)
     mode = choose_mode(mode, data, spec, workers)
     if mode == "distributed":
         plan = levels.plan_levels(
