@@ -14,14 +14,13 @@ from concurrent.futures import ThreadPoolExecutor
 import numba
 import numpy as np
 
-from ..forest.exact import exact_sum, from_exact
 from ..forest.node_table import NodeTable
 from ..forest.truncation import add_truncated_votes
 from ..forest.voting import misclassified
 from ..learner.sampling import tree_counts
 from .client import Client, Future
 from .data import BinnedPartition
-from .reductions import Draws
+from .reductions import Draws, scores_of, squared_error_sum, target_sums
 
 # Rows whose votes under every cut a lone part's block task holds at a time (a forest in
 # parts carries a whole block's from part to part).
@@ -53,7 +52,7 @@ def _add_votes(table, codes, first_row, seed, first_tree, lam, cuts, hard, votes
 def _losses(votes, n_oob, y, classification):
     """Per cut, the loss over the rows with an out-of-bag vote (misclassified rows, or the exact
     sum of squared residuals, as ``reductions.oob_block`` counts them), the rows scored, and the
-    exact sums of their y and y**2."""
+    exact sums of their y and y**2 (``reductions.target_sums``)."""
     scored = n_oob > 0
     losses = []
     for j in range(votes.shape[1]):
@@ -61,10 +60,8 @@ def _losses(votes, n_oob, y, classification):
             errors, _ = misclassified(np.ascontiguousarray(votes[:, j]), n_oob, y)
             losses.append(int(errors))
         else:
-            residuals = votes[scored, j, 0] / n_oob[scored] - y[scored]
-            losses.append(exact_sum(residuals * residuals))
-    y_sums = (exact_sum(y[scored]), exact_sum(y[scored] ** 2))
-    return losses, int(scored.sum()), y_sums
+            losses.append(squared_error_sum(votes[:, j, 0], n_oob, y, scored))
+    return losses, int(scored.sum()), target_sums(y, scored)
 
 
 def truncation_block(
@@ -159,10 +156,5 @@ def truncation_scores(
     summaries = client.gather(results)
     losses = [sum(s[0][j] for s in summaries) for j in range(len(cuts))]
     n_scored = sum(s[1] for s in summaries)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        if classification:
-            return 1.0 - np.array(losses, dtype=np.float64) / n_scored
-        sum_y = from_exact(sum(s[2][0] for s in summaries))
-        sum_y2 = from_exact(sum(s[2][1] for s in summaries))
-        total = sum_y2 - sum_y * sum_y / n_scored
-        return np.array([1.0 - from_exact(loss) / total for loss in losses])
+    y_sums = [sum(s[2][k] for s in summaries) for k in range(2)]
+    return scores_of(losses, n_scored, y_sums, classification)

@@ -117,11 +117,35 @@ def oob_block(
             curve.append((int(errors), int(scored)))
         else:
             scored = n_oob > 0
-            residuals = votes[scored, 0] / n_oob[scored] - block.y[scored]
-            curve.append((exact_sum(residuals * residuals), int(scored.sum())))
-    scored = n_oob > 0
-    y_sums = (exact_sum(block.y[scored]), exact_sum(block.y[scored] ** 2))
-    return votes, n_oob, curve, y_sums
+            loss = squared_error_sum(votes[:, 0], n_oob, block.y, scored)
+            curve.append((loss, int(scored.sum())))
+    return votes, n_oob, curve, target_sums(block.y, n_oob > 0)
+
+
+def squared_error_sum(
+    vote_sums: np.ndarray, n_oob: np.ndarray, y: np.ndarray, scored: np.ndarray
+) -> int:
+    """Regression's out-of-bag loss over a block's ``scored`` rows: the exact sum
+    (``exact.exact_sum``) of the squared residuals of the mean votes ``vote_sums / n_oob``."""
+    residuals = vote_sums[scored] / n_oob[scored] - y[scored]
+    return exact_sum(residuals * residuals)
+
+
+def target_sums(y: np.ndarray, scored: np.ndarray) -> tuple[int, int]:
+    """The exact sums of y and y**2 over a block's ``scored`` rows (R²'s total sum of squares)."""
+    return exact_sum(y[scored]), exact_sum(y[scored] ** 2)
+
+
+def scores_of(losses, n_scored, y_sums, classification: bool) -> np.ndarray:
+    """Out-of-bag scores from the blocks' summed losses over ``n_scored`` rows: accuracy from
+    misclassified rows, or R² from exact sums of squared residuals and ``y_sums``
+    (``target_sums`` summed over the blocks). NaN without a scored row."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        if classification:
+            return 1.0 - np.array(losses, dtype=np.float64) / n_scored
+        sum_y, sum_y2 = (from_exact(total) for total in y_sums)
+        total = sum_y2 - sum_y * sum_y / n_scored
+        return np.array([1.0 - from_exact(loss) / total for loss in losses])
 
 
 def _identity(value):
@@ -202,13 +226,8 @@ def oob_estimates(
         else:
             curve = np.array([from_exact(loss) for loss in losses]) / scored
     n_scored = scored[-1]
-    if classification:
-        score = 1.0 - curve[-1]
-    else:
-        sum_y = from_exact(sum(block[1][0] for block in summaries))
-        sum_y2 = from_exact(sum(block[1][1] for block in summaries))
-        total = sum_y2 - sum_y * sum_y / n_scored
-        score = 1.0 - from_exact(losses[-1]) / total
+    y_sums = [sum(block[1][k] for block in summaries) for k in range(2)]
+    score = scores_of(losses[-1:], n_scored, y_sums, classification)[0]
     decisions = [client.submit(_decision, r) for r in results]
     scores = None
     if not classification:

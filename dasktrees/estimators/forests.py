@@ -13,14 +13,12 @@ import operator
 import os
 import pickle
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import Any, ClassVar
 
 import dask
 import dask.array as da
 import dask.dataframe as dd
-import numba
 import numpy as np
 import pandas as pd
 from numpy.typing import ArrayLike
@@ -255,15 +253,9 @@ class BaseForest(BaseEstimator):
             return
         cut, criterion = float(cuts[best]), spec.params.criterion
         if shards is None:
-            thresholds = self.bin_mapper_.kernel_arrays().thresholds
-            with ThreadPoolExecutor(numba.get_num_threads()) as pool:
-                pruned = list(
-                    pool.map(
-                        lambda tree: truncation.truncate(tree, family, cut, criterion, thresholds),
-                        trees,
-                    )
-                )
-            self._keep_on_client(pruned)
+            self._keep_on_client(
+                truncation.truncate_trees(trees, family, cut, criterion, self.bin_mapper_)
+            )
         else:
             self._keep_on_workers(truncate_shards(shards, family, cut, criterion, self.bin_mapper_))
 

@@ -32,7 +32,7 @@ from .node_table import NodeTable
 from .packing import PackedForest
 from .quantiles import LeafTargets, joined, predict_quantiles
 from .treeshap import add_shap_values, explained_table
-from .truncation import truncate
+from .truncation import truncate_trees
 from .variance import jackknife_mean_std
 
 
@@ -264,10 +264,9 @@ def node_table(part: ForestPart, family: str | None = None) -> NodeTable:
 def truncated(
     part: ForestPart, family: str, cut: float, criterion: int, bin_mapper: BinMapper
 ) -> ForestPart:
-    """The part with its trees cut at ``cut`` of ``family`` (``truncation.truncate``), packed
-    again where it lies."""
-    thresholds = bin_mapper.kernel_arrays().thresholds
-    trees = [truncate(tree, family, cut, criterion, thresholds) for tree in part.trees or []]
+    """The part with its trees cut at ``cut`` of ``family`` (``truncation.truncate_trees``),
+    packed again where it lies."""
+    trees = truncate_trees(part.trees or [], family, cut, criterion, bin_mapper)
     return ForestPart(part.first_tree, PackedForest(trees, bin_mapper), trees)
 
 

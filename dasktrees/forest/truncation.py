@@ -31,7 +31,9 @@ Every family's first cut, ``-inf``, prunes nothing: the grown forest is a candid
 from __future__ import annotations
 
 import math
+from concurrent.futures import ThreadPoolExecutor
 
+import numba
 import numpy as np
 from numba import njit
 
@@ -233,6 +235,16 @@ def truncate(tree: Tree, family: str, cut: float, criterion: int, thresholds) ->
         kept = node_owners(expanded, collapse) == np.arange(expanded.node_count)
         counts = node_counts(shipped)[kept]
     return decode(state_of(subtree(expanded, collapse), criterion, counts), thresholds)
+
+
+def truncate_trees(trees, family: str, cut: float, criterion: int, bin_mapper) -> list[Tree]:
+    """Every tree of ``trees`` cut at ``cut`` of ``family`` (``truncate``), in threads (most of
+    the work is in kernels that release the GIL), in order; ``bin_mapper`` the trees' bins."""
+    thresholds = bin_mapper.kernel_arrays().thresholds
+    with ThreadPoolExecutor(numba.get_num_threads()) as pool:
+        return list(
+            pool.map(lambda tree: truncate(tree, family, cut, criterion, thresholds), trees)
+        )
 
 
 @njit(cache=True, nogil=True)
