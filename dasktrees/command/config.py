@@ -19,7 +19,7 @@ from typing import Annotated, Any, Literal, Optional
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PlainValidator, ValidationError, model_validator
 
-from ..core.params import check_forest_params, parameter_problem
+from ..core.params import PRUNE_CHOICES, check_forest_params, parameter_problem
 from . import io
 from .datasets import BUILTIN, builtin_target
 from .io import path_problems
@@ -38,7 +38,6 @@ QUANTILE_METRICS = ("coverage", "pinball_loss")
 KINDS = ("random_forest", "extra_trees", "decision_tree", "quantile_forest", "quantile_extra_trees")
 # The kinds that predict quantiles of a numeric target (regression only).
 QUANTILE_KINDS = ("quantile_forest", "quantile_extra_trees")
-PRUNE_CHOICES = ("oob", "oob:depth", "oob:size", "oob:alpha", "oob:leaves")
 
 
 class ConfigError(Exception):

@@ -116,6 +116,9 @@ _FEATURES = Rule(
     ),
 )
 
+# What ``prune`` accepts besides None (the families: ``forest.truncation``).
+PRUNE_CHOICES = ("oob", "oob:depth", "oob:size", "oob:alpha", "oob:leaves")
+
 # What each parameter accepts, whatever the data. ``criterion`` depends on the task
 # (``criterion_rule``); ``categorical_features`` and the keys of a ``class_weight`` dict name
 # columns and classes, so they are checked against the data.
@@ -153,13 +156,7 @@ PARAMETERS: dict[str, Rule] = {
     "oob_score": Rule("a bool or a callable", lambda v: isinstance(v, bool) or callable(v)),
     "prune": Rule(
         'None, "oob", "oob:depth", "oob:size", "oob:alpha" or "oob:leaves"',
-        lambda v: (
-            v is None
-            or (
-                isinstance(v, str)
-                and v in ("oob", "oob:depth", "oob:size", "oob:alpha", "oob:leaves")
-            )
-        ),
+        lambda v: v is None or (isinstance(v, str) and v in PRUNE_CHOICES),
     ),
     "voting": _options("soft", "hard"),
     "aggregation": _options("mean", "median"),
