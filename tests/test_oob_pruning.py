@@ -2,6 +2,7 @@
 the trees cut at the best (``forest.truncation``, ``distributed.oob_pruning``)."""
 
 import copy
+import types
 
 import numpy as np
 import pytest
@@ -196,19 +197,71 @@ def test_refusals_and_a_refit_without_pruning():
     )
 
 
-def test_a_quantile_forest_keeps_the_targets_of_its_cut_leaves():
+def _pinball(y, quantiles, levels):
+    below = y[:, None] - quantiles
+    return np.mean(np.maximum(levels * below, (levels - 1) * below))
+
+
+def test_a_quantile_forest_chooses_by_the_pinball_loss_of_its_cut_forests():
     X, y = _diabetes()
-    forest = RandomForestQuantileRegressor(10, random_state=0, prune="oob", oob_score=True)
-    forest.fit(X, y)
+    params = dict(n_estimators=10, random_state=0, oob_score=True)
+    forest = RandomForestQuantileRegressor(**params, prune="oob").fit(X, y)
     reference = RandomForestRegressor(10, random_state=0, prune="oob").fit(X, y)
-    assert forest.prune_ == reference.prune_
     np.testing.assert_array_equal(forest.oob_prune_curve_, reference.oob_prune_curve_)
+    mean_best = int(
+        np.flatnonzero(reference.oob_prune_curve_[:, 0] == reference.prune_["min_split_fraction"])[
+            0
+        ]
+    )
+    losses = forest.oob_prune_pinball_
+    visited = np.flatnonzero(np.isfinite(losses))
+    assert mean_best in visited and len(visited) >= 2
+    # Each visited loss is the out-of-bag pinball loss of the forest explicitly cut there, its
+    # leaves' targets and quantiles made as any fit makes them.
+    grown = RandomForestQuantileRegressor(**params).fit(X, y)
+    cuts, _ = truncation.grid("size", 0, 0, len(y))
+    levels = np.array(forest.default_quantiles)
+    for i in visited:
+        cut = copy.deepcopy(grown)
+        thresholds = grown.bin_mapper_.kernel_arrays().thresholds
+        cut._keep_on_client(
+            [
+                truncation.truncate(e.tree_, "size", cuts[i], SQUARED_ERROR, thresholds)
+                for e in grown.estimators_
+            ]
+        )
+        with cut._training_blocks(X, y, None, "test") as (client, draws, lam):
+            cut._after_growth(client, draws.rows, types.SimpleNamespace(lam=lam))
+            cut._set_oob(client, draws, lam)
+        scored = ~np.isnan(cut.oob_quantiles_[:, 0])
+        expected = _pinball(y[scored], cut.oob_quantiles_[scored], levels)
+        assert losses[i] == pytest.approx(expected, rel=1e-12)
+    # The choice: the least loss visited, a valley (its visited neighbours no lower).
+    best = int(
+        np.flatnonzero(forest.oob_prune_curve_[:, 0] == forest.prune_["min_split_fraction"])[0]
+    )
+    assert losses[best] == np.nanmin(losses)
+    for neighbour in (best - 1, best + 1):
+        if 0 <= neighbour < len(losses):
+            assert np.isfinite(losses[neighbour]) and losses[neighbour] >= losses[best]
     n_leaves = sum(e.tree_.n_leaves for e in forest.estimators_)
     assert forest.leaf_targets_.n_leaves == n_leaves
-    np.testing.assert_array_equal(forest.predict(X), reference.predict(X))  # the same trees
     quantiles = forest.predict(X, [0.05, 0.95])
     assert np.all(quantiles[:, 0] <= quantiles[:, 1])
     assert 0.8 < forest.oob_coverage_ < 0.98
+
+
+def test_a_quantile_forest_makes_the_same_choice_on_any_cluster(client):
+    X, y = _diabetes()
+    params = dict(n_estimators=8, random_state=2, prune="oob", oob_score=True)
+    here = RandomForestQuantileRegressor(**params).fit(X, y)
+    for storage in ("client", "workers"):
+        there = RandomForestQuantileRegressor(
+            **params, client=client, tree_storage=storage, trees_per_task=3, n_blocks=3
+        ).fit(X, y)
+        np.testing.assert_array_equal(there.oob_prune_pinball_, here.oob_prune_pinball_)
+        assert there.prune_ == here.prune_
+        np.testing.assert_array_equal(there.predict(X, [0.1, 0.9]), here.predict(X, [0.1, 0.9]))
 
 
 def test_a_pruned_forest_saves_and_loads(tmp_path):
@@ -239,3 +292,34 @@ def test_the_command_writes_the_curve(capsys, tmp_path, client):
     assert (run_dir / "plots" / "prune_curve.png").stat().st_size > 0
     written = np.loadtxt(run_dir / "prune_curve.csv", delimiter=",", skiprows=1)
     np.testing.assert_array_equal(written[:, 1], curve[:, 1])
+
+
+def test_the_command_writes_a_quantile_forests_pinball_losses(capsys, tmp_path, client):
+    import json
+
+    import pandas as pd
+
+    from .test_cli import CONFIGS, run_cli
+
+    code, out, err = run_cli(
+        capsys,
+        "run",
+        CONFIGS / "quantiles.yaml",
+        "--set",
+        f"cluster={{address: {client.scheduler.address}}}",
+        "--set",
+        "model.params.n_estimators=10",
+        "--set",
+        "model.prune=oob",
+        "--output",
+        tmp_path / "run",
+    )
+    assert code == 0, err
+    run_dir = tmp_path / "run"
+    prune = json.loads((run_dir / "metrics.json").read_text())["prune"]
+    losses = np.array([np.nan if v is None else v for v in prune["pinball"]])
+    written = pd.read_csv(run_dir / "prune_curve.csv")
+    np.testing.assert_array_equal(written["oob_pinball"].to_numpy(), losses)
+    (chosen,) = prune["chosen"].values()
+    best = int(np.flatnonzero(written.iloc[:, 0].to_numpy() == chosen)[0])
+    assert losses[best] == np.nanmin(losses)

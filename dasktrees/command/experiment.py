@@ -12,6 +12,7 @@ with a ``FAILED`` file holding the error, and without a model::
                              when asked
         oob_curve.csv        OOB error after 1, 2, ... trees
         prune_curve.csv      with model.prune: the OOB score of each size the trees were cut to
+                             (a quantile forest's: and the OOB pinball loss where it chose)
         plots/               importances.png, oob_curve.png, confusion_matrix.png (classifiers),
                              intervals.png (quantile forests), prune_curve.png (model.prune)
         model/               the saved model (``dasktrees.load``)
@@ -622,9 +623,11 @@ def _run(config, task, work, progress, echo):
     prune_curve = getattr(model, "oob_prune_curve_", None)
     if prune_curve is not None:
         (parameter,) = model.prune_
-        pd.DataFrame({parameter: prune_curve[:, 0], "oob_score": prune_curve[:, 1]}).to_csv(
-            work / "prune_curve.csv", index=False
-        )
+        columns = {parameter: prune_curve[:, 0], "oob_score": prune_curve[:, 1]}
+        pinball = getattr(model, "oob_prune_pinball_", None)
+        if pinball is not None:  # a quantile forest: the sizes it chose among
+            columns["oob_pinball"] = pinball
+        pd.DataFrame(columns).to_csv(work / "prune_curve.csv", index=False)
         _plot_prune_curve(
             prune_curve, parameter, model.prune_[parameter], plots / "prune_curve.png"
         )
@@ -659,6 +662,8 @@ def _run(config, task, work, progress, echo):
             "chosen": model.prune_,
             "curve": [[float(v), float(score)] for v, score in prune_curve],
         }
+        if hasattr(model, "oob_prune_pinball_"):
+            metrics["prune"]["pinball"] = [float(loss) for loss in model.oob_prune_pinball_]
     if hasattr(model, "leaf_targets_"):
         metrics["quantiles"] = _default_quantiles(model).tolist()
         metrics["oob_coverage"] = getattr(model, "oob_coverage_", None)

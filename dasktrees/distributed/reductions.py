@@ -599,16 +599,18 @@ def _oob_quantiles_of(
     seed: int,
     lam: float,
     quantiles: np.ndarray,
-) -> tuple[np.ndarray, tuple[int, int], tuple]:
+) -> tuple[np.ndarray, tuple[int, int, int], tuple]:
     """Out-of-bag quantiles of one block's rows, from the leaves (n_rows, n_trees) they reach
     in every tree of the forest, how many fall inside the interval between the lowest and
-    the highest quantile, and the rows' conformity scores.
+    the highest quantile, their pinball loss, and the rows' conformity scores.
 
     Returns
     -------
     quantiles : ndarray (n_rows, n_quantiles)
         NaN for a row no tree left out.
-    coverage : (rows inside, rows with out-of-bag quantiles)
+    sums : (rows inside, rows with out-of-bag quantiles, pinball loss)
+        The loss is the exact sum (``exact.exact_sum``) over those rows and ``quantiles`` of
+        max(q d, (q - 1) d), d the target minus its quantile q.
     sketch : ``conformal.order_sketch`` of the rows' distances outside their band of
         quantiles (``conformal``)
     """
@@ -626,12 +628,14 @@ def _oob_quantiles_of(
     low, high = values[:, np.argmin(quantiles)], values[:, np.argmax(quantiles)]
     outside = np.maximum(low - block.y, block.y - high)
     inside = int(np.sum(outside[scored] <= 0.0))
-    return values, (inside, int(scored.sum())), order_sketch(outside)
+    below = block.y[scored, None] - values[scored]
+    pinball = exact_sum(np.maximum(quantiles * below, (quantiles - 1.0) * below))
+    return values, (inside, int(scored.sum()), pinball), order_sketch(outside)
 
 
 def oob_quantiles_block(
     part: ForestPart, block: BinnedPartition, seed: int, lam: float, quantiles: np.ndarray
-) -> tuple[np.ndarray, tuple[int, int], tuple]:
+) -> tuple[np.ndarray, tuple[int, int, int], tuple]:
     """``_oob_quantiles_of`` a block, the whole forest in one part with its leaf targets."""
     leaves = _block_leaves(part.packed, block)
     return _oob_quantiles_of(part.quantile_targets(), leaves, block, seed, lam, quantiles)
@@ -669,24 +673,7 @@ def oob_quantiles(
         Those rows' distances outside the band of their lowest and highest out-of-bag
         quantile (``conformal``), sketched where the blocks are.
     """
-    if len(parts) == 1:
-        results = [
-            client.submit(oob_quantiles_block, parts[0], block, seed, lam, quantiles, pure=False)
-            for block in data.parts
-        ]
-    else:
-        results = [
-            client.submit(
-                _oob_quantiles_joined,
-                block,
-                seed,
-                lam,
-                quantiles,
-                *[client.submit(_reached_block, part, block, pure=False) for part in parts],
-                pure=False,
-            )
-            for block in data.parts
-        ]
+    results = _oob_quantile_tasks(client, data, parts, seed, lam, quantiles)
     sums = client.gather([client.submit(operator.itemgetter(1), r) for r in results])
     covered, scored = (sum(s[k] for s in sums) for k in range(2))
     coverage = covered / scored if scored else float("nan")
@@ -694,3 +681,38 @@ def oob_quantiles(
     scores = ConformalScores.from_sketches(sketches, scored)
     values = [client.submit(operator.itemgetter(0), r) for r in results]
     return _row_output(client, data, values, len(quantiles)), float(coverage), scores
+
+
+def oob_pinball(
+    client: Client, data: TrainingData, parts: list, seed: int, lam: float, quantiles: np.ndarray
+) -> float:
+    """The mean out-of-bag pinball loss of ``quantiles`` over the rows with out-of-bag
+    quantiles (``parts`` as ``oob_quantiles``): exact sums over the blocks, so the same on any
+    cluster. NaN without such a row. The rows' quantiles stay where they were computed."""
+    results = _oob_quantile_tasks(client, data, parts, seed, lam, quantiles)
+    sums = client.gather([client.submit(operator.itemgetter(1), r) for r in results])
+    scored = sum(s[1] for s in sums)
+    if not scored:
+        return float("nan")
+    return from_exact(sum(s[2] for s in sums)) / (scored * len(quantiles))
+
+
+def _oob_quantile_tasks(client, data, parts, seed, lam, quantiles) -> list:
+    """One task per block computing ``_oob_quantiles_of`` (futures, in block order)."""
+    if len(parts) == 1:
+        return [
+            client.submit(oob_quantiles_block, parts[0], block, seed, lam, quantiles, pure=False)
+            for block in data.parts
+        ]
+    return [
+        client.submit(
+            _oob_quantiles_joined,
+            block,
+            seed,
+            lam,
+            quantiles,
+            *[client.submit(_reached_block, part, block, pure=False) for part in parts],
+            pure=False,
+        )
+        for block in data.parts
+    ]

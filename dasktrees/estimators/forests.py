@@ -241,23 +241,37 @@ class BaseForest(BaseEstimator):
             hard,
             is_classifier,
         )
-        # The most pruned of the best; none without a finite score (no row out of bag).
-        finite = np.isfinite(scores)
-        best = int(np.flatnonzero(scores == scores[finite].max())[-1]) if finite.any() else 0
         self.oob_prune_curve_ = np.column_stack([values, scores])
+        best = _most_pruned_best(scores)
+        grown = shards if shards is not None else self.estimators_
+        best = self._choose_cut(client, data, spec, family, cuts, best, grown)
         value = float(values[best])
         self.prune_ = {
             truncation.PARAMETER[family]: int(value) if float(value).is_integer() else value
         }
-        if best == 0:
-            return
-        cut, criterion = float(cuts[best]), spec.params.criterion
-        if shards is None:
-            self._keep_on_client(
-                truncation.truncate_trees(trees, family, cut, criterion, self.bin_mapper_)
+        self._cut_trees(grown, family, cuts[best], spec.params.criterion)
+
+    def _choose_cut(self, client, data, spec, family, cuts, best, grown) -> int:
+        """The index of the cut to keep, given the best by the out-of-bag score (``best``);
+        the quantile forests look further, by their quantiles' loss."""
+        return best
+
+    def _cut_trees(self, grown, family, cut, criterion):
+        """Keep the grown trees (``TreeShards``, or the client's estimators) cut at ``cut`` of
+        ``family``, where they are: the grown trees themselves for no cut (-inf)."""
+        on_workers = isinstance(grown, TreeShards)
+        if cut == -np.inf:
+            if (self._tree_shards if on_workers else self.estimators_) is not grown:
+                (self._keep_on_workers if on_workers else self._keep_on_client)(grown)
+        elif on_workers:
+            self._keep_on_workers(
+                truncate_shards(grown, family, float(cut), criterion, self.bin_mapper_)
             )
         else:
-            self._keep_on_workers(truncate_shards(shards, family, cut, criterion, self.bin_mapper_))
+            trees = [est.tree_ for est in grown]
+            self._keep_on_client(
+                truncation.truncate_trees(trees, family, float(cut), criterion, self.bin_mapper_)
+            )
 
     def _stores_on_workers(self, client, warm):
         """Whether this fit keeps its trees on the workers (``tree_storage``): a warm start
@@ -1055,7 +1069,7 @@ def _scored_rows(client, data, decision):
 
 
 # What ``_prune_on_oob`` sets.
-PRUNE_RESULTS = ("prune_", "oob_prune_curve_")
+PRUNE_RESULTS = ("prune_", "oob_prune_curve_", "oob_prune_pinball_")
 
 # What ``_set_oob`` sets (a quantile forest's too).
 OOB_RESULTS = (
@@ -1067,6 +1081,13 @@ OOB_RESULTS = (
     "oob_quantiles_",
     "oob_coverage_",
 )
+
+
+def _most_pruned_best(scores):
+    """The index of the largest finite score, the last (the most pruned) of equal ones; 0 (no
+    pruning) without a finite score (no row out of bag)."""
+    finite = np.isfinite(scores)
+    return int(np.flatnonzero(scores == scores[finite].max())[-1]) if finite.any() else 0
 
 
 def _plus_minus(values, q):

@@ -24,7 +24,13 @@ import numpy as np
 from sklearn.utils.validation import check_is_fitted
 
 from ..distributed.client import Client
-from ..distributed.reductions import forest_task, leaf_targets, oob_quantiles, shard_leaf_targets
+from ..distributed.reductions import (
+    forest_task,
+    leaf_targets,
+    oob_pinball,
+    oob_quantiles,
+    shard_leaf_targets,
+)
 from ..distributed.shards import map_parts
 from ..forest.parts import ForestPart, LeafQuantiles
 from ..forest.quantiles import LeafTargets, check_quantiles, is_scalar_quantile
@@ -45,9 +51,10 @@ _QUANTILE_DOC = """
     default_quantiles : float or sequence of floats in [0, 1], default=(0.05, 0.5, 0.95)
         The quantiles of the out-of-bag estimates (``oob_quantiles_``, ``oob_coverage_``) and of
         the ``dasktrees`` command's predictions and interval plot.
-    prune : as above, the sizes scored by the out-of-bag R² of the forest's mean prediction
-        (not yet by the pinball loss of its quantiles); the leaves' targets are those of the
-        cut trees' leaves.
+    prune : as above, with the choice made by the out-of-bag pinball loss of
+        ``default_quantiles``: from the size of best out-of-bag R², the trees are cut one size
+        further, then the next, while the loss falls (more pruned first, then less), and the
+        leaves' targets are those of the cut trees' leaves.
 
     Quantile attributes
     -------------------
@@ -63,6 +70,9 @@ _QUANTILE_DOC = """
         With ``oob_score``: the share of those rows whose target lies between their lowest and
         highest out-of-bag quantile; close to the nominal coverage (0.9 for the default
         quantiles) when the intervals are calibrated.
+    oob_prune_pinball_ : ndarray of shape (n_sizes,)
+        With ``prune``: the mean out-of-bag pinball loss of ``default_quantiles`` at each size
+        of ``oob_prune_curve_`` the choice visited (NaN at the others).
 """
 
 
@@ -87,6 +97,37 @@ class _QuantileMixin(_QuantileBase):
         else:
             self.leaf_targets_ = None
             self._keep_on_workers(shard_leaf_targets(client, data, shards, self._seed, spec.lam))
+
+    def _choose_cut(self, client, data, spec, family, cuts, best, grown) -> int:
+        """The cut of least out-of-bag pinball loss of ``default_quantiles`` found by walking
+        from the mean's best cut (``best``) toward more pruning, or else toward less, while the
+        loss falls (ties to the more pruned). Each cut visited costs a cut of the trees, their
+        leaves' targets and an out-of-bag quantile pass; the losses land in
+        ``oob_prune_pinball_``."""
+        levels = check_quantiles(self.default_quantiles, "default_quantiles")
+        rows = self._draws({id(data.bin_mapper): data}).rows
+        losses = np.full(len(cuts), np.nan)
+
+        def loss(i):
+            if np.isnan(losses[i]):
+                self._cut_trees(grown, family, cuts[i], spec.params.criterion)
+                self._after_growth(client, data, spec)
+                parts = self._quantile_parts(client)
+                losses[i] = oob_pinball(client, rows, parts, self._seed, spec.lam, levels)
+            return losses[i]
+
+        lowest = loss(best)
+        for step in (1, -1):
+            start = best
+            while 0 <= best + step < len(cuts):
+                candidate = loss(best + step)
+                if not (candidate <= lowest if step == 1 else candidate < lowest):
+                    break
+                best, lowest = best + step, candidate
+            if best != start:
+                break
+        self.oob_prune_pinball_ = losses
+        return best
 
     def _quantile_parts(self, client: Client | None = None) -> list:
         """The forest's parts with their leaf targets: the shards (futures), or the client's
