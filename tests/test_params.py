@@ -37,6 +37,8 @@ CASES = {
     "tree_storage": ("disk", "auto"),
     "trees_per_task": (0, 2),
     "n_blocks": (0, 3),
+    "n_jobs": (0, 1),
+    "verbose": (-1, 2),
     "class_weight": ("weird", "balanced"),
 }
 

@@ -164,6 +164,12 @@ PARAMETERS: dict[str, Rule] = {
     "tree_storage": _options("client", "workers", "auto"),
     "trees_per_task": _integer(1, none=True),
     "n_blocks": _integer(1, none=True),
+    "n_jobs": Rule(
+        "None or a nonzero integer", lambda v: v is None or (_is_int(v) and int(v) != 0)
+    ),
+    "verbose": Rule(
+        "a bool or an integer >= 0", lambda v: isinstance(v, bool) or (_is_int(v) and v >= 0)
+    ),
     # classifiers ("balanced_subsample": forests only)
     "class_weight": Rule(
         'a dict, "balanced", "balanced_subsample" or None',
@@ -308,6 +314,8 @@ _FOREST_PARAMETERS = (
     "tree_storage",
     "trees_per_task",
     "n_blocks",
+    "n_jobs",
+    "verbose",
     "class_weight",
 )
 

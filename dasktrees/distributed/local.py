@@ -24,11 +24,13 @@ is running or done, and the pool cannot deadlock.
 from __future__ import annotations
 
 import concurrent.futures
-import os
 from collections.abc import Iterable, Iterator
 from typing import Any, Callable
 
 import dask
+import numba
+
+from ..core.threads import most_threads
 
 
 class InProcessClient:
@@ -37,15 +39,21 @@ class InProcessClient:
     Parameters
     ----------
     n_threads : int, default=None
-        Threads of the pool; None: one per core.
+        Threads of the pool; None: the calling thread's ``numba.get_num_threads()``, what an
+        estimator's ``n_jobs`` set it to (``core.threads``). Each of the pool's threads runs
+        numba's loops and its own pools with as many threads as the pool has.
 
     Use it as a context manager: the pool's threads end with the block.
     """
 
     def __init__(self, n_threads: int | None = None):
-        self.n_threads = n_threads or max(1, os.cpu_count() or 1)
+        self.n_threads = n_threads or numba.get_num_threads()
         self._pool = concurrent.futures.ThreadPoolExecutor(
-            self.n_threads, thread_name_prefix="dasktrees"
+            self.n_threads,
+            thread_name_prefix="dasktrees",
+            # numba keeps its thread count per thread: a new thread would start with them all.
+            initializer=numba.set_num_threads,
+            initargs=(min(self.n_threads, most_threads()),),
         )
 
     def __enter__(self) -> InProcessClient:

@@ -71,6 +71,11 @@ def report_progress(callback: Callable[[int, int], None]) -> Iterator[None]:
         _progress.reset(token)
 
 
+def current_progress() -> Callable[[int, int], None] | None:
+    """The callback ``report_progress`` set around this call, or None."""
+    return _progress.get()
+
+
 @contextlib.contextmanager
 def progress_of_wave(n_before: int, n_max: int) -> Iterator[None]:
     """Within the block, one wave of ``n_estimators="auto"`` reports its trees after the

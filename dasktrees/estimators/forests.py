@@ -33,6 +33,7 @@ from ..core.params import (
     check_tree_params,
     resolve_max_features,
 )
+from ..core.threads import uses_n_jobs
 from ..core.validation import check_2d, check_predict_columns
 from ..distributed import reductions
 from ..distributed.client import client_for, find_client, is_in_process
@@ -77,6 +78,7 @@ from ..learner.binning import BinMapper
 from ..learner.sampling import sampling_rate, tree_counts
 from ..modelfile.format import FOREST_FITTED
 from ..modelfile.writing import save as save_model
+from .fit_log import FitLog
 from .sharded_models import save_sharded
 from .trees import BaseDecisionTree, DecisionTreeClassifier, DecisionTreeRegressor, log_proba
 
@@ -139,6 +141,7 @@ class BaseForest(BaseEstimator):
         # Fail on bad parameters before any work reaches the cluster (resolved again below,
         # once the number of rows is known).
         check_tree_params(self._tree_template(), 2, n_features, is_classifier)
+        log = FitLog(self.verbose, type(self).__name__)
         with client_for(self._cluster() if warm else self.client) as client:
             on_workers = self._stores_on_workers(client, warm)
             mapper = (
@@ -159,6 +162,10 @@ class BaseForest(BaseEstimator):
                 is_classifier=is_classifier,
                 class_weight=class_weight,
                 n_blocks=self.n_blocks,
+            )
+            log.stage(
+                f"{data.n_rows:,} rows x {n_features} features binned, in {len(data.parts)} "
+                f"blocks, on {_where(client)}"
             )
             params = check_tree_params(
                 self._tree_template(), data.n_rows, n_features, is_classifier
@@ -185,33 +192,39 @@ class BaseForest(BaseEstimator):
                         'n_estimators="auto" needs the trees on the client (its waves are '
                         "checked there): call gather_trees() first"
                     )
-                new_trees = self._grow_until_converged(
-                    client, data, spec, n_existing, is_classifier
-                )
+                with log.trees():
+                    new_trees = self._grow_until_converged(
+                        client, data, spec, n_existing, is_classifier
+                    )
             elif n_existing < self.n_estimators:
-                new_trees, self.mode_ = grow_forest(
-                    client,
-                    data,
-                    spec,
-                    list(range(n_existing, self.n_estimators)),
-                    self.trees_per_task,
-                    self.mode,
-                    on_workers=on_workers,
-                )
+                with log.trees():
+                    new_trees, self.mode_ = grow_forest(
+                        client,
+                        data,
+                        spec,
+                        list(range(n_existing, self.n_estimators)),
+                        self.trees_per_task,
+                        self.mode,
+                        on_workers=on_workers,
+                    )
             else:  # a warm start with every tree grown already
                 new_trees = []
             self._set_fitted(data, params, new_trees, warm, is_classifier)
+            log.stage(f"{len(self.estimators_) - n_existing} trees grown ({self.mode_} mode)")
             if getattr(self, "prune", None) is not None:
                 self._prune_on_oob(client, data, spec, is_classifier)
+                log.stage(f"trees cut on their out-of-bag rows: {self.prune_}")
             else:
                 for name in PRUNE_RESULTS:
                     self.__dict__.pop(name, None)
             self._after_growth(client, data, spec)
             if self.oob_score:
                 self._set_oob(client, self._draws({id(data.bin_mapper): data}), spec.lam)
+                log.stage(f"out-of-bag score {self.oob_score_:.4f}")
             else:  # a fit without them: no results of an earlier fit's trees left behind
                 for name in OOB_RESULTS:
                     self.__dict__.pop(name, None)
+        log.done()
         return self
 
     def _prune_on_oob(self, client, data, spec, is_classifier):
@@ -547,6 +560,7 @@ class BaseForest(BaseEstimator):
             return self._tree_shards.importances
         return np.array([est.tree_.compute_feature_importances() for est in self.estimators_])
 
+    @uses_n_jobs
     def oob_permutation_importance(
         self,
         X: Data,
@@ -596,6 +610,7 @@ class BaseForest(BaseEstimator):
             )
         return _importance_bunch(increase.reshape(increase.shape[0], -1))
 
+    @uses_n_jobs
     def oob_impurity_importance(self, X: Data, y: Data, sample_weight: Data | None = None) -> Bunch:
         """Debiased impurity importance on each tree's out-of-bag rows (MDI-oob, Li et al.
         2019).
@@ -725,6 +740,7 @@ class BaseForest(BaseEstimator):
         self._needs_one_fit("to_sklearn")
         return forest_to_sklearn(self)
 
+    @uses_n_jobs
     def shap_values(self, X: Data) -> np.ndarray | da.Array:
         """Exact path-dependent TreeSHAP values (Lundberg et al. 2020): each feature's share of
         each row's prediction (``dasktrees.treeshap``; docs/forests.md).
@@ -841,6 +857,7 @@ class BaseForest(BaseEstimator):
 
     # ---- prediction ----------------------------------------------------------------------------
 
+    @uses_n_jobs
     def apply(self, X: Data) -> np.ndarray | da.Array:
         """The leaf each sample reaches in each tree, as scikit-learn's forests give it.
 
@@ -862,6 +879,7 @@ class BaseForest(BaseEstimator):
             parts = [ForestPart(0, self.forest_, leaf_ids=leaf_ids)]
         return self._by_rows(X, Leaves(), self.n_estimators_, np.int64, parts)
 
+    @uses_n_jobs
     def decision_path(self, X: ArrayLike) -> tuple[sparse.csr_matrix, np.ndarray]:
         """The nodes each sample goes through in each tree, as scikit-learn's forests give them.
 
@@ -1083,6 +1101,13 @@ OOB_RESULTS = (
 )
 
 
+def _where(client) -> str:
+    """Where a fit's tasks run, as its log says it."""
+    if is_in_process(client):
+        return f"{client.n_threads} threads of this process"
+    return f"the cluster at {client.scheduler.address}"
+
+
 def _most_pruned_best(scores):
     """The index of the largest finite score, the last (the most pruned) of equal ones; 0 (no
     pruning) without a finite score (no row out of bag)."""
@@ -1228,6 +1253,7 @@ FOREST_DOC = """
 
 
 class _ForestClassifierMixin(ClassifierMixin):
+    @uses_n_jobs
     def fit(self, X: Data, y: Data, sample_weight: Data | None = None) -> BaseForest:
         """Grow the forest on X and class labels y (numpy, pandas or dask)."""
         return self._fit(X, y, sample_weight, is_classifier=True)
@@ -1235,10 +1261,12 @@ class _ForestClassifierMixin(ClassifierMixin):
     def _voting_code(self):
         return SOFT if self.voting == "soft" else HARD
 
+    @uses_n_jobs
     def predict_proba(self, X: Data) -> np.ndarray | da.Array:
         """Mean class probability over trees (soft) or share of tree votes (hard)."""
         return self._votes(X, self._voting_code())
 
+    @uses_n_jobs
     def predict_log_proba(self, X: Data) -> np.ndarray | da.Array:
         """Logarithm of ``predict_proba`` (minus infinity where it is 0, without a warning)."""
         proba = self.predict_proba(X)
@@ -1248,6 +1276,7 @@ class _ForestClassifierMixin(ClassifierMixin):
             return da.map_blocks(log_proba, proba, dtype=proba.dtype)
         return log_proba(proba)
 
+    @uses_n_jobs
     def predict(self, X: Data) -> np.ndarray | da.Array:
         """The class with the largest mean probability (soft) or most votes (hard)."""
         proba = self.predict_proba(X)
@@ -1278,10 +1307,12 @@ class _ForestClassifierMixin(ClassifierMixin):
 
 
 class _ForestRegressorMixin(RegressorMixin):
+    @uses_n_jobs
     def fit(self, X: Data, y: Data, sample_weight: Data | None = None) -> BaseForest:
         """Grow the forest on X and numeric targets y (numpy, pandas or dask)."""
         return self._fit(X, y, sample_weight, is_classifier=False)
 
+    @uses_n_jobs
     def predict(
         self, X: Data, return_std: bool = False
     ) -> np.ndarray | da.Array | tuple[np.ndarray | da.Array, np.ndarray | da.Array]:
@@ -1340,6 +1371,7 @@ class _ForestRegressorMixin(RegressorMixin):
             y_true, decision = _scored_rows(client, draws.rows, decision)
             self.oob_score_ = self.oob_score(y_true, decision[:, 0])
 
+    @uses_n_jobs
     def predict_interval(self, X: Data, coverage: float = 0.9) -> np.ndarray | da.Array:
         """Prediction intervals calibrated on the out-of-bag rows: split conformal prediction
         with each training row's out-of-bag prediction in place of a held-out set
@@ -1448,6 +1480,8 @@ class RandomForestClassifier(_ForestClassifierMixin, BaseForest):
         n_blocks=None,
         mode="auto",
         tree_storage="client",
+        n_jobs=None,
+        verbose=0,
     ):
         keep_init_arguments(self, locals())
 
@@ -1492,6 +1526,8 @@ class ExtraTreesClassifier(RandomForestClassifier):
         n_blocks=None,
         mode="auto",
         tree_storage="client",
+        n_jobs=None,
+        verbose=0,
     ):
         keep_init_arguments(self, locals())
 
@@ -1542,6 +1578,8 @@ class RandomForestRegressor(_ForestRegressorMixin, BaseForest):
         n_blocks=None,
         mode="auto",
         tree_storage="client",
+        n_jobs=None,
+        verbose=0,
     ):
         keep_init_arguments(self, locals())
 
@@ -1582,5 +1620,7 @@ class ExtraTreesRegressor(RandomForestRegressor):
         n_blocks=None,
         mode="auto",
         tree_storage="client",
+        n_jobs=None,
+        verbose=0,
     ):
         keep_init_arguments(self, locals())

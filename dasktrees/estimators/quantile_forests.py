@@ -23,6 +23,7 @@ import dask.array as da
 import numpy as np
 from sklearn.utils.validation import check_is_fitted
 
+from ..core.threads import uses_n_jobs
 from ..distributed.client import Client
 from ..distributed.reductions import (
     forest_task,
@@ -172,6 +173,7 @@ class _QuantileMixin(_QuantileBase):
 
     # Not the regressor's signature: ``quantiles`` comes second (the public API), so that
     # ``predict(X, 0.5)`` asks for a quantile, where the regressor's second is ``return_std``.
+    @uses_n_jobs
     def predict(  # type: ignore[override]
         self, X: Data, quantiles: float | list[float] | None = None, return_std: bool = False
     ) -> np.ndarray | da.Array | tuple[np.ndarray | da.Array, np.ndarray | da.Array]:
@@ -253,6 +255,8 @@ class RandomForestQuantileRegressor(_QuantileMixin, RandomForestRegressor):
         n_blocks=None,
         mode="auto",
         tree_storage="client",
+        n_jobs=None,
+        verbose=0,
     ):
         keep_init_arguments(self, locals())
 
@@ -298,5 +302,7 @@ class ExtraTreesQuantileRegressor(_QuantileMixin, ExtraTreesRegressor):
         n_blocks=None,
         mode="auto",
         tree_storage="client",
+        n_jobs=None,
+        verbose=0,
     ):
         keep_init_arguments(self, locals())

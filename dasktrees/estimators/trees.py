@@ -15,6 +15,7 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_consistent_length, check_is_fitted, validate_data
 
 from ..core.params import check_tree_params
+from ..core.threads import uses_n_jobs
 from ..core.validation import check_2d, check_predict_columns, check_sample_weight, check_target
 from ..forest import treeshap
 from ..learner.binning import BinMapper
@@ -44,6 +45,7 @@ class BaseDecisionTree(BaseEstimator):
         categorical_features=None,
         min_samples_category=1,
         categorical_order="node",
+        n_jobs=None,
     ):
         self.criterion = criterion
         self.splitter = splitter
@@ -60,6 +62,7 @@ class BaseDecisionTree(BaseEstimator):
         self.categorical_features = categorical_features
         self.min_samples_category = min_samples_category
         self.categorical_order = categorical_order
+        self.n_jobs = n_jobs
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -113,6 +116,7 @@ class BaseDecisionTree(BaseEstimator):
         )
         return self
 
+    @uses_n_jobs
     def cost_complexity_pruning_path(
         self, X: ArrayLike, y: ArrayLike, sample_weight: ArrayLike | None = None
     ) -> Bunch:
@@ -138,11 +142,13 @@ class BaseDecisionTree(BaseEstimator):
         check_predict_columns(self, X)
         return self.bin_mapper_.encode(X)
 
+    @uses_n_jobs
     def apply(self, X: ArrayLike) -> np.ndarray:
         """Index of the leaf each sample ends up in: ndarray of int64, shape (n_samples,)."""
         encoded = self._encode(X)
         return self.tree_.apply(encoded)
 
+    @uses_n_jobs
     def decision_path(self, X: ArrayLike) -> csr_matrix:
         """Sparse (CSR) indicator of the nodes each sample goes through,
         shape (n_samples, n_nodes)."""
@@ -174,6 +180,7 @@ class BaseDecisionTree(BaseEstimator):
 
         return tree_to_sklearn(self)
 
+    @uses_n_jobs
     def shap_values(self, X: ArrayLike) -> np.ndarray:
         """Exact path-dependent TreeSHAP values (Lundberg et al. 2020): each feature's share of
         each row's prediction, as for the forests (``RandomForestRegressor.shap_values``).
@@ -284,6 +291,7 @@ class DecisionTreeClassifier(ClassifierMixin, BaseDecisionTree):
         categorical_features=None,
         min_samples_category=1,
         categorical_order="node",
+        n_jobs=None,
     ):
         super().__init__(
             criterion=criterion,
@@ -301,25 +309,30 @@ class DecisionTreeClassifier(ClassifierMixin, BaseDecisionTree):
             categorical_features=categorical_features,
             min_samples_category=min_samples_category,
             categorical_order=categorical_order,
+            n_jobs=n_jobs,
         )
         self.class_weight = class_weight
 
+    @uses_n_jobs
     def fit(
         self, X: ArrayLike, y: ArrayLike, sample_weight: ArrayLike | None = None
     ) -> DecisionTreeClassifier:
         """Grow the tree on X (numpy array or pandas DataFrame) and class labels y."""
         return self._fit(X, y, sample_weight, is_classifier=True)
 
+    @uses_n_jobs
     def predict_proba(self, X: ArrayLike) -> np.ndarray:
         """Class probabilities: weighted class fractions of each sample's leaf,
         shape (n_samples, n_classes)."""
         encoded = self._encode(X)
         return self.tree_.predict(encoded)
 
+    @uses_n_jobs
     def predict_log_proba(self, X: ArrayLike) -> np.ndarray:
         """Logarithm of ``predict_proba``."""
         return log_proba(self.predict_proba(X))
 
+    @uses_n_jobs
     def predict(self, X: ArrayLike) -> np.ndarray:
         """Most probable class of each sample."""
         leaves = self.apply(X)
@@ -352,6 +365,7 @@ class DecisionTreeRegressor(RegressorMixin, BaseDecisionTree):
         categorical_features=None,
         min_samples_category=1,
         categorical_order="node",
+        n_jobs=None,
     ):
         super().__init__(
             criterion=criterion,
@@ -369,14 +383,17 @@ class DecisionTreeRegressor(RegressorMixin, BaseDecisionTree):
             categorical_features=categorical_features,
             min_samples_category=min_samples_category,
             categorical_order=categorical_order,
+            n_jobs=n_jobs,
         )
 
+    @uses_n_jobs
     def fit(
         self, X: ArrayLike, y: ArrayLike, sample_weight: ArrayLike | None = None
     ) -> DecisionTreeRegressor:
         """Grow the tree on X (numpy array or pandas DataFrame) and numeric targets y."""
         return self._fit(X, y, sample_weight, is_classifier=False)
 
+    @uses_n_jobs
     def predict(self, X: ArrayLike) -> np.ndarray:
         """Mean target of each sample's leaf: ndarray of shape (n_samples,)."""
         encoded = self._encode(X)
