@@ -49,6 +49,20 @@ def test_binning_kernel_matches_searchsorted(seed, n, max_bins):
     expected = np.searchsorted(edges, values, side="left")
     expected[np.isnan(values)] = MISSING_BIN
     np.testing.assert_array_equal(out, expected)
+    # No edge sits on a value but the largest (a quantile among ties moves half-way up), and
+    # the values fall in the bins of the quantiles themselves.
+    present = np.unique(values[~np.isnan(values)])
+    assert not np.isin(edges, present[:-1]).any()
+    if len(present) > max_bins:
+        ordered = np.sort(values[~np.isnan(values)])
+        positions = (len(ordered) - 1) * np.linspace(0.0, 1.0, max_bins + 1)[1:-1]
+        quantiles = np.unique(
+            (ordered[np.floor(positions).astype(int)] + ordered[np.ceil(positions).astype(int)]) / 2
+        )
+        np.testing.assert_array_equal(
+            np.searchsorted(edges, present, side="left"),
+            np.searchsorted(quantiles, present, side="left"),
+        )
 
 
 def test_nan_goes_to_the_missing_bin():

@@ -107,6 +107,12 @@ def test_a_forest_is_the_sequence_of_its_trees(cancer):
     np.testing.assert_allclose(forest.predict_proba(X), mean, rtol=0, atol=1e-12)
     with pytest.raises(AttributeError):
         len(RandomForestClassifier())  # unfitted, as scikit-learn's ensembles
+    # estimator_: the template each tree was grown as, unfitted, as scikit-learn's
+    template = forest.estimator_
+    assert type(template) is type(forest[0]) and not hasattr(template, "tree_")
+    assert template.get_params() == {**forest[0].get_params()}
+    assert template.max_depth == 4 and template.max_features == "sqrt"
+    assert not hasattr(RandomForestClassifier(), "estimator_")
 
 
 @pytest.mark.parametrize("sampling", [{}, {"max_samples": 0.3}, {"bootstrap": False}])

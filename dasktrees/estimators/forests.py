@@ -462,6 +462,13 @@ class BaseForest(BaseEstimator):
         check_is_fitted(self, "estimators_")
         return len(self.estimators_)
 
+    @property
+    def estimator_(self):
+        """The unfitted tree every tree of the forest was grown as (its kind and the forest's
+        tree parameters), scikit-learn's ``estimator_``."""
+        check_is_fitted(self, "estimators_")
+        return self._tree_template()
+
     # ---- the ensemble protocol (scikit-learn's ``BaseEnsemble``) ---------------------------------
 
     def __len__(self) -> int:

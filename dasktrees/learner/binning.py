@@ -20,7 +20,8 @@ def numeric_bin_edges(values, max_bins):
     With at most ``max_bins`` distinct values every value gets its own bin and the edges are the
     midpoints between neighbouring values, so small data is split exactly as CART splits it.
     Otherwise the edges are ``max_bins - 1`` quantiles of ``values`` (midpoint interpolation;
-    fewer edges where quantiles tie).
+    fewer edges where quantiles tie), each one that falls on a value (among tied values) moved
+    half-way to the next distinct value: an edge is never a sampled value but the largest.
 
     Parameters
     ----------
@@ -54,6 +55,13 @@ def numeric_bin_edges(values, max_bins):
     below = ordered[np.floor(positions).astype(np.int64)]
     above = ordered[np.ceil(positions).astype(np.int64)]
     edges = np.unique(below + (above - below) / 2)
+    # A quantile among tied values is that value: its edge moves half-way to the next distinct
+    # value. The values on each side stay, and no sampled value sits on a threshold, where a
+    # comparison in float32 (scikit-learn's trees, ``to_sklearn``) could send it the other way.
+    distinct = ordered[is_new]
+    above_edge = np.searchsorted(distinct, edges, side="right")
+    on_value = (distinct[above_edge - 1] == edges) & (above_edge < distinct.size)
+    edges[on_value] += (distinct[above_edge[on_value]] - edges[on_value]) / 2
     bounds = np.concatenate([ordered[:1], edges, ordered[-1:]])
     return edges, (bounds[:-1] + bounds[1:]) / 2
 
