@@ -62,6 +62,7 @@ def numeric_bin_edges(values, max_bins):
     above_edge = np.searchsorted(distinct, edges, side="right")
     on_value = (distinct[above_edge - 1] == edges) & (above_edge < distinct.size)
     edges[on_value] += (distinct[above_edge[on_value]] - edges[on_value]) / 2
+    edges = np.unique(edges)  # one moved onto the midpoint of the same two values
     bounds = np.concatenate([ordered[:1], edges, ordered[-1:]])
     return edges, (bounds[:-1] + bounds[1:]) / 2
 
