@@ -89,6 +89,10 @@ def test_criterion_depends_on_the_task():
 def test_combinations_are_checked_after_each_value():
     problems = check_params(ExtraTreesClassifier, {"oob_score": True}, True)
     assert problems == [
-        ("model.params", "oob_score needs bootstrap=True or max_samples: every row is in bag")
+        (
+            "model.params",
+            "oob_score: Out of bag estimation only available if bootstrap=True or max_samples "
+            "is set (every row is in bag)",
+        )
     ]
     assert check_params(ExtraTreesClassifier, {"oob_score": True, "bootstrap": True}, True) == []

@@ -143,3 +143,20 @@ def test_estimators_samples_are_the_rows_each_tree_drew(where, cancer, sampling)
     np.testing.assert_allclose(
         forest.oob_decision_function_, summed / left_out[:, None], rtol=0, atol=1e-12
     )
+
+
+def test_scikit_learns_warnings_few_trees_and_a_warm_start_adding_none(cancer):
+    """scikit-learn's forests warn when some rows have no out-of-bag value, and when a warm
+    start adds no tree; ours do, with its words."""
+    X, y = cancer
+    with pytest.warns(UserWarning, match="Some inputs do not have OOB scores") as caught:
+        forest = RandomForestClassifier(n_estimators=2, random_state=0, oob_score=True)
+        forest.fit(X, y)
+    n_missing = int(np.isnan(forest.oob_decision_function_[:, 0]).sum())
+    assert n_missing > 0 and f"{n_missing:,} of {len(y):,} rows" in str(caught[0].message)
+    forest.set_params(n_estimators=40).fit(X, y)  # warm_start=False: a new forest, every row out
+    trees = list(forest.estimators_)
+    forest.set_params(warm_start=True)
+    with pytest.warns(UserWarning, match="Warm-start fitting without increasing n_estimators"):
+        forest.fit(X, y)
+    assert all(a is b for a, b in zip(forest.estimators_, trees))

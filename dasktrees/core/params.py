@@ -325,7 +325,10 @@ def check_forest_params(est) -> None:
     the trees' are ``check_tree_params``'. Raises ``ValueError`` naming the parameter."""
     _check(est, [name for name in _FOREST_PARAMETERS if hasattr(est, name)])
     if est.oob_score and not (est.bootstrap or est.max_samples is not None):
-        raise ValueError("oob_score needs bootstrap=True or max_samples: every row is in bag")
+        raise ValueError(
+            "oob_score: Out of bag estimation only available if bootstrap=True or max_samples "
+            "is set (every row is in bag)"
+        )
     if getattr(est, "prune", None) is not None and not (
         est.bootstrap or est.max_samples is not None
     ):

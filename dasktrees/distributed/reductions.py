@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import operator
+import warnings
 from collections.abc import Sequence
 
 import dask.array as da
@@ -226,6 +227,14 @@ def oob_estimates(
         else:
             curve = np.array([from_exact(loss) for loss in losses]) / scored
     n_scored = scored[-1]
+    if n_scored < draws.rows.n_rows:
+        warnings.warn(
+            f"Some inputs do not have OOB scores: {draws.rows.n_rows - n_scored:,} of "
+            f"{draws.rows.n_rows:,} rows were drawn by every tree, and their out-of-bag values "
+            "are NaN (the score leaves them out). More trees leave every row out of some.",
+            UserWarning,
+            stacklevel=2,
+        )
     y_sums = [sum(block[1][k] for block in summaries) for k in range(2)]
     score = scores_of(losses[-1:], n_scored, y_sums, classification)[0]
     decisions = [client.submit(_decision, r) for r in results]

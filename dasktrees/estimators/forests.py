@@ -12,6 +12,7 @@ import numbers
 import operator
 import os
 import pickle
+import warnings
 from collections.abc import Sequence
 from functools import partial
 from typing import Any, ClassVar
@@ -208,6 +209,11 @@ class BaseForest(BaseEstimator):
                         on_workers=on_workers,
                     )
             else:  # a warm start with every tree grown already
+                warnings.warn(
+                    "Warm-start fitting without increasing n_estimators does not fit new trees.",
+                    UserWarning,
+                    stacklevel=3,
+                )
                 new_trees = []
             self._set_fitted(data, params, new_trees, warm, is_classifier)
             log.stage(f"{len(self.estimators_) - n_existing} trees grown ({self.mode_} mode)")
