@@ -30,6 +30,7 @@ from dasktrees.learner.splitting import (
     category_order,
     cut_score,
     partition,
+    random_cut,
     scan_cuts,
     split_score,
 )
@@ -478,3 +479,25 @@ def test_build_histograms_fills_what_build_histogram_fills(criterion, n_classes)
         ordered = np.zeros((N_BIN_CODES, n_channels))
         build_histogram(node_codes, f, identity, 100, 2900, y, w, criterion, ordered, touched)
         np.testing.assert_array_equal(ordered, one)
+
+
+def test_random_cut_falls_where_the_drawn_threshold_falls_across_empty_bins():
+    """A node filling bins 2, 3 and 20 of values 0, 1, ..., 255: the threshold t is uniform
+    between 2 and 20. The rows go left up to the last filled bin at most t, and the empty bins
+    4 .. 19 go left up to t too (the bin threshold is the last bin of value at most t), as new
+    rows there would with t itself; not all right, as a cut at the left bin's edge sent them."""
+    from dasktrees.core.rng import mix64, next_uniform
+
+    bins = np.array([2, 3, 20], dtype=np.int32)
+    values = np.arange(N_BIN_CODES, dtype=np.float64)
+    thresholds = []
+    for key in range(400):
+        state = np.array([mix64(np.uint64(key))], dtype=np.uint64)
+        t = 2.0 + next_uniform(state.copy()) * 18.0
+        position, bin_threshold = random_cut(bins, 3, values, state)
+        assert position == (0 if t < 3.0 else 1)
+        assert bin_threshold == (2 if t < 3.0 else min(int(t), 19))
+        thresholds.append(bin_threshold)
+    # Spread over the gap as t is: about 1/18 of the draws a bin, none beyond it.
+    counts = np.bincount(thresholds, minlength=20)
+    assert counts[:2].sum() == 0 and counts[4:20].min() > 5

@@ -413,11 +413,12 @@ def _evaluate_feature(f, filled, n_touched, node_impurity, best, tables, rules, 
             for j in range(np.uint64(n_touched)):
                 order[j] = j
         only_cut = -1
+        random_bin = 0  # a numeric random cut's bin threshold (``random_cut``)
         if random_splitter and n_touched >= 2:
             if is_categorical[f]:
                 only_cut = random_category_cut(n_touched, state)
             else:
-                only_cut = random_cut(bins, n_touched, bin_values[f], state)
+                only_cut, random_bin = random_cut(bins, n_touched, bin_values[f], state)
         score, position, missing_left = scan_cuts(
             stats,
             order,
@@ -450,7 +451,9 @@ def _evaluate_feature(f, filled, n_touched, node_impurity, best, tables, rules, 
             if not is_categorical[f]:
                 if position == n_touched - 1:  # split on missingness: all values left
                     bin_threshold = n_bins[f] - 1
-                elif not random_splitter:
+                elif random_splitter:
+                    bin_threshold = random_bin
+                else:
                     bin_threshold = middle_edge(
                         bins[position], bins[position + 1], bin_values[f], edges[f]
                     )
