@@ -11,8 +11,8 @@ binned learner can tell apart). Real tables: the eight of ``bench_intervals.py``
 (regression; diamonds as 10,000 rows) and the classification tables of ``bench_oob_tuning.py``
 up to 20,000 rows, 5-fold (shuffled, seed 0), 100 trees, ``random_state=0``; RMSE or
 misclassification rate of dasktrees' extra-trees as a ratio to scikit-learn's, and of both
-random forests for comparison. All in one process, without a
-Dask client (no timing). Writes ``benchmarks/results/extra_trees.json``.
+random forests for comparison, and the noise of the extra-trees' ratio (``noise``). All in one
+process, without a Dask client (no timing). Writes ``benchmarks/results/extra_trees.json``.
 """
 
 import argparse
@@ -60,6 +60,13 @@ def synthetic(n_rows, seeds):
     return {k: round(float(np.mean(v)), 4) for k, v in scores.items()}
 
 
+def noise(ours, theirs):
+    """Two standard errors of the mean per-row loss difference, paired on the rows, as a share
+    of scikit-learn's mean loss (for an RMSE ratio, about half of it)."""
+    difference = ours - theirs
+    return 2.0 * difference.std(ddof=1) / np.sqrt(len(difference)) / theirs.mean()
+
+
 def real_table(name):
     """5-fold error of both libraries' extra-trees and random forests on one table."""
     import sklearn.ensemble as sk
@@ -93,6 +100,7 @@ def real_table(name):
             else:
                 losses[m][test] = (predicted - y[test]) ** 2
     error = {m: float(v.mean() if classification else np.sqrt(v.mean())) for m, v in losses.items()}
+    theirs = "scikit-learn extra-trees"
     return {
         "table": name,
         "rows": len(y),
@@ -104,6 +112,7 @@ def real_table(name):
         "random forest ratio": round(
             error["dasktrees random forest"] / error["scikit-learn random forest"], 4
         ),
+        "extra-trees noise": round(noise(losses["dasktrees extra-trees"], losses[theirs]), 4),
     }
 
 

@@ -8,11 +8,11 @@ The installed scikit-learn's ``sklearn/ensemble/tests/test_forest.py`` is copied
 directory with one change: the four forests (``RandomForestClassifier``,
 ``RandomForestRegressor``, ``ExtraTreesClassifier``, ``ExtraTreesRegressor``) are imported from
 dasktrees instead of ``sklearn.ensemble`` (``RandomTreesEmbedding``, which dasktrees has not,
-stays scikit-learn's). pytest runs it in a process of its own, without a Dask client (the
-forests run on threads). The outcome of every test is read from pytest's JUnit XML report; the
-failures are grouped by the first line of their error. Writes
-``benchmarks/results/sklearn_forest_tests.json``: the counts, each failing test with its error
-line, and the groups, largest first.
+stays scikit-learn's). pytest runs it in a process of its own, with scikit-learn's fixtures
+(``sklearn.conftest``), without a Dask client (the forests run on threads). The outcome of every
+test is read from pytest's JUnit XML report; the failures are grouped by the first line of their
+error. Writes ``benchmarks/results/sklearn_forest_tests.json``: the counts, each failing test
+with its error line, and the groups, largest first.
 """
 
 import argparse
@@ -79,6 +79,8 @@ def main():
         report = Path(tmp) / "report.xml"
         command = [sys.executable, "-m", "pytest", str(module), "-q", "-p", "no:cacheprovider"]
         command += ["--junitxml", str(report), "--rootdir", tmp, "-o", "addopts="]
+        # scikit-learn's fixtures (``global_random_seed``, ...), as its own test run loads them.
+        command += ["-p", "sklearn.conftest"]
         if args.k:
             command += ["-k", args.k]
         subprocess.run(command, cwd=tmp, check=False, capture_output=True)

@@ -160,3 +160,25 @@ def test_scikit_learns_warnings_few_trees_and_a_warm_start_adding_none(cancer):
     with pytest.warns(UserWarning, match="Warm-start fitting without increasing n_estimators"):
         forest.fit(X, y)
     assert all(a is b for a, b in zip(forest.estimators_, trees))
+
+
+def test_importances_sum_to_one_when_some_trees_are_one_leaf():
+    """scikit-learn's rule (its forest test module's case): trees of one leaf are left out of
+    the mean, which sums to one; a forest where no tree splits has zero importances."""
+    from sklearn.datasets import make_classification
+
+    from dasktrees import RandomForestRegressor
+
+    X, y = make_classification(n_samples=15, n_informative=3, random_state=1, n_classes=3)
+    forest = RandomForestClassifier(min_samples_leaf=5, random_state=42, n_estimators=200)
+    forest.fit(X, y)
+    per_tree = np.array([t.tree_.compute_feature_importances() for t in forest.estimators_])
+    split = per_tree.sum(axis=1) > 0
+    assert 0 < split.sum() < 200  # some trees are one leaf
+    np.testing.assert_allclose(forest.feature_importances_.sum(), 1.0, rtol=0, atol=1e-12)
+    mean = per_tree[split].mean(axis=0)
+    np.testing.assert_allclose(forest.feature_importances_, mean / mean.sum(), atol=1e-15)
+    np.testing.assert_allclose(forest.feature_importances_std_, per_tree[split].std(axis=0))
+    flat = RandomForestRegressor(n_estimators=5).fit(np.zeros((10, 3)), np.ones(10))
+    np.testing.assert_array_equal(flat.feature_importances_, np.zeros(3))
+    np.testing.assert_array_equal(flat.feature_importances_std_, np.zeros(3))

@@ -559,19 +559,31 @@ class BaseForest(BaseEstimator):
 
     @property
     def feature_importances_(self) -> np.ndarray:
-        """Mean decrease in impurity, averaged over the trees (each tree's normalized)."""
-        return self._tree_importances().mean(axis=0)
+        """Mean decrease in impurity, averaged over the trees that split (each tree's
+        normalized) and normalized to sum to one, as scikit-learn's; zeros if no tree split."""
+        importances = self._tree_importances()
+        if not len(importances):
+            return np.zeros(self.n_features_in_)
+        mean = importances.mean(axis=0)
+        return mean / mean.sum()
 
     @property
     def feature_importances_std_(self) -> np.ndarray:
-        """Standard deviation of the trees' mean decrease in impurity."""
-        return self._tree_importances().std(axis=0)
+        """Standard deviation of the mean decrease in impurity over the trees that split."""
+        importances = self._tree_importances()
+        return importances.std(axis=0) if len(importances) else np.zeros(self.n_features_in_)
 
     def _tree_importances(self):
+        """Each tree's normalized importances, of the trees whose splits decreased the impurity
+        (a tree of one leaf has none: scikit-learn leaves such trees out of the mean)."""
         check_is_fitted(self, "estimators_")
         if self._tree_shards is not None:
-            return self._tree_shards.importances
-        return np.array([est.tree_.compute_feature_importances() for est in self.estimators_])
+            importances = self._tree_shards.importances
+        else:
+            importances = np.array(
+                [est.tree_.compute_feature_importances() for est in self.estimators_]
+            )
+        return importances[importances.sum(axis=1) > 0.0]
 
     @uses_n_jobs
     def oob_permutation_importance(
@@ -1241,7 +1253,8 @@ FOREST_DOC = """
     classes_, n_classes_ : classifiers only
     n_features_in_, feature_names_in_, max_features_ :
     feature_importances_, feature_importances_std_ : ndarray of shape (n_features,)
-        Mean decrease in impurity, mean and standard deviation over the trees.
+        Mean decrease in impurity, mean (summing to one) and standard deviation over the trees
+        that split.
     oob_score_, oob_curve_ : float and ndarray of shape (n_estimators,)
         With ``oob_score``: accuracy / R² of the out-of-bag votes, and the out-of-bag error
         (misclassification rate / mean squared error) after 1, 2, ... trees.
