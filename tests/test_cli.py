@@ -812,19 +812,24 @@ def test_validate_accepts_every_shipped_config_but_slurm(capsys):
     assert config.cluster.class_ == "dask_jobqueue.SLURMCluster"
 
 
-def run_quickstart(capsys, client, output, *settings):
-    """configs/quickstart.yaml on the session's cluster, with ``--set`` ``settings``."""
+def run_config(capsys, client, config, output, *settings):
+    """``dasktrees run`` of ``config`` on the session's cluster, with ``--set`` ``settings``."""
     sets = [arg for setting in settings for arg in ("--set", setting)]
     return run_cli(
         capsys,
         "run",
-        CONFIGS / "quickstart.yaml",
+        config,
         "--set",
         f"cluster={{address: {client.scheduler.address}}}",
         *sets,
         "--output",
         output,
     )
+
+
+def run_quickstart(capsys, client, output, *settings):
+    """configs/quickstart.yaml on the session's cluster, with ``--set`` ``settings``."""
+    return run_config(capsys, client, CONFIGS / "quickstart.yaml", output, *settings)
 
 
 def test_failed_run_is_marked_and_keeps_no_model(capsys, tmp_path, client):

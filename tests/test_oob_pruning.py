@@ -299,20 +299,11 @@ def test_the_command_writes_a_quantile_forests_pinball_losses(capsys, tmp_path, 
 
     import pandas as pd
 
-    from .test_cli import CONFIGS, run_cli
+    from .test_cli import CONFIGS, run_config
 
-    code, out, err = run_cli(
-        capsys,
-        "run",
-        CONFIGS / "quantiles.yaml",
-        "--set",
-        f"cluster={{address: {client.scheduler.address}}}",
-        "--set",
-        "model.params.n_estimators=10",
-        "--set",
-        "model.prune=oob",
-        "--output",
-        tmp_path / "run",
+    settings = ("model.params.n_estimators=10", "model.prune=oob")
+    code, out, err = run_config(
+        capsys, client, CONFIGS / "quantiles.yaml", tmp_path / "run", *settings
     )
     assert code == 0, err
     run_dir = tmp_path / "run"
