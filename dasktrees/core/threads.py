@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import numbers
 import os
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 import numba
-import numpy as np
+
+from .params import PARAMETERS
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -38,13 +40,16 @@ def effective_n_jobs(n_jobs: int | None) -> int:
     reading, ``n_cpus + 1 + n_jobs``), at least one; a positive k: k. Zero and anything else
     are refused.
     """
+    rule = PARAMETERS["n_jobs"]  # what the experiment file's model.params.n_jobs accepts
+    if not rule.accepts(n_jobs):
+        # The one integer refused is 0 (a ValueError); anything not an integer, a bool
+        # included, is a TypeError.
+        is_int = isinstance(n_jobs, numbers.Integral) and not isinstance(n_jobs, bool)
+        error = ValueError if is_int else TypeError
+        raise error(f"n_jobs must be {rule.expected}, got {n_jobs!r}")
     if n_jobs is None:
         return most_threads()
-    if isinstance(n_jobs, bool) or not isinstance(n_jobs, (int, np.integer)):
-        raise TypeError(f"n_jobs must be None or a nonzero integer, got {n_jobs!r}")
     n_jobs = int(n_jobs)
-    if n_jobs == 0:
-        raise ValueError("n_jobs must be None or a nonzero integer, got 0")
     if n_jobs < 0:
         n_jobs = max(1, (os.cpu_count() or 1) + 1 + n_jobs)
     return min(n_jobs, most_threads())
