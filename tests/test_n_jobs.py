@@ -89,9 +89,8 @@ class _TimedForest(RandomForestClassifier):
 
     def fit(self, X, y, sample_weight=None):
         self.threads_ = effective_n_jobs(self.n_jobs)
-        start_cpu, start = time.process_time(), time.perf_counter()
-        super().fit(X, y, sample_weight)
-        self.cpu_per_wall_ = (time.process_time() - start_cpu) / (time.perf_counter() - start)
+        grow = RandomForestClassifier.fit
+        self.cpu_per_wall_, _ = _cpu_per_wall(lambda: grow(self, X, y, sample_weight))
         return self
 
 

@@ -7,6 +7,7 @@ import types
 import numpy as np
 import pytest
 from sklearn.datasets import load_breast_cancer, load_diabetes, load_wine
+from sklearn.metrics import mean_pinball_loss
 
 from dasktrees import (
     ExtraTreesRegressor,
@@ -197,9 +198,10 @@ def test_refusals_and_a_refit_without_pruning():
     )
 
 
-def _pinball(y, quantiles, levels):
-    below = y[:, None] - quantiles
-    return np.mean(np.maximum(levels * below, (levels - 1) * below))
+def _chosen(forest):
+    """The index in ``oob_prune_curve_`` of the size a forest pruned by the size family chose."""
+    sizes = forest.oob_prune_curve_[:, 0]
+    return int(np.flatnonzero(sizes == forest.prune_["min_split_fraction"])[0])
 
 
 def test_a_quantile_forest_chooses_by_the_pinball_loss_of_its_cut_forests():
@@ -208,11 +210,7 @@ def test_a_quantile_forest_chooses_by_the_pinball_loss_of_its_cut_forests():
     forest = RandomForestQuantileRegressor(**params, prune="oob").fit(X, y)
     reference = RandomForestRegressor(10, random_state=0, prune="oob").fit(X, y)
     np.testing.assert_array_equal(forest.oob_prune_curve_, reference.oob_prune_curve_)
-    mean_best = int(
-        np.flatnonzero(reference.oob_prune_curve_[:, 0] == reference.prune_["min_split_fraction"])[
-            0
-        ]
-    )
+    mean_best = _chosen(reference)
     losses = forest.oob_prune_pinball_
     visited = np.flatnonzero(np.isfinite(losses))
     assert mean_best in visited and len(visited) >= 2
@@ -234,12 +232,14 @@ def test_a_quantile_forest_chooses_by_the_pinball_loss_of_its_cut_forests():
             cut._after_growth(client, draws.rows, types.SimpleNamespace(lam=lam))
             cut._set_oob(client, draws, lam)
         scored = ~np.isnan(cut.oob_quantiles_[:, 0])
-        expected = _pinball(y[scored], cut.oob_quantiles_[scored], levels)
+        quantiles = cut.oob_quantiles_[scored].T
+        # scikit-learn's pinball loss, averaged over the quantiles
+        expected = np.mean(
+            [mean_pinball_loss(y[scored], q, alpha=a) for q, a in zip(quantiles, levels)]
+        )
         assert losses[i] == pytest.approx(expected, rel=1e-12)
     # The choice: the least loss visited, a valley (its visited neighbours no lower).
-    best = int(
-        np.flatnonzero(forest.oob_prune_curve_[:, 0] == forest.prune_["min_split_fraction"])[0]
-    )
+    best = _chosen(forest)
     assert losses[best] == np.nanmin(losses)
     for neighbour in (best - 1, best + 1):
         if 0 <= neighbour < len(losses):
