@@ -70,13 +70,6 @@ def test_regression_target_must_be_numeric():
         DecisionTreeRegressor().fit([[1.0], [2.0]], ["a", "b"])
 
 
-def test_sparse_X_is_rejected():
-    from scipy import sparse
-
-    with pytest.raises(TypeError, match="sparse"):
-        DecisionTreeClassifier().fit(sparse.csr_matrix(np.eye(3)), [0, 1, 1])
-
-
 @pytest.mark.parametrize(
     "params, match",
     [

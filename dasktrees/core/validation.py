@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+from scipy.sparse import issparse
 from sklearn.utils.validation import column_or_1d, validate_data
 
 
@@ -26,16 +27,14 @@ def column_label(names, j):
 
 
 def check_2d(X):
-    """Coerce X to a 2-d numpy array or keep a pandas DataFrame; reject what cannot be used.
+    """Coerce X to a 2-d numpy array, keep a pandas DataFrame, or make a scipy sparse matrix
+    CSR (``sparse_rows``); reject what cannot be used.
 
-    Raises ``TypeError`` for sparse matrices and ``ValueError`` for complex data, a wrong number
-    of dimensions, no rows or no columns.
+    Raises ``ValueError`` for complex data, a wrong number of dimensions, no rows or no columns.
     """
-    if hasattr(X, "toarray") or type(X).__module__.startswith("scipy.sparse"):
-        raise TypeError(
-            "X is a sparse matrix; dasktrees needs dense data: pass X.toarray() or a DataFrame"
-        )
-    if not isinstance(X, pd.DataFrame):
+    if issparse(X):
+        X = sparse_rows(X)
+    elif not isinstance(X, pd.DataFrame):
         X = np.asarray(X)
         if np.iscomplexobj(X):
             raise ValueError("X: Complex data not supported")
@@ -50,6 +49,27 @@ def check_2d(X):
     if n_features == 0:
         raise ValueError(f"X has 0 feature(s) (shape={X.shape}) while a minimum of 1 is required.")
     return X
+
+
+def sparse_rows(X):
+    """A scipy sparse X (any format, matrix or array) as CSR with real values and no duplicate
+    entries: row blocks slice it without copies. X itself is never changed (duplicates are
+    summed in a copy); a stored value is a value as any other, NaN missing, and every entry not
+    stored is zero."""
+    if X.dtype.kind == "c":
+        raise ValueError("X: Complex data not supported")
+    if X.ndim != 2:
+        raise ValueError(f"X must be 2-d (n_samples, n_features), got shape {X.shape}")
+    if X.dtype.kind not in "fiub":
+        raise ValueError(f"X: sparse data of dtype {X.dtype} is not numeric")
+    rows = X.tocsr()
+    if not rows.has_canonical_format:
+        rows = rows.copy() if rows is X else rows
+        rows.sum_duplicates()
+    if np.isinf(rows.data).any():
+        j = int(rows.indices[np.flatnonzero(np.isinf(rows.data))[0]])
+        raise ValueError(f"X column {j} contains infinity; replace it with a finite value or NaN")
+    return rows
 
 
 def _is_categorical_dtype(dtype):
@@ -166,8 +186,15 @@ def numeric_values(raw, name, check_inf=True):
     return values
 
 
+def reject_sparse_target(y):
+    """A scipy sparse y is a ``ValueError`` (scikit-learn's words: its forests refuse it too)."""
+    if issparse(y):
+        raise ValueError("y: sparse multilabel-indicator for y is not supported.")
+
+
 def check_target(y, n_samples, is_classifier):
     """y as a 1-d array; NaN (and for regression, inf) is a ValueError."""
+    reject_sparse_target(y)
     y = column_or_1d(y, warn=True)
     if len(y) != n_samples:
         raise ValueError(f"y has {len(y)} samples but X has {n_samples}")

@@ -25,7 +25,7 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import column_or_1d
 
 from ..core.validation import NOTHING_TO_FIT, check_2d, check_sample_weight, check_target
-from ..learner.binning import BinMapper, sample_mask
+from ..learner.binning import BinMapper, joined_sample, sample_mask
 from .client import Client, cluster_workers, is_in_process, sending_large_data
 
 # What a fit takes as X, y or sample_weight: numpy or pandas (in this process), or dask (where
@@ -126,7 +126,7 @@ def input_blocks(
         sample_weight = np.asarray(sample_weight, dtype=np.float64)
     _check_lengths(n, y, sample_weight)
     bounds = np.linspace(0, n, min(n_blocks, n) + 1).astype(np.int64)
-    x_values = X if isinstance(X, np.ndarray) else _FrameRows(X)
+    x_values = _FrameRows(X) if isinstance(X, pd.DataFrame) else X
     w_blocks = [None] * (len(bounds) - 1)
     if sample_weight is not None:
         w_blocks = _local_blocks(client, sample_weight, bounds)
@@ -135,7 +135,7 @@ def input_blocks(
         _local_blocks(client, y, bounds),
         w_blocks,
         np.diff(bounds),
-        X[:0] if isinstance(X, np.ndarray) else X.iloc[:0],
+        X.iloc[:0] if isinstance(X, pd.DataFrame) else X[:0],
         False,
     )
 
@@ -186,12 +186,14 @@ def _mapper_pieces(mapper, x, w, first_row, n_in_fit):
     sampled = in_fit & sample_mask(
         np.arange(first_row, first_row + n), fraction, mapper.random_state
     )
-    take = (lambda m: x[m]) if isinstance(x, np.ndarray) else (lambda m: x.iloc[np.flatnonzero(m)])
+    take = (
+        (lambda m: x.iloc[np.flatnonzero(m)]) if isinstance(x, pd.DataFrame) else (lambda m: x[m])
+    )
     return mapper.pieces(take(in_fit), take(sampled))
 
 
 def _fit_mapper(mapper, *pieces):
-    numeric = [np.concatenate(columns) for columns in zip(*(p[0] for p in pieces))]
+    numeric = [joined_sample(columns) for columns in zip(*(p[0] for p in pieces))]
     counts = [pd.concat(c).groupby(level=0, sort=False).sum() for c in zip(*(p[1] for p in pieces))]
     return mapper.fit_from_pieces(numeric, counts)
 

@@ -35,7 +35,7 @@ from ..core.params import (
     resolve_max_features,
 )
 from ..core.threads import uses_n_jobs
-from ..core.validation import check_2d, check_predict_columns
+from ..core.validation import check_2d, check_predict_columns, reject_sparse_target
 from ..distributed import reductions
 from ..distributed.client import client_for, find_client, is_in_process
 from ..distributed.convergence import WAVE, ConvergenceMonitor
@@ -75,7 +75,7 @@ from ..forest.parts import (
 )
 from ..forest.routing import HARD, SOFT
 from ..forest.variance import centred_count_gram
-from ..learner.binning import BinMapper
+from ..learner.binning import BinMapper, by_row_batches
 from ..learner.sampling import sampling_rate, tree_counts
 from ..modelfile.format import FOREST_FITTED
 from ..modelfile.writing import save as save_model
@@ -108,6 +108,7 @@ class BaseForest(BaseEstimator):
         tags = super().__sklearn_tags__()
         tags.input_tags.allow_nan = True
         tags.input_tags.categorical = True
+        tags.input_tags.sparse = True
         return tags
 
     def _fit(self, X, y, sample_weight, is_classifier):
@@ -116,6 +117,7 @@ class BaseForest(BaseEstimator):
             raise ValueError(
                 f"{type(self).__name__} requires y to be passed, but the target y is None"
             )
+        reject_sparse_target(y)
         if not is_dask_collection(X):
             X = check_2d(X)
             validate_data(self, X, reset=True, skip_check_array=True)
@@ -973,8 +975,12 @@ class BaseForest(BaseEstimator):
             )
         X = check_2d(X)
         check_predict_columns(self, X)
-        encoded = self.bin_mapper_.encode(X)
-        return local_rows_through_shards(parts, shards.runs, encoded, model, op.chained)
+        return by_row_batches(
+            X,
+            lambda rows: local_rows_through_shards(
+                parts, shards.runs, self.bin_mapper_.encode(rows), model, op.chained
+            ),
+        )
 
     def _check_dask_input(self, X):
         if X.ndim != 2:
@@ -1026,7 +1032,7 @@ class BaseForest(BaseEstimator):
             return X.map_blocks(_array_rows, model, dtype=dtype, chunks=(X.chunks[0], (n_columns,)))
         X = check_2d(X)
         check_predict_columns(self, X)
-        return rows_fn(self.bin_mapper_.encode(X), True)
+        return by_row_batches(X, lambda rows: rows_fn(self.bin_mapper_.encode(rows), True))
 
 
 class TreesOnWorkers(Sequence):

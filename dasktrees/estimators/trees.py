@@ -68,6 +68,7 @@ class BaseDecisionTree(BaseEstimator):
         tags = super().__sklearn_tags__()
         tags.input_tags.allow_nan = True
         tags.input_tags.categorical = True
+        tags.input_tags.sparse = True
         return tags
 
     def _fit(self, X, y, sample_weight, is_classifier):

@@ -5,6 +5,7 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 from numba import njit
+from scipy.sparse import issparse
 
 from ..core.dtypes import MAX_BINS, MISSING_BIN, N_BIN_CODES, X_BINNED_DTYPE, X_DTYPE
 from ..core.rng import row_uniforms
@@ -65,6 +66,38 @@ def numeric_bin_edges(values, max_bins):
     edges = np.unique(edges)  # one moved onto the midpoint of the same two values
     bounds = np.concatenate([ordered[:1], edges, ordered[-1:]])
     return edges, (bounds[:-1] + bounds[1:]) / 2
+
+
+class SparseSample(NamedTuple):
+    """The sampled values of a numeric column of sparse X, without its zeros written out: the
+    stored values, and how many sampled rows hold the zero that is not stored. Blocks' samples
+    join by concatenating ``stored`` and adding ``n_zeros`` (``joined_sample``)."""
+
+    stored: np.ndarray
+    n_zeros: int
+
+    def values(self):
+        """Every sampled value, zeros included: what ``numeric_bin_edges`` takes."""
+        return np.concatenate([self.stored, np.zeros(self.n_zeros, dtype=self.stored.dtype)])
+
+
+def joined_sample(pieces):
+    """One numeric column's samples from several blocks, as one: an array, or a
+    ``SparseSample`` when the blocks are sparse (``BinMapper.pieces``)."""
+    if pieces and isinstance(pieces[0], SparseSample):
+        return SparseSample(
+            np.concatenate([p.stored for p in pieces]), sum(p.n_zeros for p in pieces)
+        )
+    return np.concatenate(pieces)
+
+
+def sparse_column_parts(X):
+    """Column by column, the rows and values a CSR X stores: a generator of
+    ``(rows, values)`` per feature, from one CSC copy of X's stored entries (no dense copy)."""
+    columns = X.tocsc()
+    for j in range(columns.shape[1]):
+        a, b = columns.indptr[j], columns.indptr[j + 1]
+        yield columns.indices[a:b], columns.data[a:b]
 
 
 @njit(cache=True, inline="always")
@@ -199,6 +232,27 @@ def sample_mask(row_ids, fraction, seed):
     return u < fraction
 
 
+# Rows of a sparse X made dense at a time for the prediction kernels: at most this many bytes.
+DENSE_BATCH_BYTES = 64 * 2**20
+
+
+def by_row_batches(X, rows_fn):
+    """``rows_fn(rows)`` over X's rows, for an X the prediction kernels read densely.
+
+    Dense X: one call. Sparse X: calls on batches of rows, each at most ``DENSE_BATCH_BYTES``
+    once ``encode`` makes it dense, their results stacked: a prediction never holds all of a
+    sparse X as a dense array.
+
+    Returns
+    -------
+    ndarray of shape (n_rows, ...)
+    """
+    if not issparse(X):
+        return rows_fn(X)
+    step = max(1, DENSE_BATCH_BYTES // (np.dtype(X_DTYPE).itemsize * X.shape[1]))
+    return np.concatenate([rows_fn(X[a : a + step]) for a in range(0, X.shape[0], step)])
+
+
 class BinMapper:
     """Map raw features to uint8 codes.
 
@@ -252,7 +306,7 @@ class BinMapper:
             if row_ids is None:
                 row_ids = np.arange(X.shape[0], dtype=np.int64)
             keep = sample_mask(row_ids, self.sampling_fraction(X.shape[0]), self.random_state)
-            sampled = X[keep] if isinstance(X, np.ndarray) else X.iloc[np.flatnonzero(keep)]
+            sampled = X.iloc[np.flatnonzero(keep)] if isinstance(X, pd.DataFrame) else X[keep]
         else:
             sampled = X
         return self.fit_from_pieces(*self.pieces(X, sampled))
@@ -268,11 +322,23 @@ class BinMapper:
             np.asarray(X.columns.astype(str), dtype=object) if isinstance(X, pd.DataFrame) else None
         )
         self.is_categorical_ = categorical_mask(X, self.categorical_features)
+        if issparse(X) and self.is_categorical_.any():
+            raise ValueError(
+                "categorical_features: the columns of a sparse X are numeric; pass a DataFrame "
+                "with category columns, or a dense array, to treat columns as categorical"
+            )
         return self
 
     def pieces(self, X, sampled):
         """What the fit needs from a block of rows: the numeric columns of its sampled rows, and
-        the category counts of all its rows. Blocks' pieces combine by concatenation and sum."""
+        the category counts of all its rows. Blocks' pieces combine by concatenation and sum.
+        A sparse X's columns are ``SparseSample``s (all numeric)."""
+        if issparse(sampled):
+            n = sampled.shape[0]
+            numeric = [
+                SparseSample(values, n - len(values)) for _, values in sparse_column_parts(sampled)
+            ]
+            return numeric, []
         numeric = [
             c.values for c in table_columns(sampled, self.is_categorical_) if not c.categorical
         ]
@@ -304,7 +370,10 @@ class BinMapper:
                 bin_edges.append(None)
                 bin_values.append(None)
             else:
-                edges, representatives = numeric_bin_edges(next(numeric_samples), self.max_bins)
+                sample = next(numeric_samples)
+                if isinstance(sample, SparseSample):
+                    sample = sample.values()
+                edges, representatives = numeric_bin_edges(sample, self.max_bins)
                 bin_edges.append(edges)
                 bin_values.append(representatives)
                 categories.append(None)
@@ -365,6 +434,8 @@ class BinMapper:
         ndarray of uint8, shape (n_samples, n_features)
             Rows x features (C order), missing values coded ``MISSING_BIN``.
         """
+        if issparse(X):
+            return self._transform_sparse(self._checked(X))
         columns = self._columns(X)
         out = np.empty((X.shape[0], len(columns)), dtype=X_BINNED_DTYPE)
         padded_edges = self.threshold_table()
@@ -375,8 +446,23 @@ class BinMapper:
                 bin_numeric(column.values, padded_edges[j], out[:, j])
         return out
 
+    def _transform_sparse(self, X):
+        """``transform`` of a CSR X, column by column: a column's rows take the code of zero,
+        then its stored entries their own codes; the raw values are never made dense."""
+        out = np.empty(X.shape, dtype=X_BINNED_DTYPE)
+        padded_edges = self.threshold_table()
+        zero_code = np.empty(1, dtype=X_BINNED_DTYPE)
+        for j, (rows, values) in enumerate(sparse_column_parts(X)):
+            bin_numeric(np.zeros(1), padded_edges[j], zero_code)
+            out[:, j] = zero_code[0]
+            codes = np.empty(len(values), dtype=X_BINNED_DTYPE)
+            bin_numeric(values, padded_edges[j], codes)
+            out[rows, j] = codes
+        return out
+
     def encode(self, X):
-        """Raw values as the prediction kernels read them.
+        """Raw values as the prediction kernels read them. A sparse X is made dense: pass it in
+        batches of rows (``by_row_batches``).
 
         Returns
         -------
@@ -385,6 +471,8 @@ class BinMapper:
             Numeric features unchanged; categorical ones as their bin code; NaN for missing
             values and unseen categories.
         """
+        if issparse(X):
+            X = self._checked(X).toarray()
         if not self.is_categorical_.any() and isinstance(X, np.ndarray) and X.dtype.kind in "fiub":
             return self._encode_numeric(X)
         columns = self._columns(X)
