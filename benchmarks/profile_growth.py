@@ -63,7 +63,9 @@ def replay_split_search(rows, nodes, tables, rules, scratch, low, high):
             rows.y, rows.w, start, stop, rules.criterion, scratch.vec[_TOTAL]
         )
         ordered = _in_node_order(rows, nodes, k)  # as during growth
-        total += find_split(rows, start, stop, impurity, tables, rules, scratch, ordered).score
+        total += find_split(
+            rows, start, stop, impurity, tables, rules, scratch, ordered, -np.inf, np.inf
+        ).score
     return total
 
 
@@ -95,6 +97,7 @@ def replay_bundles(codes, y, w, rows, arrays, max_features, all_ordered, regress
             False,
             np.uint64(1),
             0,
+            np.zeros(0, np.int8),  # no monotonic constraints
         ),
         Scratch(
             new_state(1),
@@ -115,6 +118,7 @@ def replay_bundles(codes, y, w, rows, arrays, max_features, all_ordered, regress
             np.arange(len(rows), dtype=np.int64),
             np.zeros((2, n_features, 0)),  # categories ordered per node
             np.zeros(2 * len(rows), np.uint64),
+            np.empty((0, 3)),  # no node bounds
         ),
     )
 

@@ -233,6 +233,9 @@ def test_scan_finds_the_brute_force_best_split(seed, n_bins, criterion, min_samp
         min_samples_leaf,
         0.0,
         -1,
+        0,
+        -np.inf,
+        np.inf,
         np.zeros(n_channels),
         np.zeros((N_CUT_ROWS, N_BIN_CODES)),
     )
@@ -301,6 +304,9 @@ def test_two_channel_scan_gives_the_general_scans_numbers(criterion, seed):
         msl,
         mwl,
         -1,
+        0,
+        -np.inf,
+        np.inf,
         np.zeros(stats.shape[1]),
         np.zeros((N_CUT_ROWS, N_BIN_CODES)),
     )

@@ -12,6 +12,7 @@ takes.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from numbers import Integral, Real
 from typing import Any, Callable
@@ -40,6 +41,8 @@ class GrowthParams:
     ccp_alpha: float  # 0: no pruning after growth
     min_samples_category: int  # rarer categories of a node are pooled with its missing values
     tree_order: bool  # categories ordered once per tree (categorical_order="tree"), else per node
+    # each feature's monotonic constraint (1 increasing, -1 decreasing, 0 none); () for none
+    monotonic: tuple[int, ...] = ()
 
 
 def _is_int(value: Any) -> bool:
@@ -106,6 +109,19 @@ def _real(low: float, high: float | None = None, finite: bool = False) -> Rule:
     )
 
 
+def _monotonic_cst(v: Any) -> bool:
+    """None, a list (or 1-d array) of -1, 0 and 1, or a dict from feature names to them."""
+    if v is None:
+        return True
+    values = list(v.values()) if isinstance(v, Mapping) else v
+    if isinstance(v, Mapping) and not all(isinstance(k, str) for k in v):
+        return False
+    if isinstance(values, (str, bytes)) or not isinstance(values, (list, tuple, np.ndarray)):
+        return False
+    values = np.asarray(values)
+    return values.ndim == 1 and all(_is_int(x) and x in (-1, 0, 1) for x in values.tolist())
+
+
 _FEATURES = Rule(
     '"sqrt", "log2", None, an integer >= 1 or a float in (0, 1]',
     lambda v: (
@@ -137,6 +153,10 @@ PARAMETERS: dict[str, Rule] = {
     "max_bins": _integer(2, MAX_BINS),
     "min_samples_category": _integer(1),
     "categorical_order": _options("node", "tree"),
+    "monotonic_cst": Rule(
+        "None, a list of -1, 0 or 1 per feature, or a dict from feature names to -1, 0 or 1",
+        _monotonic_cst,
+    ),
     # forests
     "n_estimators": Rule(
         '"auto" or an integer >= 1',
@@ -257,10 +277,14 @@ TREE_PARAMETERS: dict[str, bool] = {
     "min_samples_category": False,
     "categorical_order": False,
     "categorical_features": False,
+    # as scikit-learn's, but also a dict by name: ``to_sklearn`` passes the resolved list
+    "monotonic_cst": False,
 }
 
 
-def check_tree_params(est, n_samples: int, n_features: int, is_classifier: bool) -> GrowthParams:
+def check_tree_params(
+    est, n_samples: int, n_features: int, is_classifier: bool, feature_names=None
+) -> GrowthParams:
     """Validate the tree parameters of ``est`` and resolve them for data of this size.
 
     Parameters
@@ -271,12 +295,15 @@ def check_tree_params(est, n_samples: int, n_features: int, is_classifier: bool)
         ccp_alpha, max_bins, min_samples_category, categorical_order.
     n_samples, n_features : int
     is_classifier : bool
+    feature_names : list of str, optional
+        X's column names, which a ``monotonic_cst`` dict names.
 
     Returns
     -------
     GrowthParams
     """
-    _check(est, [name for name in TREE_PARAMETERS if name != "categorical_features"], is_classifier)
+    names = [name for name in TREE_PARAMETERS if name != "categorical_features"]
+    _check(est, [name for name in names if hasattr(est, name)], is_classifier)
     if hasattr(est, "class_weight"):
         _check(est, ["class_weight"])
     criteria = CLASSIFICATION_CRITERIA if is_classifier else REGRESSION_CRITERIA
@@ -295,7 +322,61 @@ def check_tree_params(est, n_samples: int, n_features: int, is_classifier: bool)
         ccp_alpha=float(est.ccp_alpha),
         min_samples_category=int(est.min_samples_category),
         tree_order=est.categorical_order == "tree",
+        monotonic=resolve_monotonic_cst(
+            getattr(est, "monotonic_cst", None), n_features, feature_names
+        ),
     )
+
+
+def resolve_monotonic_cst(monotonic_cst, n_features: int, feature_names=None) -> tuple[int, ...]:
+    """A checked ``monotonic_cst`` as one constraint per feature, () for None.
+
+    A list has one entry per feature; a dict names features of X (which then has column
+    names), the others unconstrained.
+    """
+    if monotonic_cst is None:
+        return ()
+    if isinstance(monotonic_cst, Mapping):
+        if feature_names is None:
+            raise ValueError(
+                "monotonic_cst: a dict names features, but X has no column names; pass a "
+                f"list of {n_features} constraints, one a feature"
+            )
+        names = [str(name) for name in feature_names]
+        unknown = sorted(set(monotonic_cst) - set(names))
+        if unknown:
+            raise ValueError(f"monotonic_cst: {unknown} are not columns of X; columns are {names}")
+        constraints = [0] * n_features
+        for name, value in monotonic_cst.items():
+            constraints[names.index(name)] = int(value)
+        return tuple(constraints)
+    constraints = [int(value) for value in np.asarray(monotonic_cst).tolist()]
+    if len(constraints) != n_features:
+        raise ValueError(
+            f"monotonic_cst has {len(constraints)} entries but X has {n_features} features"
+        )
+    return tuple(constraints)
+
+
+def check_monotonic_data(params: GrowthParams, is_categorical, n_classes: int, names=None) -> None:
+    """Refuse monotonic constraints the data cannot take: on a categorical feature (its codes
+    have no order), or for more than two classes. ``n_classes`` 1 for regression; ``names``:
+    the features' names, for the message."""
+    constrained = np.flatnonzero(np.asarray(params.monotonic, dtype=np.int8))
+    if not len(constrained):
+        return
+    if n_classes > 2:
+        raise ValueError(
+            "monotonic_cst: Monotonicity constraints are not supported with multiclass "
+            f"classification ({n_classes} classes); they apply to regression and two classes"
+        )
+    categorical = [int(j) for j in constrained if is_categorical[j]]
+    if categorical:
+        label = [str(names[j]) if names is not None else j for j in categorical]
+        raise ValueError(
+            f"monotonic_cst: features {label} are categorical; a monotonic constraint needs "
+            "a numeric feature"
+        )
 
 
 _FOREST_PARAMETERS = (

@@ -31,6 +31,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from ..core.params import (
     TREE_PARAMETERS,
     check_forest_params,
+    check_monotonic_data,
     check_tree_params,
     resolve_max_features,
 )
@@ -122,6 +123,7 @@ class BaseForest(BaseEstimator):
             X = check_2d(X)
             validate_data(self, X, reset=True, skip_check_array=True)
         n_features = X.shape[1]
+        names = [str(c) for c in X.columns] if hasattr(X, "columns") else None
         warm = self.warm_start and hasattr(self, "estimators_")
         if warm:
             self._needs_one_fit("a warm start")
@@ -143,7 +145,7 @@ class BaseForest(BaseEstimator):
         class_weight = getattr(self, "class_weight", None)
         # Fail on bad parameters before any work reaches the cluster (resolved again below,
         # once the number of rows is known).
-        check_tree_params(self._tree_template(), 2, n_features, is_classifier)
+        check_tree_params(self._tree_template(), 2, n_features, is_classifier, names)
         log = FitLog(self.verbose, type(self).__name__)
         with client_for(self._cluster() if warm else self.client) as client:
             on_workers = self._stores_on_workers(client, warm)
@@ -171,9 +173,10 @@ class BaseForest(BaseEstimator):
                 f"blocks, on {_where(client)}"
             )
             params = check_tree_params(
-                self._tree_template(), data.n_rows, n_features, is_classifier
+                self._tree_template(), data.n_rows, n_features, is_classifier, names
             )
             n_classes = len(data.classes) if is_classifier else 1
+            check_monotonic_data(params, data.bin_mapper.is_categorical_, n_classes, names)
             spec = ForestSpec(
                 params=params,
                 bins=data.bin_mapper.kernel_arrays(),
@@ -525,7 +528,11 @@ class BaseForest(BaseEstimator):
     def _tree_template(self):
         """An unfitted tree estimator with the forest's tree parameters: what
         ``check_tree_params`` validates, and the shell of each of ``estimators_``."""
-        params = {name: getattr(self, name) for name in TREE_PARAMETERS if name != "splitter"}
+        params = {
+            name: getattr(self, name)
+            for name in TREE_PARAMETERS
+            if name != "splitter" and hasattr(self, name)  # no monotonic_cst: quantile forests
+        }
         return self._tree_class(splitter=self._splitter, **params)
 
     def _wrap(self, tree):
@@ -1507,6 +1514,7 @@ class RandomForestClassifier(_ForestClassifierMixin, BaseForest):
         categorical_features=None,
         min_samples_category=5,
         categorical_order="tree",
+        monotonic_cst=None,
         client=None,
         trees_per_task=None,
         n_blocks=None,
@@ -1553,6 +1561,7 @@ class ExtraTreesClassifier(RandomForestClassifier):
         categorical_features=None,
         min_samples_category=5,
         categorical_order="tree",
+        monotonic_cst=None,
         client=None,
         trees_per_task=None,
         n_blocks=None,
@@ -1605,6 +1614,7 @@ class RandomForestRegressor(_ForestRegressorMixin, BaseForest):
         categorical_features=None,
         min_samples_category=5,
         categorical_order="tree",
+        monotonic_cst=None,
         client=None,
         trees_per_task=None,
         n_blocks=None,
@@ -1647,6 +1657,7 @@ class ExtraTreesRegressor(RandomForestRegressor):
         categorical_features=None,
         min_samples_category=5,
         categorical_order="tree",
+        monotonic_cst=None,
         client=None,
         trees_per_task=None,
         n_blocks=None,

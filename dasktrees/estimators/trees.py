@@ -14,7 +14,7 @@ from sklearn.utils.class_weight import compute_sample_weight
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_consistent_length, check_is_fitted, validate_data
 
-from ..core.params import check_tree_params
+from ..core.params import check_monotonic_data, check_tree_params
 from ..core.threads import uses_n_jobs
 from ..core.validation import check_2d, check_predict_columns, check_sample_weight, check_target
 from ..forest import treeshap
@@ -45,6 +45,7 @@ class BaseDecisionTree(BaseEstimator):
         categorical_features=None,
         min_samples_category=1,
         categorical_order="node",
+        monotonic_cst=None,
         n_jobs=None,
     ):
         self.criterion = criterion
@@ -62,6 +63,7 @@ class BaseDecisionTree(BaseEstimator):
         self.categorical_features = categorical_features
         self.min_samples_category = min_samples_category
         self.categorical_order = categorical_order
+        self.monotonic_cst = monotonic_cst
         self.n_jobs = n_jobs
 
     def __sklearn_tags__(self):
@@ -79,7 +81,8 @@ class BaseDecisionTree(BaseEstimator):
             raise ValueError(f"X has {n_samples} sample; at least 2 are needed to fit a tree")
         y = check_target(y, n_samples, is_classifier)
         check_consistent_length(X, y)
-        params = check_tree_params(self, n_samples, n_features, is_classifier)
+        names = getattr(self, "feature_names_in_", None)
+        params = check_tree_params(self, n_samples, n_features, is_classifier, names)
         weights = check_sample_weight(sample_weight, n_samples)
         if is_classifier:
             check_classification_targets(y)
@@ -103,6 +106,9 @@ class BaseDecisionTree(BaseEstimator):
             categorical_features=self.categorical_features,
             random_state=seed,
         ).fit(X_in_fit, row_ids=in_fit)
+        check_monotonic_data(
+            params, self.bin_mapper_.is_categorical_, self.n_classes_ if is_classifier else 1, names
+        )
         codes = self.bin_mapper_.transform(X)
         self.max_features_ = params.max_features
         self.n_outputs_ = 1
@@ -292,6 +298,7 @@ class DecisionTreeClassifier(ClassifierMixin, BaseDecisionTree):
         categorical_features=None,
         min_samples_category=1,
         categorical_order="node",
+        monotonic_cst=None,
         n_jobs=None,
     ):
         super().__init__(
@@ -310,6 +317,7 @@ class DecisionTreeClassifier(ClassifierMixin, BaseDecisionTree):
             categorical_features=categorical_features,
             min_samples_category=min_samples_category,
             categorical_order=categorical_order,
+            monotonic_cst=monotonic_cst,
             n_jobs=n_jobs,
         )
         self.class_weight = class_weight
@@ -366,6 +374,7 @@ class DecisionTreeRegressor(RegressorMixin, BaseDecisionTree):
         categorical_features=None,
         min_samples_category=1,
         categorical_order="node",
+        monotonic_cst=None,
         n_jobs=None,
     ):
         super().__init__(
@@ -384,6 +393,7 @@ class DecisionTreeRegressor(RegressorMixin, BaseDecisionTree):
             categorical_features=categorical_features,
             min_samples_category=min_samples_category,
             categorical_order=categorical_order,
+            monotonic_cst=monotonic_cst,
             n_jobs=n_jobs,
         )
 

@@ -58,6 +58,7 @@ from .splitting import (
     RowBuffers,
     SplitRule,
     category_order,
+    child_value,
     middle_edge,
     partition,
     random_category_cut,
@@ -130,6 +131,9 @@ class Rules(NamedTuple):
     tree_order: bool  # categories ordered once per tree (Scratch.tree_keys), not per node
     root_key: np.uint64  # the random key of the root (``SubtreeRoot.key``)
     root_depth: int  # the depth of the root in its tree (0 but for a subtree)
+    # int8 (n_features,): each feature's monotonic constraint (1, -1, 0), or no entries when
+    # no feature has one (``_node_bounds``)
+    monotonic: np.ndarray
 
 
 class Scratch(NamedTuple):
@@ -154,6 +158,9 @@ class Scratch(NamedTuple):
     # uint64 (node capacity,): each node's random key, its children's derived from it
     # (``rng.child_key``); a node's draws are the stream of its key
     node_keys: np.ndarray
+    # float64 (node capacity, 3) with monotonic constraints, else no rows: each node's bounds
+    # on its value (lower, upper), and the middle of its split's children's values
+    node_bounds: np.ndarray
 
 
 class Frontier(NamedTuple):
@@ -262,7 +269,7 @@ def _route_absent_categories(bitset, tree_keys, middle, n_codes, missing_left, h
 
 
 @inlined_node_kernel
-def find_split(rows, start, stop, node_impurity, tables, rules, scratch, ordered):
+def find_split(rows, start, stop, node_impurity, tables, rules, scratch, ordered, lower, upper):
     """Best split of one node over up to ``max_features`` features drawn from ``candidates``.
 
     Features are drawn without replacement. As in scikit-learn, every drawn feature counts
@@ -284,6 +291,8 @@ def find_split(rows, start, stop, node_impurity, tables, rules, scratch, ordered
     ordered : bool
         Whether the node's codes are in node order (``NodeRows``); true for every node of more
         than ``ORDERED_CODES_ABOVE`` rows.
+    lower, upper : float
+        The node's bounds on its children's values (``_node_bounds``).
 
     A categorical feature's categories with fewer than ``rules.min_samples_category`` rows in
     the node are pooled with its missing values before the categories are ordered: they go to
@@ -347,18 +356,22 @@ def find_split(rows, start, stop, node_impurity, tables, rules, scratch, ordered
                 node_codes, f, row_of, start, stop, y, w, criterion, filled, ibuf[_TOUCHED]
             )
         best, nonconstant = _evaluate_feature(
-            f, filled, n_touched, node_impurity, best, tables, rules, scratch
+            f, filled, n_touched, node_impurity, best, tables, rules, scratch, lower, upper
         )
         n_nonconstant += nonconstant
     return best
 
 
 @inlined_node_kernel
-def _evaluate_feature(f, filled, n_touched, node_impurity, best, tables, rules, scratch):
+def _evaluate_feature(
+    f, filled, n_touched, node_impurity, best, tables, rules, scratch, lower, upper
+):
     """Score the cuts of feature ``f`` from its histogram ``filled`` (as ``build_histogram``
     left it, ``n_touched`` its return; zeroed again here) and keep the better of them and
     ``best``: the part of the split search after the histogram, shared by ``find_split`` (the
     node's own rows) and ``split_from_histograms`` (histograms summed across row blocks).
+    A feature with a monotonic constraint keeps only the cuts that respect it within the
+    node's bounds ``[lower, upper]``.
 
     Returns
     -------
@@ -430,6 +443,9 @@ def _evaluate_feature(f, filled, n_touched, node_impurity, best, tables, rules, 
             min_samples_leaf,
             min_weight_leaf,
             only_cut,
+            rules.monotonic[f] if rules.monotonic.shape[0] > 0 else 0,
+            lower,
+            upper,
             vec[_PREFIX],
             scratch.cuts,
         )
@@ -486,11 +502,14 @@ def _evaluate_feature(f, filled, n_touched, node_impurity, best, tables, rules, 
 
 
 @inlined_node_kernel
-def _open_node(node_id, parent, depth, start, stop, total, node_impurity, nodes, values, rules):
+def _open_node(
+    node_id, parent, depth, start, stop, total, node_impurity, nodes, values, rules, lower, upper
+):
     """Record a new node (a leaf until ``_record_split``) and test the stopping rules.
 
     ``total`` holds the node's statistics. ``nodes`` and ``values`` must have room for
-    ``node_id``.
+    ``node_id``. Its value (the mean, or the share of class 1) is clipped to its bounds
+    ``[lower, upper]`` (``_node_bounds``; infinite without monotonic constraints).
 
     Returns
     -------
@@ -524,8 +543,14 @@ def _open_node(node_id, parent, depth, start, stop, total, node_impurity, nodes,
         # (``tree.class_fractions``).
         for k in range(n_classes):
             values[node_id, k] = total[1 + k]
+        share = total[2] / w_node if n_classes == 2 and w_node > 0.0 else 0.0
+        if share < lower or share > upper:  # two classes under a monotonic constraint
+            share = min(max(share, lower), upper)
+            values[node_id, 0] = w_node * (1.0 - share)
+            values[node_id, 1] = w_node * share
     else:
-        values[node_id, 0] = total[2] / w_node if w_node > 0.0 else 0.0
+        mean = total[2] / w_node if w_node > 0.0 else 0.0
+        values[node_id, 0] = min(max(mean, lower), upper)
     n_node = stop - start
     return not (
         depth >= max_depth
@@ -675,8 +700,9 @@ def split_from_histograms(
     """
     total = scratch.vec[_TOTAL]
     if not _open_node(
-        node_id, parent, depth, 0, n_rows, total, node_impurity, nodes, values, rules
-    ):
+        node_id, parent, depth, 0, n_rows, total, node_impurity, nodes, values, rules, -np.inf,
+        np.inf,
+    ):  # fmt: skip
         return NODE_LEAF, n_bitsets
     state, candidates, features = scratch.state, scratch.candidates, scratch.features
     state[0] = mix64(key)
@@ -696,7 +722,7 @@ def split_from_histograms(
         if slot < 0:
             return NODE_NEEDS_FEATURES, n_bitsets
         best, nonconstant = _evaluate_feature(
-            f, hists[slot], -1, node_impurity, best, tables, rules, scratch
+            f, hists[slot], -1, node_impurity, best, tables, rules, scratch, -np.inf, np.inf
         )
         n_nonconstant += nonconstant
     n_bitsets, split = _record_split(
@@ -766,6 +792,7 @@ def search_scratch(candidates, n_features, n_values, criterion, tree_keys):
         no_rows,
         tree_keys,
         np.empty(0, dtype=np.uint64),
+        np.empty((0, 3)),
     )
 
 
@@ -816,6 +843,7 @@ class Workspace(NamedTuple):
     words_buffer: np.ndarray
     identity: np.ndarray  # int64 (n_rows,): Scratch.identity
     node_keys: np.ndarray  # uint64 (capacity,): Scratch.node_keys
+    node_bounds: np.ndarray  # float64 (capacity or 0, 3): Scratch.node_bounds
     buffers: Buffers  # arrays kept from tree to tree (``buffers``): the search's, the encoder's
 
     @staticmethod
@@ -841,6 +869,7 @@ class Workspace(NamedTuple):
             np.empty((code_rows, _n_words(n_features)), dtype=np.uint64),
             np.arange(code_rows, dtype=np.int64),
             np.empty(capacity, dtype=np.uint64),
+            np.empty((capacity if len(monotonic_constraints(params)) else 0, 3)),
             Buffers(),
         )
 
@@ -852,6 +881,10 @@ class Workspace(NamedTuple):
             and self.values.shape[1] == n_values
             and self.words_buffer.shape[1] == _n_words(n_features)
             and self.node_codes.shape[0] >= _ordered_rows(n_rows)
+            and (
+                self.node_bounds.shape[0] >= self._capacity(n_rows, params)
+                or not len(monotonic_constraints(params))
+            )
         )
 
 
@@ -978,6 +1011,28 @@ def _frontier_pop(best_first, ids, keys, n):
     return node
 
 
+@inlined_node_kernel
+def _node_bounds(node_id, side, nodes, rules, scratch):
+    """The bounds on the value of child ``side`` (0 left, 1 right) of node ``node_id`` (-1:
+    the root, unbounded), as scikit-learn bounds them under monotonic constraints: a child of a
+    split on an unconstrained feature inherits its parent's; of a split on an increasing
+    (decreasing) feature, the left child's upper (lower) bound and the right child's lower
+    (upper) bound become the middle of the two children's values. Every leaf value of a
+    subtree then lies within its root's bounds, so the tree is monotone along each constrained
+    feature, and stays so when a subtree is cut to a leaf of its rows' mean."""
+    if node_id < 0:
+        return -np.inf, np.inf
+    bounds = scratch.node_bounds[node_id]
+    lower, upper = bounds[0], bounds[1]
+    monotonic = rules.monotonic[nodes[node_id]["feature"]]
+    if monotonic != 0:
+        if (side == 0) == (monotonic > 0):
+            upper = bounds[2]
+        else:
+            lower = bounds[2]
+    return lower, upper
+
+
 @njit(cache=True, _nrt=False, nogil=True)
 def _grow_nodes(
     progress, max_splits, frontier, nodes, values, bitsets, rows, tables, rules, scratch
@@ -999,6 +1054,7 @@ def _grow_nodes(
     node_y, node_w = rows.y, rows.w
     criterion = rules.criterion
     two_classes = criterion != SQUARED_ERROR and rules.n_classes == 2
+    constrained = rules.monotonic.shape[0] > 0
     vec = scratch.vec
     total = vec[_TOTAL]
     while (
@@ -1041,14 +1097,22 @@ def _grow_nodes(
             else:
                 key = child_key(scratch.node_keys[node_id], side)
             scratch.node_keys[child] = key
+            lower, upper = -np.inf, np.inf
+            if constrained:
+                lower, upper = _node_bounds(node_id, side, nodes, rules, scratch)
+                scratch.node_bounds[child, 0] = lower
+                scratch.node_bounds[child, 1] = upper
             right_splittable = splittable
             splittable = _open_node(
-                child, node_id, depth, lo, hi, total, child_impurity, nodes, values, rules
-            )
+                child, node_id, depth, lo, hi, total, child_impurity, nodes, values, rules, lower,
+                upper,
+            )  # fmt: skip
             if splittable:
                 scratch.state[0] = mix64(key)  # the node's own random stream
                 ordered = _in_node_order(rows, nodes, child)
-                split = find_split(rows, lo, hi, child_impurity, tables, rules, scratch, ordered)
+                split = find_split(
+                    rows, lo, hi, child_impurity, tables, rules, scratch, ordered, lower, upper
+                )
                 n_bitsets, splittable = _record_split(
                     child,
                     total,
@@ -1062,6 +1126,11 @@ def _grow_nodes(
                     rules,
                     scratch,
                 )
+                if splittable and constrained:  # the children's values: vec[_BEST_LEFT], _RIGHT
+                    scratch.node_bounds[child, 2] = 0.5 * (
+                        child_value(vec[_BEST_LEFT, 1], vec[_BEST_LEFT, 2], criterion)
+                        + child_value(vec[_RIGHT, 1], vec[_RIGHT, 2], criterion)
+                    )
         # Right child first, so that on a stack the left subtree is grown first.
         for child, pushed in ((n_nodes + 1, right_splittable), (n_nodes, splittable)):
             if pushed:
@@ -1105,7 +1174,14 @@ def growth_rules(params, n_classes, total_weight, root_key, root_depth):
         bool(params.tree_order),
         np.uint64(root_key),
         int(root_depth),
+        monotonic_constraints(params),
     )
+
+
+def monotonic_constraints(params):
+    """``Rules.monotonic`` of ``params``: the constraints, or no entries when none is set."""
+    monotonic = np.asarray(params.monotonic, dtype=np.int8)
+    return np.ascontiguousarray(monotonic if monotonic.any() else monotonic[:0])
 
 
 def grow(
@@ -1223,6 +1299,7 @@ def grow(
         workspace.identity[:code_rows],
         category_keys,
         workspace.node_keys,
+        workspace.node_bounds,
     )
     nodes, values = workspace.nodes, workspace.values
     bitsets = kept.table("grow.bitsets", 16, (BITSET_WORDS,), BITSET_DTYPE)

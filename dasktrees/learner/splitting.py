@@ -133,6 +133,28 @@ def cut_score(prefix, missing, total, missing_left, criterion, parent_impurity, 
     return (parent_impurity + entropy_proxy / _LN2 / (w_left + w_right)) / info
 
 
+@njit(cache=True, inline="always")
+def child_value(a, b, criterion):
+    """The value a monotonic constraint bounds, of statistics whose channels 1 and 2 are ``a``
+    and ``b``: the mean target (regression: the weight and the weighted sum) or the share of
+    class 1 (two classes: the two classes' weights)."""
+    return b / a if criterion == SQUARED_ERROR else b / (a + b)
+
+
+@njit(cache=True, inline="always")
+def keeps_monotonic(prefix, missing, total, missing_left, criterion, monotonic, lower, upper):
+    """Whether a cut (as ``cut_score`` reads it) keeps a monotonic constraint: both children's
+    values (``child_value``) within the node's bounds ``[lower, upper]``, and the left child's
+    at most the right's (``monotonic`` 1: increasing) or at least (-1: decreasing), as
+    scikit-learn's trees test a constrained split."""
+    m = 1.0 if missing_left else 0.0
+    a_left = prefix[1] + m * missing[1]
+    b_left = prefix[2] + m * missing[2]
+    left = child_value(a_left, b_left, criterion)
+    right = child_value(total[1] - a_left, total[2] - b_left, criterion)
+    return lower <= left <= upper and lower <= right <= upper and (left - right) * monotonic <= 0.0
+
+
 # NumPy's error model: a cut scored without a branch may divide by a zero weight before it is
 # rejected (``_score_cuts``); Python's would raise.
 @njit(cache=True, _nrt=False, error_model="numpy")
@@ -147,6 +169,9 @@ def scan_cuts(
     min_samples_leaf,
     min_weight_leaf,
     only_cut,
+    monotonic,
+    lower,
+    upper,
     prefix,
     cuts,
 ):
@@ -162,6 +187,11 @@ def scan_cuts(
         Statistics of the node's missing rows and of all its rows.
     only_cut : int
         -1 to scan every cut; else evaluate only the cut after this position (random splits).
+    monotonic : int
+        The feature's monotonic constraint: 0 none; 1 (-1) only cuts whose left child's value
+        is at most (at least) the right's, both within ``[lower, upper]`` (``keeps_monotonic``).
+    lower, upper : float
+        The node's bounds on its children's values (infinite without constraints).
     prefix : ndarray of float64, shape (n_channels,)
         Scratch space.
     cuts : ndarray of float64, shape (N_CUT_ROWS, N_BIN_CODES)
@@ -176,8 +206,10 @@ def scan_cuts(
     missing_go_to_left : bool
     """
     has_missing = missing[0] > 0.0
-    if only_cut < 0 and (
-        criterion == SQUARED_ERROR or (criterion == GINI and prefix.shape[0] == 3)
+    if (
+        only_cut < 0
+        and monotonic == 0
+        and (criterion == SQUARED_ERROR or (criterion == GINI and prefix.shape[0] == 3))
     ):
         return _scan_two_channels(
             stats, order, n_bins, missing, total, criterion, min_samples_leaf, min_weight_leaf, cuts
@@ -211,7 +243,12 @@ def scan_cuts(
                     parent_impurity,
                     min_weight_leaf,
                 )
-                if score > best_score:
+                if score > best_score and (
+                    monotonic == 0
+                    or keeps_monotonic(
+                        prefix, missing, total, missing_left, criterion, monotonic, lower, upper
+                    )
+                ):
                     best_score = score
                     best_position = j
                     best_missing_left = missing_left
