@@ -598,6 +598,12 @@ INVALID = [
         ">= 1",
     ),
     ("max_bins", _with({"model.params.max_bins": 300}), "model.params.max_bins", "[2, 255]"),
+    (
+        "monotonic_cst values",
+        _with({"model.params.monotonic_cst": {"worst area": 2}}),
+        "model.params.monotonic_cst",
+        "a dict from feature names to -1, 0 or 1",
+    ),
     ("prune a typo", _with({"model.prune": "cv"}), "model.prune", "oob"),
     (
         "prune without bootstrap",
@@ -830,6 +836,27 @@ def run_config(capsys, client, config, output, *settings):
 def run_quickstart(capsys, client, output, *settings):
     """configs/quickstart.yaml on the session's cluster, with ``--set`` ``settings``."""
     return run_config(capsys, client, CONFIGS / "quickstart.yaml", output, *settings)
+
+
+def test_monotonic_constraints_in_an_experiment_file(capsys, tmp_path, client):
+    """``model.params.monotonic_cst`` by column name: the saved forest keeps it, and its
+    probability of a benign tumour never rises with the worst area."""
+    code, out, err = run_quickstart(
+        capsys,
+        client,
+        tmp_path / "run",
+        "model.params.n_estimators=10",
+        "model.params.monotonic_cst={worst area: -1}",
+    )
+    assert code == 0, err
+    model = dasktrees.load(Path(out.split()[-1]) / "model")
+    assert model.monotonic_cst == {"worst area": -1}
+    frame = dasktrees.datasets.load_builtin("breast_cancer").drop(columns="target")
+    rows = frame.iloc[:20].loc[np.repeat(frame.index[:20], 50)].reset_index(drop=True)
+    rows["worst area"] = np.tile(np.linspace(100, 4500, 50), 20)
+    benign = model.predict_proba(rows)[:, 1].reshape(20, 50)
+    assert (np.diff(benign, axis=1) <= 1e-15).all()
+    assert np.ptp(benign, axis=1).max() > 0.05  # the area moves it
 
 
 def test_failed_run_is_marked_and_keeps_no_model(capsys, tmp_path, client):

@@ -129,9 +129,32 @@ def budget_override() -> int | None:
     return _budget_rows.get()
 
 
+def refusal(spec) -> str | None:
+    """Why distributed mode cannot grow this forest's trees, or None when it can."""
+    if spec.balanced_subsample:
+        return (
+            'mode="distributed" does not support class_weight="balanced_subsample" (its '
+            "weights need each tree's class totals before its root is summed)"
+        )
+    if any(spec.params.monotonic):
+        return (
+            'mode="distributed" does not support monotonic_cst yet (the bounds of the nodes '
+            'grown from summed histograms are not passed to their subtrees): use mode="auto", '
+            "which samples the rows of each tree instead"
+        )
+    return None
+
+
 def supports(spec) -> bool:
-    """Whether distributed mode grows this forest's trees (``grow_forest_levels``' refusals)."""
-    return not spec.balanced_subsample and not any(spec.params.monotonic)
+    """Whether distributed mode grows this forest's trees (``refusal``)."""
+    return refusal(spec) is None
+
+
+def check_supports(spec) -> None:
+    """A ``ValueError`` saying why, unless distributed mode grows this forest's trees."""
+    reason = refusal(spec)
+    if reason is not None:
+        raise ValueError(reason)
 
 
 @dataclass(frozen=True)
@@ -635,17 +658,7 @@ def grow_forest_levels(
     """Grow ``tree_ids`` in distributed mode under ``plan``; the trees in tree order, or, with
     ``on_tree``, none: each tree is handed to ``on_tree(tree_id, tree)`` as soon as it is
     joined, and not kept."""
-    if spec.balanced_subsample:
-        raise ValueError(
-            'mode="distributed" does not support class_weight="balanced_subsample" (its '
-            "weights need each tree's class totals before its root is summed)"
-        )
-    if any(spec.params.monotonic):
-        raise ValueError(
-            'mode="distributed" does not support monotonic_cst yet (the bounds of the nodes '
-            'grown from summed histograms are not passed to their subtrees): use mode="auto", '
-            "which samples the rows of each tree instead"
-        )
+    check_supports(spec)
     pool = _SubtreePool(client, data, spec, plan, retries, uuid.uuid4().hex[:8])
     trees: dict[int, Tree] = {}
     n_joined = [0]

@@ -322,6 +322,7 @@ def grow_forest(
     workers = cluster_workers(client)
     mode = choose_mode(mode, data, spec, workers)
     if mode == "distributed":
+        levels.check_supports(spec)  # before the plan, whose memory checks would speak first
         plan = levels.plan_levels(
             data.n_rows,
             data.bin_mapper.n_features_in_,

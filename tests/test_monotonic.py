@@ -1,0 +1,209 @@
+"""Monotonic constraints (``monotonic_cst``): the forest is monotone along each constrained
+feature everywhere, and a single tree is scikit-learn's monotone tree where both must find the
+same splits."""
+
+import numpy as np
+import pandas as pd
+import pytest
+from sklearn.tree import DecisionTreeClassifier as SkTreeClassifier
+from sklearn.tree import DecisionTreeRegressor as SkTreeRegressor
+
+import dasktrees
+from dasktrees import (
+    DecisionTreeClassifier,
+    DecisionTreeRegressor,
+    ExtraTreesClassifier,
+    ExtraTreesRegressor,
+    RandomForestClassifier,
+    RandomForestRegressor,
+)
+
+CONSTRAINTS = [1, -1, 0, 1]
+GRID = np.linspace(-0.2, 1.2, 141)  # beyond the training range on both sides
+
+
+def wavy(seed, n=600, missing=0.0):
+    """A target rising with feature 0 and falling with feature 1, each with wiggles an
+    unconstrained forest follows (the constraint binds), noise, and feature 2 unrelated to it
+    as feature 3 is (constrained anyway); ``missing``: that share of values NaN."""
+    rng = np.random.default_rng(seed)
+    X = rng.uniform(size=(n, 4))
+    y = (
+        3 * X[:, 0]
+        + np.sin(12 * X[:, 0])
+        - 3 * X[:, 1]
+        - np.cos(12 * X[:, 1])
+        + X[:, 2]
+        + rng.normal(scale=0.5, size=n)
+    )
+    X[rng.random(X.shape) < missing] = np.nan
+    return X, y
+
+
+def assert_monotone(predict, X, constraints, seed, rounding=0.0):
+    """Along each constrained feature, from 40 rows of X (missing values kept in the other
+    features), the prediction over ``GRID`` never moves against the constraint: exactly, as
+    a sum of monotone trees in a fixed order is, or by at most ``rounding``."""
+    rows = X[np.random.default_rng(seed).choice(len(X), 40, replace=False)]
+    for j, sign in enumerate(constraints):
+        if sign == 0:
+            continue
+        for row in rows:
+            path = np.tile(row, (len(GRID), 1))
+            path[:, j] = GRID
+            steps = np.diff(predict(path)) * sign
+            assert (steps >= -rounding).all(), (j, steps.min())
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize(
+    "cls, params",
+    [
+        (RandomForestRegressor, {}),
+        (ExtraTreesRegressor, {}),
+        (RandomForestRegressor, {"max_features": 0.5, "min_samples_leaf": 3}),
+        (RandomForestRegressor, {"max_leaf_nodes": 30}),
+        (RandomForestRegressor, {"ccp_alpha": 0.005}),
+        (DecisionTreeRegressor, {}),
+    ],
+)
+def test_regression_is_monotone(cls, params, seed):
+    X, y = wavy(seed, missing=0.05 if seed % 2 else 0.0)
+    extra = {} if cls is DecisionTreeRegressor else {"n_estimators": 10}
+    model = cls(monotonic_cst=CONSTRAINTS, random_state=seed, **extra, **params).fit(X, y)
+    assert_monotone(model.predict, X, CONSTRAINTS, seed)
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize(
+    "cls", [RandomForestClassifier, ExtraTreesClassifier, DecisionTreeClassifier]
+)
+def test_two_class_probability_is_monotone(cls, seed):
+    """For two classes the constraint is on the probability of the second class,
+    ``classes_[1]``, as in scikit-learn; labels are strings here. Up to the rounding of a
+    class fraction: a node keeps weighted class counts, and two nodes clipped to the same
+    bound give fractions an ulp apart."""
+    X, y = wavy(seed, missing=0.05 if seed % 2 else 0.0)
+    labels = np.where(y > np.median(y), "high", "low")  # classes_ = ["high", "low"]
+    constraints = [-c for c in CONSTRAINTS]  # "low" falls with feature 0
+    extra = {} if cls is DecisionTreeClassifier else {"n_estimators": 10}
+    model = cls(monotonic_cst=constraints, random_state=seed, **extra).fit(X, labels)
+    assert list(model.classes_) == ["high", "low"]
+    assert_monotone(lambda Z: model.predict_proba(Z)[:, 1], X, constraints, seed, 1e-15)
+
+
+def test_the_constraint_binds():
+    """Unconstrained, the same forest is not monotone on this target: the test above could
+    fail."""
+    X, y = wavy(0)
+    model = RandomForestRegressor(n_estimators=10, random_state=0).fit(X, y)
+    with pytest.raises(AssertionError):
+        assert_monotone(model.predict, X, CONSTRAINTS, 0)
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_a_tree_is_scikit_learns_monotone_tree(seed):
+    """At most 255 distinct values a feature (a bin each, so the same candidate splits), a
+    continuous target and min_samples_leaf=5 (no ties between splits): the same tree as
+    scikit-learn's with the same constraints, prediction for prediction on the training rows
+    (thresholds may sit elsewhere in the gap between two training values)."""
+    X, y = wavy(seed, n=250)
+    ours = DecisionTreeRegressor(monotonic_cst=CONSTRAINTS, min_samples_leaf=5).fit(X, y)
+    theirs = SkTreeRegressor(monotonic_cst=CONSTRAINTS, min_samples_leaf=5, random_state=0)
+    np.testing.assert_allclose(ours.predict(X), theirs.fit(X, y).predict(X), rtol=0, atol=1e-12)
+    # Two classes, with weights that break ties between splits.
+    labels = (y > np.median(y)).astype(int)
+    w = np.random.default_rng(seed).uniform(0.5, 1.5, len(y))
+    ours = DecisionTreeClassifier(monotonic_cst=CONSTRAINTS, min_samples_leaf=3)
+    theirs = SkTreeClassifier(monotonic_cst=CONSTRAINTS, min_samples_leaf=3, random_state=0)
+    np.testing.assert_allclose(
+        ours.fit(X, labels, sample_weight=w).predict_proba(X),
+        theirs.fit(X, labels, sample_weight=w).predict_proba(X),
+        rtol=0,
+        atol=1e-12,
+    )
+
+
+def test_a_dict_by_name_is_the_list():
+    X, y = wavy(0)
+    frame = pd.DataFrame(X, columns=["up", "down", "free", "also_up"])
+    by_list = RandomForestRegressor(n_estimators=5, random_state=0, monotonic_cst=CONSTRAINTS)
+    by_name = RandomForestRegressor(
+        n_estimators=5, random_state=0, monotonic_cst={"up": 1, "down": -1, "also_up": 1}
+    )
+    np.testing.assert_array_equal(
+        by_name.fit(frame, y).predict(frame), by_list.fit(frame, y).predict(frame)
+    )
+
+
+def test_on_a_cluster_and_kept_on_the_workers(client):
+    """The same forest on a cluster, with its trees on the client or on the workers, and with
+    each tree's rows sampled on the blocks (``mode="sampled"``)."""
+    X, y = wavy(1)
+    params = dict(n_estimators=6, random_state=0, monotonic_cst=CONSTRAINTS)
+    local = RandomForestRegressor(**params).fit(X, y)
+    for extra in ({"tree_storage": "workers"}, {"mode": "sampled"}):
+        remote = RandomForestRegressor(client=client, **params, **extra).fit(X, y)
+        np.testing.assert_array_equal(remote.predict(X), local.predict(X))
+    assert_monotone(remote.predict, X, CONSTRAINTS, 1)
+
+
+def test_pruned_on_out_of_bag_rows_stays_monotone():
+    X, y = wavy(2)
+    model = RandomForestRegressor(
+        n_estimators=10, random_state=0, monotonic_cst=CONSTRAINTS, prune="oob"
+    ).fit(X, y)
+    assert model.prune_ is not None
+    assert_monotone(model.predict, X, CONSTRAINTS, 2)
+
+
+def test_model_file_and_export_keep_the_constraints(tmp_path):
+    X, y = wavy(3)
+    frame = pd.DataFrame(X, columns=["up", "down", "free", "also_up"])
+    model = RandomForestRegressor(
+        n_estimators=5, random_state=0, monotonic_cst={"up": 1, "down": -1}
+    ).fit(frame, y)
+    model.save(tmp_path / "model")
+    loaded = dasktrees.load(tmp_path / "model")
+    assert loaded.monotonic_cst == {"up": 1, "down": -1}
+    np.testing.assert_array_equal(loaded.predict(frame), model.predict(frame))
+    exported = model.to_sklearn()
+    assert list(exported.monotonic_cst) == [1, -1, 0, 0]
+    np.testing.assert_array_equal(exported.predict(frame), model.predict(frame))
+
+
+@pytest.mark.parametrize(
+    "params, fit, match",
+    [
+        ({"monotonic_cst": [1, 0]}, "numeric", "monotonic_cst has 2 entries but X has 4"),
+        ({"monotonic_cst": [2, 0, 0, 0]}, "numeric", "monotonic_cst must be None, a list of"),
+        ({"monotonic_cst": "up"}, "numeric", "monotonic_cst must be None, a list of"),
+        ({"monotonic_cst": {"up": 1}}, "numeric", "X has no column names"),
+        ({"monotonic_cst": {"nope": 1}}, "frame", r"\['nope'\] are not columns of X"),
+        ({"monotonic_cst": {"kind": 1}}, "frame", r"features \['kind'\] are categorical"),
+        ({"monotonic_cst": [1, 0, 0, 0]}, "multiclass", "not supported with multiclass"),
+        (
+            {"monotonic_cst": [1, 0, 0, 0], "mode": "distributed"},
+            "numeric",
+            'mode="distributed" does not support monotonic_cst',
+        ),
+    ],
+)
+def test_refusals(params, fit, match):
+    X, y = wavy(0, n=200)
+    labels = (y > 0).astype(int)
+    if fit == "frame":
+        X = pd.DataFrame(X[:, :3], columns=["up", "down", "free"])
+        X["kind"] = pd.Categorical(np.where(y > 0, "a", "b"))
+    if fit == "multiclass":
+        labels = np.digitize(y, [-1, 1])
+    with pytest.raises(ValueError, match=match):
+        RandomForestClassifier(n_estimators=2, **params).fit(X, labels)
+
+
+def test_quantile_forests_have_no_constraint():
+    """Quantiles of a leaf's targets are not bounded as its mean is: the quantile forests do
+    not take ``monotonic_cst``."""
+    assert "monotonic_cst" not in dasktrees.RandomForestQuantileRegressor().get_params()
+    with pytest.raises(TypeError):
+        dasktrees.ExtraTreesQuantileRegressor(monotonic_cst=[1])
