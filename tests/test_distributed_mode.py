@@ -162,6 +162,33 @@ def test_categorical_features_match_replicated_mode(order):
         assert any(t.tree_.categorical_bitsets.shape[0] for t in spread.estimators_)
 
 
+def test_a_root_decided_a_leaf_is_a_one_node_tree(binary):
+    """A root split from summed histograms may find no split worth making."""
+    X, y = binary
+    replicated, spread = fit_both(RandomForestClassifier, X, y, min_impurity_decrease=0.9)
+    assert all(e.tree_.node_count == 1 for e in spread.estimators_)
+    assert_same_trees(replicated, spread, X)
+
+
+@pytest.mark.parametrize("cls", [RandomForestClassifier, ExtraTreesClassifier])
+def test_monotonic_constraints_match_replicated_mode(binary, cls):
+    """The top's nodes hand their value bounds to their children and subtrees."""
+    X, y = binary
+    constraints = [1, -1, 0, 1, 0, -1, 1, 0]
+    replicated, spread = fit_both(cls, X, y, monotonic_cst=constraints, bootstrap=True)
+    assert_same_trees(replicated, spread, X)
+    assert any(c for c in replicated.estimators_[0].monotonic_cst)
+
+
+def test_monotonic_regression_on_integer_targets_matches_replicated_mode():
+    X, y = make_regression(n_samples=12_000, n_features=6, noise=5.0, random_state=4)
+    y = np.round(y)
+    replicated, spread = fit_both(
+        RandomForestRegressor, X, y, monotonic_cst=[1, 0, -1, 1, 0, 0], max_features=0.5
+    )
+    assert_same_trees(replicated, spread, X)
+
+
 def test_regression_on_integer_targets_matches_replicated_mode():
     """Sums of whole weights times integer targets are exact in either mode."""
     X, y = make_regression(n_samples=15_000, n_features=8, noise=10.0, random_state=5)

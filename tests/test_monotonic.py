@@ -182,11 +182,6 @@ def test_model_file_and_export_keep_the_constraints(tmp_path):
         ({"monotonic_cst": {"nope": 1}}, "frame", r"\['nope'\] are not columns of X"),
         ({"monotonic_cst": {"kind": 1}}, "frame", r"features \['kind'\] are categorical"),
         ({"monotonic_cst": [1, 0, 0, 0]}, "multiclass", "not supported with multiclass"),
-        (
-            {"monotonic_cst": [1, 0, 0, 0], "mode": "distributed"},
-            "numeric",
-            'mode="distributed" does not support monotonic_cst',
-        ),
     ],
 )
 def test_refusals(params, fit, match):

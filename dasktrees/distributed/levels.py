@@ -74,6 +74,7 @@ from ..learner.grower import (
 )
 from ..learner.histogram import TRACK_TOUCHED_BELOW
 from ..learner.sampling import tree_counts, tree_seed, tree_subspace, tree_weights_at
+from ..learner.splitting import child_value
 from ..learner.tree import Tree
 from .client import Client, as_completed, cluster_workers, is_in_process
 
@@ -135,12 +136,6 @@ def refusal(spec) -> str | None:
         return (
             'mode="distributed" does not support class_weight="balanced_subsample" (its '
             "weights need each tree's class totals before its root is summed)"
-        )
-    if any(spec.params.monotonic):
-        return (
-            'mode="distributed" does not support monotonic_cst yet (the bounds of the nodes '
-            'grown from summed histograms are not passed to their subtrees): use mode="auto", '
-            "which samples the rows of each tree instead"
         )
     return None
 
@@ -482,6 +477,7 @@ class TreeState:
     parent: list = field(default_factory=list)
     n_rows: list = field(default_factory=list)
     mean: list = field(default_factory=list)
+    bounds: list = field(default_factory=list)  # (lower, upper) on the value: monotonic_cst
     bitsets: list = field(default_factory=list)
     subtree: list = field(default_factory=list)  # (group, index in group) of a gathered node
     groups: set = field(default_factory=set)  # the groups growing its subtrees
@@ -496,7 +492,7 @@ class TreeState:
             if self.kind[x] == assembly.TOP_SUBTREE
         )
 
-    def add(self, parent, depth, key, n_rows, mean):
+    def add(self, parent, depth, key, n_rows, mean, bounds=(-np.inf, np.inf)):
         self.nodes.append(None)
         self.values.append(None)
         self.kind.append(-1)
@@ -505,6 +501,7 @@ class TreeState:
         self.parent.append(parent)
         self.n_rows.append(n_rows)
         self.mean.append(mean)
+        self.bounds.append(bounds)
         self.subtree.append(None)
         return len(self.kind) - 1
 
@@ -560,6 +557,7 @@ def decide(spec, infos: list, sums: list) -> list:
             split = split_node(
                 grown, slot_of_feature, total, node_impurity, info["keys"][s],
                 info["depths"][s], info["parents"][s], w_root, tables, rules, scratch,
+                info["bounds"][s],
             )  # fmt: skip
             root_info = (w_root, total_weight, tree_keys) if top_id == 0 else None
             decided.append((split, root_info))
@@ -607,8 +605,9 @@ def _tree_keys(hists, slot_of_feature, spec):
 def grow_subtrees(spec, nodes_info: list, ship: bool, *handed_parts):
     """Grow the subtree of each gathered node of a group on its rows, stacked in block order.
 
-    ``nodes_info``: (tree position, top id, tree, key, depth, w_root, total_weight, tree_keys)
-    per node. Returns per node ``grower.grow``'s records, pickled as a tree task's trees are.
+    ``nodes_info``: (tree position, top id, tree, key, depth, w_root, total_weight, tree_keys,
+    value bounds) per node. Returns per node ``grower.grow``'s records, pickled as a tree
+    task's trees are.
     """
     pieces: dict = {}
     for part in handed_parts:
@@ -618,7 +617,7 @@ def grow_subtrees(spec, nodes_info: list, ship: bool, *handed_parts):
     n_values = max(1, spec.n_classes)
     out = []
     workspace = None
-    for k, top_id, tree, key, depth, w_root, total_weight, tree_keys in nodes_info:
+    for k, top_id, tree, key, depth, w_root, total_weight, tree_keys, bounds in nodes_info:
         parts = pieces[(k, top_id)]
         codes, y, w = (
             np.concatenate([p[i] for p in parts]) if len(parts) > 1 else parts[0][i]
@@ -629,7 +628,7 @@ def grow_subtrees(spec, nodes_info: list, ship: bool, *handed_parts):
         candidates = tree_subspace(spec.seed, tree, n_features, spec.n_features_tree)
         if depth == 0:  # the whole tree: its own root weight, totals and category orders
             total_weight = float(w.sum())
-        root = SubtreeRoot(key, depth, w_root, total_weight, tree_keys)
+        root = SubtreeRoot(key, depth, w_root, total_weight, tree_keys, bounds)
         records = grow(
             codes, y, w, np.arange(len(y), dtype=np.int64), spec.bins, spec.params,
             spec.n_classes, 0, candidates, workspace, root,
@@ -771,7 +770,7 @@ class _SubtreePool:
             s.subtree[x] = (group, position)
             s.groups.add(group)
             info.append((k, x, s.tree, s.keys[x], s.depth[x], s.w_root, s.total_weight,
-                         s.tree_keys))  # fmt: skip
+                         s.tree_keys, s.bounds[x]))  # fmt: skip
         handed = [
             self.submit(
                 hand_over, nodes, part, members, key=f"levels-hand-{group}-{i}"
@@ -991,6 +990,7 @@ def _grow_tops(pool, batch, while_round):
                     "depths": [s.depth[x] for x in now],
                     "parents": [s.parent[x] for x in now],
                     "keys": [s.keys[x] for x in now],
+                    "bounds": [s.bounds[x] for x in now],
                     "n_folds": folds,
                     "w_root": s.w_root,
                     "total_weight": s.total_weight,
@@ -1005,14 +1005,15 @@ def _grow_tops(pool, batch, while_round):
         decisions = decided.result()
         del decided, sums
         for k, s in enumerate(states):
-            routes[k] = _apply_decisions(s, k, infos[k], decisions[k], plan, regression, deciding)
+            routes[k] = _apply_decisions(s, k, infos[k], decisions[k], plan, spec.params, deciding)
     return states
 
 
-def _apply_decisions(s, k, now, decisions, plan, regression, deciding):
+def _apply_decisions(s, k, now, decisions, plan, params, deciding):
     """Record a round's decisions on tree ``s``'s open nodes ``now``: leaves, splits and their
     children (open, or gathered: appended to ``deciding``), nodes to sum again. Returns the
     routes the next round moves the rows by, or None."""
+    regression = params.criterion == SQUARED_ERROR
     s.open = s.open[len(now) :]
     split_feature = np.full(len(s.kind), -1, dtype=np.int64)
     split_bin = np.zeros(len(s.kind), dtype=np.int64)
@@ -1044,7 +1045,9 @@ def _apply_decisions(s, k, now, decisions, plan, regression, deciding):
         for side, stats in ((0, left), (1, right)):
             n_rows = int(stats[0])
             mean = stats[2] / stats[1] if regression and stats[1] > 0 else np.nan
-            c = s.add(x, s.depth[x] + 1, int(child_key(np.uint64(s.keys[x]), side)), n_rows, mean)
+            key = int(child_key(np.uint64(s.keys[x]), side))
+            bounds = _child_bounds(s.bounds[x], params, record["feature"], left, right, side)
+            c = s.add(x, s.depth[x] + 1, key, n_rows, mean, bounds)
             pair.append(c)
             if n_rows <= plan.budget_rows:
                 s.kind[c] = assembly.TOP_SUBTREE
@@ -1080,6 +1083,23 @@ def _apply_decisions(s, k, now, decisions, plan, regression, deciding):
         else np.zeros((1, BITSET_WORDS), dtype=BITSET_DTYPE),
         child_table,
     )
+
+
+def _child_bounds(bounds, params, feature, left, right, side):
+    """The value bounds of child ``side`` of a node of ``bounds`` split on ``feature``, its
+    children's statistics ``left`` and ``right``: the grower's ``_node_bounds``, with the
+    middle of the children's values computed as the grower computes it (``child_value``)."""
+    monotonic = params.monotonic[feature] if any(params.monotonic) else 0
+    if monotonic == 0:
+        return bounds
+    middle = 0.5 * (
+        child_value(left[1], left[2], params.criterion)
+        + child_value(right[1], right[2], params.criterion)
+    )
+    lower, upper = bounds
+    if (side == 0) == (monotonic > 0):
+        return lower, middle
+    return middle, upper
 
 
 def _join_tree(spec, s, results):

@@ -75,7 +75,7 @@ def join(top, subtrees):
 
     final[0] = 0
     next_id = 1
-    stack = [0]
+    stack = [0] if top.kind[0] == TOP_SPLIT else []  # a root decided a leaf: a one-node tree
     while stack:
         x = stack.pop()
         if top.kind[x] == TOP_SUBTREE:

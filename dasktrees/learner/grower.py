@@ -131,6 +131,8 @@ class Rules(NamedTuple):
     tree_order: bool  # categories ordered once per tree (Scratch.tree_keys), not per node
     root_key: np.uint64  # the random key of the root (``SubtreeRoot.key``)
     root_depth: int  # the depth of the root in its tree (0 but for a subtree)
+    root_lower: float  # the bounds on the root's value (``_node_bounds``; infinite but for a
+    root_upper: float  # subtree under monotonic constraints)
     # int8 (n_features,): each feature's monotonic constraint (1, -1, 0), or no entries when
     # no feature has one (``_node_bounds``)
     monotonic: np.ndarray
@@ -673,9 +675,12 @@ def split_from_histograms(
     tables,
     rules,
     scratch,
+    lower,
+    upper,
 ):
     """Open node ``node_id`` and choose its split from histograms of its rows summed over row
     blocks, as ``_grow_nodes`` opens a node and ``find_split`` searches it from its rows.
+    ``lower`` and ``upper`` bound its value (``_node_bounds``).
 
     The node has more than ``TRACK_TOUCHED_BELOW`` rows (``n_rows``), so the search takes the
     path ``find_split`` takes for large nodes: the histograms of the features it draws, every
@@ -700,8 +705,8 @@ def split_from_histograms(
     """
     total = scratch.vec[_TOTAL]
     if not _open_node(
-        node_id, parent, depth, 0, n_rows, total, node_impurity, nodes, values, rules, -np.inf,
-        np.inf,
+        node_id, parent, depth, 0, n_rows, total, node_impurity, nodes, values, rules, lower,
+        upper,
     ):  # fmt: skip
         return NODE_LEAF, n_bitsets
     state, candidates, features = scratch.state, scratch.candidates, scratch.features
@@ -722,7 +727,7 @@ def split_from_histograms(
         if slot < 0:
             return NODE_NEEDS_FEATURES, n_bitsets
         best, nonconstant = _evaluate_feature(
-            f, hists[slot], -1, node_impurity, best, tables, rules, scratch, -np.inf, np.inf
+            f, hists[slot], -1, node_impurity, best, tables, rules, scratch, lower, upper
         )
         n_nonconstant += nonconstant
     n_bitsets, split = _record_split(
@@ -753,16 +758,17 @@ class HistogramSplit(NamedTuple):
 
 
 def split_node(hists, slot_of_feature, total, node_impurity, key, depth, parent, w_root, tables,
-               rules, scratch):  # fmt: skip
+               rules, scratch, bounds=(-np.inf, np.inf)):  # fmt: skip
     """``split_from_histograms`` on one node of statistics ``total`` (the grower's channels;
-    ``total[0]`` its rows), with records of its own."""
+    ``total[0]`` its rows) and value ``bounds``, with records of its own."""
     scratch.vec[_TOTAL][:] = total
     nodes = np.zeros(1, dtype=NODE_DTYPE)
     values = np.zeros((1, rules.n_classes))
     bitsets = np.zeros((1, BITSET_WORDS), dtype=BITSET_DTYPE)
     status, n_bitsets = split_from_histograms(
         0, parent, depth, int(total[0]), node_impurity, np.uint64(key), w_root, hists,
-        slot_of_feature, nodes, values, bitsets, 0, tables, rules, scratch,
+        slot_of_feature, nodes, values, bitsets, 0, tables, rules, scratch, float(bounds[0]),
+        float(bounds[1]),
     )  # fmt: skip
     return HistogramSplit(
         status,
@@ -1014,14 +1020,15 @@ def _frontier_pop(best_first, ids, keys, n):
 @inlined_node_kernel
 def _node_bounds(node_id, side, nodes, rules, scratch):
     """The bounds on the value of child ``side`` (0 left, 1 right) of node ``node_id`` (-1:
-    the root, unbounded), as scikit-learn bounds them under monotonic constraints: a child of a
-    split on an unconstrained feature inherits its parent's; of a split on an increasing
-    (decreasing) feature, the left child's upper (lower) bound and the right child's lower
-    (upper) bound become the middle of the two children's values. Every leaf value of a
+    the root, bounded by ``rules.root_lower`` and ``root_upper``), as scikit-learn bounds them
+    under monotonic constraints: a child of a split on an unconstrained feature inherits its
+    parent's; of a split on an increasing (decreasing) feature, the left child's upper (lower)
+    bound and the right child's lower (upper) bound become the middle of the two children's
+    values. Every leaf value of a
     subtree then lies within its root's bounds, so the tree is monotone along each constrained
     feature, and stays so when a subtree is cut to a leaf of its rows' mean."""
     if node_id < 0:
-        return -np.inf, np.inf
+        return rules.root_lower, rules.root_upper
     bounds = scratch.node_bounds[node_id]
     lower, upper = bounds[0], bounds[1]
     monotonic = rules.monotonic[nodes[node_id]["feature"]]
@@ -1154,12 +1161,15 @@ class SubtreeRoot(NamedTuple):
     w_root: float  # the whole tree's root weight, which scales every improvement; 0: this root's
     total_weight: float  # the whole tree's total row weight (``min_weight_fraction_leaf``)
     tree_keys: np.ndarray | None  # the whole tree's ``tree_category_keys``; None: computed here
+    # the bounds on its value under monotonic constraints (``_node_bounds``)
+    bounds: tuple[float, float] = (-np.inf, np.inf)
 
 
-def growth_rules(params, n_classes, total_weight, root_key, root_depth):
+def growth_rules(params, n_classes, total_weight, root_key, root_depth, root_bounds=None):
     """The ``Rules`` of a tree under ``params`` (``GrowthParams``) on rows weighing
-    ``total_weight`` in all, its root's random key and depth given, with the types the loop
-    kernel was compiled for."""
+    ``total_weight`` in all, its root's random key, depth and bounds (default infinite) given,
+    with the types the loop kernel was compiled for."""
+    lower, upper = (-np.inf, np.inf) if root_bounds is None else root_bounds
     return Rules(
         int(params.criterion),
         int(n_classes),
@@ -1174,6 +1184,8 @@ def growth_rules(params, n_classes, total_weight, root_key, root_depth):
         bool(params.tree_order),
         np.uint64(root_key),
         int(root_depth),
+        float(lower),
+        float(upper),
         monotonic_constraints(params),
     )
 
@@ -1244,7 +1256,7 @@ def grow(
     # compiled for, so that no other input compiles it again.
     if root is None:
         root = SubtreeRoot(int(seed), 0, 0.0, float(w.sum()), None)
-    rules = growth_rules(params, n_classes, root.total_weight, root.key, root.depth)
+    rules = growth_rules(params, n_classes, root.total_weight, root.key, root.depth, root.bounds)
     n_channels = rules.n_classes + 1 if rules.criterion != SQUARED_ERROR else 4
     n_rows = len(sample_indices)
     sample_indices = np.ascontiguousarray(sample_indices, dtype=np.int64)
