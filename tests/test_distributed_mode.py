@@ -275,9 +275,11 @@ def test_plan_leaves_room_for_the_blocks_and_a_subtree_per_thread(client):
     assert threaded.budget_rows < plan.budget_rows / 1.9
 
 
-@pytest.mark.parametrize("regression", [False, True])
-@pytest.mark.parametrize("n_features", [8, 30])
-def test_a_subtree_task_peaks_within_its_planned_memory(regression, n_features):
+@pytest.mark.parametrize(
+    "regression, n_features, constrained",
+    [(False, 8, False), (True, 8, False), (False, 30, False), (True, 30, False), (True, 8, True)],
+)
+def test_a_subtree_task_peaks_within_its_planned_memory(regression, n_features, constrained):
     """The plan's estimate of a subtree task (``bytes_per_gathered_row`` a row) against the
     peak of Python's allocations (numpy's, which hold every array of the task) and the handed
     rows it takes: an upper bound, within 5 %, and at most 1.5 times the peak. Full-depth
@@ -296,6 +298,8 @@ def test_a_subtree_task_peaks_within_its_planned_memory(regression, n_features):
     y = signal if regression else (signal > 0).astype(np.float64)
     mapper = BinMapper(random_state=0).fit(X)
     tree = DecisionTreeRegressor() if regression else DecisionTreeClassifier()
+    if constrained:  # monotonic constraints: the workspace holds every node's value bounds
+        tree.set_params(monotonic_cst=[1] + [0] * (n_features - 1))
     params = check_tree_params(tree, n, n_features, not regression)
     n_values = 1 if regression else 2
     spec = ForestSpec(params, mapper.kernel_arrays(), n_values, 0, 1.0, n_features, False)
@@ -305,7 +309,8 @@ def test_a_subtree_task_peaks_within_its_planned_memory(regression, n_features):
     parts = [[(0, 0, codes[r], y[r], w[r])] for r in np.array_split(rows, 6)]
     handed = sum(c.nbytes + t.nbytes + u.nbytes for [(_, _, c, t, u)] in parts)
     total = float(w.sum())
-    node = [(0, 0, 0, 99, 1, 2 * total, 2 * total, None)]  # a gathered node at depth 1
+    bounds = (-np.inf, np.inf)
+    node = [(0, 0, 0, 99, 1, 2 * total, 2 * total, None, bounds)]  # a gathered node at depth 1
     levels.grow_subtrees(
         spec, node, True, *[[(0, 0, c[:50], t[:50], u[:50])] for [(_, _, c, t, u)] in parts]
     )
@@ -315,7 +320,7 @@ def test_a_subtree_task_peaks_within_its_planned_memory(regression, n_features):
         peak = tracemalloc.get_traced_memory()[1] + handed
     finally:
         tracemalloc.stop()
-    estimate = levels.bytes_per_gathered_row(n_features, n_values) * len(rows)
+    estimate = levels.bytes_per_gathered_row(n_features, n_values, constrained) * len(rows)
     assert peak <= 1.05 * estimate and estimate <= 1.5 * peak, (peak, estimate)
 
 

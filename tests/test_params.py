@@ -24,6 +24,7 @@ CASES = {
     "max_bins": (256, 16),
     "min_samples_category": (0, 3),
     "categorical_order": ("leaf", "node"),
+    "monotonic_cst": ([2, 0, 0, 0], [0, 0, 0, 0]),  # iris has three classes: none constrained
     "n_estimators": ("ten", 3),
     "max_n_estimators": (0, 40),
     "tol": (1.5, 0.02),

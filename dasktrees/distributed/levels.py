@@ -184,16 +184,18 @@ class LevelPlan:
         return histogram_copies(self.threads) * self.round_histogram_bytes
 
 
-def bytes_per_gathered_row(n_features: int, n_values: int) -> int:
+def bytes_per_gathered_row(n_features: int, n_values: int, constrained: bool = False) -> int:
     """What a subtree task holds at most per row it grows on, while it grows: the blocks'
     pieces and their stack (codes, target, weight), the grower's workspace
     (``grower.Workspace.for_rows``: row buffers, codes in node order, room for two node records
-    a row) and the records grown so far (a tree on n distinct rows has at most 2 n - 1 nodes).
-    Pickling the records for the client comes after the workspace and the stack are freed:
-    the pieces and two copies of the records, less than this."""
+    a row, with their value bounds under monotonic constraints: ``constrained``) and the
+    records grown so far (a tree on n distinct rows has at most 2 n - 1 nodes). Pickling the
+    records for the client comes after the workspace and the stack are freed: the pieces and
+    two copies of the records, less than this."""
     words = max(1, -(-n_features // 8))
     rows = 2 * (n_features + 16)
-    workspace = 7 * 8 + 16 * words + 2 * (NODE_DTYPE.itemsize + 8 * n_values + 8)
+    node = NODE_DTYPE.itemsize + 8 * n_values + 8 + (24 if constrained else 0)
+    workspace = 7 * 8 + 16 * words + 2 * node
     records = 2 * (NODE_DTYPE.itemsize + 8 * n_values)
     return rows + workspace + records
 
@@ -211,6 +213,7 @@ def plan_levels(
     workers: dict,
     budget_rows: int | None = None,
     own_bytes: int | None = None,
+    constrained: bool = False,
 ) -> LevelPlan:
     """Plan a distributed fit on the cluster's ``workers`` (``scheduler_info()["workers"]``).
 
@@ -238,7 +241,7 @@ def plan_levels(
     if own_bytes is None:
         own_bytes = max([m.get("memory", 0) - m.get("managed_bytes", 0) for m in metrics] or [0])
     baseline = max(int(own_bytes), KERNELS_MEMORY)
-    per_row = bytes_per_gathered_row(n_features, n_values)
+    per_row = bytes_per_gathered_row(n_features, n_values, constrained)
     # A worker holds the rows it handed over to the tasks of HANDED_PER_TASK budgets a thread.
     handed_per_row = HANDED_PER_TASK * (n_features + 24)
     block_bytes = -(-n_rows * (n_features + 16) // n_workers)

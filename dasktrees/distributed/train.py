@@ -258,7 +258,9 @@ def choose_mode(mode: str, data: TrainingData, spec: ForestSpec, workers: dict) 
 
 def _tree_row_bytes(data: TrainingData, spec: ForestSpec) -> float:
     """A tree's growth per in-bag row (``levels.bytes_per_gathered_row``)."""
-    return levels.bytes_per_gathered_row(data.bin_mapper.n_features_in_, max(1, spec.n_classes))
+    return levels.bytes_per_gathered_row(
+        data.bin_mapper.n_features_in_, max(1, spec.n_classes), any(spec.params.monotonic)
+    )
 
 
 def replicated_bytes(data: TrainingData, spec: ForestSpec) -> float:
@@ -331,6 +333,7 @@ def grow_forest(
             workers,
             levels.budget_override(),
             levels.workers_own_memory(client),
+            constrained=any(spec.params.monotonic),
         )
         progress = _progress.get()
         if not on_workers:
