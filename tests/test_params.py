@@ -3,6 +3,7 @@ values, with the same words."""
 
 import re
 
+import numpy as np
 import pytest
 from sklearn.datasets import load_iris
 
@@ -97,3 +98,52 @@ def test_combinations_are_checked_after_each_value():
         )
     ]
     assert check_params(ExtraTreesClassifier, {"oob_score": True, "bootstrap": True}, True) == []
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "DecisionTreeRegressor",
+        "RandomForestRegressor",
+        "ExtraTreesRegressor",
+        "RandomForestQuantileRegressor",
+        "ExtraTreesQuantileRegressor",
+    ],
+)
+def test_friedman_mse_is_squared_error_with_a_future_warning(name):
+    """As scikit-learn 1.9 reads it: the same splits, so the same estimator."""
+    import warnings
+
+    from sklearn.base import clone
+    from sklearn.datasets import load_diabetes
+
+    import dasktrees
+
+    cls = getattr(dasktrees, name)
+    with pytest.warns(FutureWarning, match="friedman_mse"):
+        friedman = cls(criterion="friedman_mse", random_state=0)
+    assert friedman.criterion == "squared_error"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a clone passes "squared_error": no warning
+        clone(friedman)
+    X, y = load_diabetes(return_X_y=True)
+    extra = {} if name.startswith("Decision") else {"n_estimators": 3}
+    expected = cls(random_state=0, **extra).fit(X, y).predict(X)
+    np.testing.assert_array_equal(friedman.set_params(**extra).fit(X, y).predict(X), expected)
+
+
+@pytest.mark.parametrize("criterion, words", [("absolute_error", "median"), ("poisson", "yet")])
+def test_absolute_error_and_poisson_are_refused_saying_why(criterion, words):
+    from sklearn.datasets import load_diabetes
+
+    from dasktrees import RandomForestRegressor
+    from dasktrees.core.params import UNSUPPORTED_CRITERIA
+
+    X, y = load_diabetes(return_X_y=True)
+    message = UNSUPPORTED_CRITERIA[criterion]
+    assert words in message
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        RandomForestRegressor(n_estimators=2, criterion=criterion).fit(X, y)
+    assert check_params(RandomForestRegressor, {"criterion": criterion}, False) == [
+        ("model.params.criterion", message)
+    ]

@@ -12,6 +12,7 @@ takes.
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from numbers import Integral, Real
@@ -206,6 +207,34 @@ def _quantiles_or_none(value: Any):
     return values
 
 
+# Regression criteria of scikit-learn's that the binned learner has not, and why.
+UNSUPPORTED_CRITERIA = {
+    "absolute_error": (
+        "criterion='absolute_error' is not supported: scoring a cut by absolute error needs the "
+        "median target of each side of every cut, which the histograms of binned rows (sums a "
+        "bin) cannot give; sorting each node's targets instead would cost n log n a node. Use "
+        "'squared_error', or a quantile forest (RandomForestQuantileRegressor) for medians"
+    ),
+    "poisson": ("criterion='poisson' is not supported yet; use 'squared_error' (docs/forests.md)"),
+}
+
+
+def friedman_as_squared_error(criterion: Any) -> Any:
+    """``criterion`` as a regressor's constructor keeps it: scikit-learn 1.9 deprecated
+    "friedman_mse", which always chose the splits "squared_error" chooses, and maps it to
+    "squared_error" with a FutureWarning; so do ours."""
+    if isinstance(criterion, str) and criterion == "friedman_mse":
+        warnings.warn(
+            'criterion="friedman_mse" is deprecated, as in scikit-learn 1.9: it chooses the '
+            'splits "squared_error" chooses, and is read as criterion="squared_error"; pass '
+            "that instead",
+            FutureWarning,
+            stacklevel=3,
+        )
+        return "squared_error"
+    return criterion
+
+
 def criterion_rule(is_classifier: bool) -> Rule:
     """What ``criterion`` accepts for the task."""
     criteria = CLASSIFICATION_CRITERIA if is_classifier else REGRESSION_CRITERIA
@@ -221,6 +250,8 @@ def parameter_problem(name: str, value: Any, is_classifier: bool) -> str | None:
     rule = criterion_rule(is_classifier) if name == "criterion" else PARAMETERS.get(name)
     if rule is None or rule.accepts(value):
         return None
+    if name == "criterion" and not is_classifier and value in UNSUPPORTED_CRITERIA:
+        return UNSUPPORTED_CRITERIA[value]
     return f"expected {rule.expected}, got {value!r}"
 
 
@@ -229,6 +260,8 @@ def _check(est: Any, names, is_classifier: bool = True) -> None:
         value = getattr(est, name)
         rule = criterion_rule(is_classifier) if name == "criterion" else PARAMETERS[name]
         if not rule.accepts(value):
+            if name == "criterion" and not is_classifier and value in UNSUPPORTED_CRITERIA:
+                raise ValueError(UNSUPPORTED_CRITERIA[value])
             raise ValueError(f"{name} must be {rule.expected}, got {value!r}")
 
 

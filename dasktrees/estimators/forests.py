@@ -33,6 +33,7 @@ from ..core.params import (
     check_forest_params,
     check_monotonic_data,
     check_tree_params,
+    friedman_as_squared_error,
     resolve_max_features,
 )
 from ..core.threads import uses_n_jobs
@@ -1623,6 +1624,7 @@ class RandomForestRegressor(_ForestRegressorMixin, BaseForest):
         n_jobs=None,
         verbose=0,
     ):
+        criterion = friedman_as_squared_error(criterion)
         keep_init_arguments(self, locals())
 
 
@@ -1666,4 +1668,5 @@ class ExtraTreesRegressor(RandomForestRegressor):
         n_jobs=None,
         verbose=0,
     ):
+        criterion = friedman_as_squared_error(criterion)
         keep_init_arguments(self, locals())

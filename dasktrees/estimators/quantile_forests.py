@@ -23,6 +23,7 @@ import dask.array as da
 import numpy as np
 from sklearn.utils.validation import check_is_fitted
 
+from ..core.params import friedman_as_squared_error
 from ..core.threads import uses_n_jobs
 from ..distributed.client import Client
 from ..distributed.reductions import (
@@ -258,6 +259,7 @@ class RandomForestQuantileRegressor(_QuantileMixin, RandomForestRegressor):
         n_jobs=None,
         verbose=0,
     ):
+        criterion = friedman_as_squared_error(criterion)
         keep_init_arguments(self, locals())
 
 
@@ -305,4 +307,5 @@ class ExtraTreesQuantileRegressor(_QuantileMixin, ExtraTreesRegressor):
         n_jobs=None,
         verbose=0,
     ):
+        criterion = friedman_as_squared_error(criterion)
         keep_init_arguments(self, locals())

@@ -14,7 +14,7 @@ from sklearn.utils.class_weight import compute_sample_weight
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_consistent_length, check_is_fitted, validate_data
 
-from ..core.params import check_monotonic_data, check_tree_params
+from ..core.params import check_monotonic_data, check_tree_params, friedman_as_squared_error
 from ..core.threads import uses_n_jobs
 from ..core.validation import check_2d, check_predict_columns, check_sample_weight, check_target
 from ..forest import treeshap
@@ -378,7 +378,7 @@ class DecisionTreeRegressor(RegressorMixin, BaseDecisionTree):
         n_jobs=None,
     ):
         super().__init__(
-            criterion=criterion,
+            criterion=friedman_as_squared_error(criterion),
             splitter=splitter,
             max_depth=max_depth,
             min_samples_split=min_samples_split,
