@@ -177,7 +177,11 @@ def test_monotonic_constraints_match_replicated_mode(binary, cls):
     constraints = [1, -1, 0, 1, 0, -1, 1, 0]
     replicated, spread = fit_both(cls, X, y, monotonic_cst=constraints, bootstrap=True)
     assert_same_trees(replicated, spread, X)
-    assert any(c for c in replicated.estimators_[0].monotonic_cst)
+    # The constraints bind: along feature 0 the second class's probability never falls.
+    path = np.tile(np.nan_to_num(X[:20]), (41, 1, 1))
+    path[:, :, 0] = np.linspace(-4, 4, 41)[:, None]
+    proba = spread.predict_proba(path.reshape(-1, 8))[:, 1].reshape(41, 20)
+    assert (np.diff(proba, axis=0) >= -1e-15).all() and np.ptp(proba, axis=0).max() > 0.1
 
 
 def test_monotonic_regression_on_integer_targets_matches_replicated_mode():
@@ -340,6 +344,7 @@ def test_auto_mode_grows_across_workers_only_when_a_tree_does_not_fit(binary):
 
         class params:
             max_leaf_nodes = 0
+            monotonic = ()
 
     small = {"w": {"memory_limit": 1 << 30}}
     large = {"w": {"memory_limit": 64 << 30}}

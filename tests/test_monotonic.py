@@ -124,6 +124,14 @@ def test_a_tree_is_scikit_learns_monotone_tree(seed):
     )
 
 
+def test_floats_equal_to_the_constraints_are_accepted():
+    """As scikit-learn accepts them."""
+    X, y = wavy(0, n=200)
+    floats = RandomForestRegressor(n_estimators=3, random_state=0, monotonic_cst=[1.0, -1.0, 0, 1])
+    ints = RandomForestRegressor(n_estimators=3, random_state=0, monotonic_cst=CONSTRAINTS)
+    np.testing.assert_array_equal(floats.fit(X, y).predict(X), ints.fit(X, y).predict(X))
+
+
 def test_a_dict_by_name_is_the_list():
     X, y = wavy(0)
     frame = pd.DataFrame(X, columns=["up", "down", "free", "also_up"])
@@ -167,9 +175,13 @@ def test_model_file_and_export_keep_the_constraints(tmp_path):
     loaded = dasktrees.load(tmp_path / "model")
     assert loaded.monotonic_cst == {"up": 1, "down": -1}
     np.testing.assert_array_equal(loaded.predict(frame), model.predict(frame))
+    # The constraints are in the exported trees' values; scikit-learn's parameter is left unset,
+    # since with it scikit-learn's trees refuse rows with missing values, which ours route.
     exported = model.to_sklearn()
-    assert list(exported.monotonic_cst) == [1, -1, 0, 0]
-    np.testing.assert_array_equal(exported.predict(frame), model.predict(frame))
+    assert exported.monotonic_cst is None
+    with_missing = frame.mask(np.random.default_rng(0).random(frame.shape) < 0.1)
+    np.testing.assert_array_equal(exported.predict(with_missing), model.predict(with_missing))
+    assert_monotone(exported.predict, frame.to_numpy(), [1, -1, 0, 0], 3)
 
 
 @pytest.mark.parametrize(

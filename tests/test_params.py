@@ -130,6 +130,11 @@ def test_friedman_mse_is_squared_error_with_a_future_warning(name):
     extra = {} if name.startswith("Decision") else {"n_estimators": 3}
     expected = cls(random_state=0, **extra).fit(X, y).predict(X)
     np.testing.assert_array_equal(friedman.set_params(**extra).fit(X, y).predict(X), expected)
+    # set after construction (GridSearchCV does): the fit warns and reads it the same way
+    later = cls(random_state=0, **extra).set_params(criterion="friedman_mse")
+    with pytest.warns(FutureWarning, match="friedman_mse"):
+        np.testing.assert_array_equal(later.fit(X, y).predict(X), expected)
+    assert check_params(cls, {"criterion": "friedman_mse"}, False) == []
 
 
 @pytest.mark.parametrize("criterion, words", [("absolute_error", "median"), ("poisson", "yet")])

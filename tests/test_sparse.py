@@ -176,25 +176,45 @@ def test_binning_keeps_the_raw_values_sparse():
 
 
 def test_duplicate_entries_are_summed_in_a_copy():
-    """A COO matrix may store one entry twice (scipy sums them); the user's matrix is left as
-    it was."""
+    """A CSR matrix may store an entry twice (scipy sums them); the fit sums them in a copy and
+    leaves the user's matrix as it was."""
     X, y = classification()
+    X = np.nan_to_num(X)
     coo = sparse.coo_matrix(X)
-    doubled = sparse.coo_matrix(
+    rows = np.concatenate([coo.row, coo.row])
+    order = np.argsort(rows, kind="stable")  # each stored entry twice, in row order
+    halves = sparse.csr_matrix(
         (
-            np.concatenate([coo.data, coo.data]) / 2,
-            (np.concatenate([coo.row, coo.row]), np.concatenate([coo.col, coo.col])),
+            (np.concatenate([coo.data, coo.data]) / 2)[order],
+            np.concatenate([coo.col, coo.col])[order],
+            np.concatenate([[0], np.cumsum(np.bincount(rows, minlength=len(X)))]),
         ),
         shape=X.shape,
     )
-    csr = doubled.tocsr(copy=True)
-    csr.has_canonical_format = False  # scipy may have summed them already; do it in the fit
-    stored = csr.data.copy()
+    stored = halves.data.copy()
+    assert halves.nnz == 2 * coo.nnz
     dense = RandomForestClassifier(n_estimators=4, random_state=0).fit(X, y)
-    fitted = RandomForestClassifier(n_estimators=4, random_state=0).fit(doubled, y)
-    np.testing.assert_array_equal(fitted.predict_proba(doubled), dense.predict_proba(X))
-    RandomForestClassifier(n_estimators=2, random_state=0).fit(csr, y)
-    np.testing.assert_array_equal(csr.data, stored)
+    fitted = RandomForestClassifier(n_estimators=4, random_state=0).fit(halves, y)
+    np.testing.assert_array_equal(fitted.predict_proba(halves), dense.predict_proba(X))
+    assert halves.nnz == 2 * coo.nnz  # not summed in place
+    np.testing.assert_array_equal(halves.data, stored)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.int64, np.bool_])
+def test_other_dtypes_and_stored_zeros(dtype):
+    """Integer, boolean and float32 values, and zeros stored explicitly (and -0.0), as dense."""
+    X, y = classification()
+    X = np.round(np.nan_to_num(X)) if dtype is not np.bool_ else np.nan_to_num(X) > 0.5
+    X = X.astype(dtype)
+    stored = sparse.csr_matrix(X)
+    stored.data[::7] = 0  # explicit zeros: values as the entries not stored
+    if dtype is np.float32:
+        stored.data[1::7] = -0.0
+    dense_X = stored.toarray()
+    dense = RandomForestClassifier(n_estimators=4, random_state=0).fit(dense_X, y)
+    fitted = RandomForestClassifier(n_estimators=4, random_state=0).fit(stored, y)
+    np.testing.assert_array_equal(fitted.predict_proba(stored), dense.predict_proba(dense_X))
+    np.testing.assert_array_equal(fitted.apply(dense_X), dense.apply(dense_X))
 
 
 def test_sparse_input_errors():
@@ -213,3 +233,10 @@ def test_sparse_input_errors():
         RandomForestClassifier(n_estimators=2).fit(sparse.csr_matrix(bad), y)
     with pytest.raises(ValueError, match="Complex data not supported"):
         RandomForestClassifier(n_estimators=2).fit(sparse.csr_matrix(X.astype(complex)), y)
+    blocks = da.from_array(np.nan_to_num(X), chunks=(100, -1)).map_blocks(
+        sparse.csr_matrix, meta=sparse.csr_matrix((0, X.shape[1]))
+    )
+    with pytest.raises(ValueError, match="categorical_features"):
+        RandomForestClassifier(n_estimators=2, categorical_features=[0]).fit(
+            blocks, da.from_array(y, chunks=100)
+        )

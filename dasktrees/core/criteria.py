@@ -27,7 +27,9 @@ CLASSIFICATION_CRITERIA = {
     "gain_ratio": GAIN_RATIO,
     "misclassification": MISCLASSIFICATION,
 }
-REGRESSION_CRITERIA = {"squared_error": SQUARED_ERROR}
+# "friedman_mse": deprecated in scikit-learn 1.9, which reads it as "squared_error" (the same
+# splits); so do ours, with a FutureWarning (``params.friedman_as_squared_error``).
+REGRESSION_CRITERIA = {"squared_error": SQUARED_ERROR, "friedman_mse": SQUARED_ERROR}
 
 _LOG2 = np.log(2.0)
 

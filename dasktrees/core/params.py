@@ -111,7 +111,8 @@ def _real(low: float, high: float | None = None, finite: bool = False) -> Rule:
 
 
 def _monotonic_cst(v: Any) -> bool:
-    """None, a list (or 1-d array) of -1, 0 and 1, or a dict from feature names to them."""
+    """None, a list (or 1-d array) of -1, 0 and 1 (integers, or floats equal to them, as
+    scikit-learn takes), or a dict from feature names to them."""
     if v is None:
         return True
     values = list(v.values()) if isinstance(v, Mapping) else v
@@ -120,7 +121,7 @@ def _monotonic_cst(v: Any) -> bool:
     if isinstance(values, (str, bytes)) or not isinstance(values, (list, tuple, np.ndarray)):
         return False
     values = np.asarray(values)
-    return values.ndim == 1 and all(_is_int(x) and x in (-1, 0, 1) for x in values.tolist())
+    return values.ndim == 1 and all(_is_real(x) and x in (-1, 0, 1) for x in values.tolist())
 
 
 _FEATURES = Rule(
@@ -219,6 +220,10 @@ UNSUPPORTED_CRITERIA = {
 }
 
 
+def _unsupported(criterion: Any) -> bool:
+    return isinstance(criterion, str) and criterion in UNSUPPORTED_CRITERIA
+
+
 def friedman_as_squared_error(criterion: Any) -> Any:
     """``criterion`` as a regressor's constructor keeps it: scikit-learn 1.9 deprecated
     "friedman_mse", which always chose the splits "squared_error" chooses, and maps it to
@@ -238,7 +243,8 @@ def friedman_as_squared_error(criterion: Any) -> Any:
 def criterion_rule(is_classifier: bool) -> Rule:
     """What ``criterion`` accepts for the task."""
     criteria = CLASSIFICATION_CRITERIA if is_classifier else REGRESSION_CRITERIA
-    return Rule(f"one of {sorted(criteria)}", lambda v: isinstance(v, str) and v in criteria)
+    named = sorted(c for c in criteria if c != "friedman_mse")  # deprecated: accepted, not offered
+    return Rule(f"one of {named}", lambda v: isinstance(v, str) and v in criteria)
 
 
 def parameter_problem(name: str, value: Any, is_classifier: bool) -> str | None:
@@ -250,7 +256,7 @@ def parameter_problem(name: str, value: Any, is_classifier: bool) -> str | None:
     rule = criterion_rule(is_classifier) if name == "criterion" else PARAMETERS.get(name)
     if rule is None or rule.accepts(value):
         return None
-    if name == "criterion" and not is_classifier and value in UNSUPPORTED_CRITERIA:
+    if name == "criterion" and not is_classifier and _unsupported(value):
         return UNSUPPORTED_CRITERIA[value]
     return f"expected {rule.expected}, got {value!r}"
 
@@ -260,7 +266,7 @@ def _check(est: Any, names, is_classifier: bool = True) -> None:
         value = getattr(est, name)
         rule = criterion_rule(is_classifier) if name == "criterion" else PARAMETERS[name]
         if not rule.accepts(value):
-            if name == "criterion" and not is_classifier and value in UNSUPPORTED_CRITERIA:
+            if name == "criterion" and not is_classifier and _unsupported(value):
                 raise ValueError(UNSUPPORTED_CRITERIA[value])
             raise ValueError(f"{name} must be {rule.expected}, got {value!r}")
 
@@ -340,6 +346,8 @@ def check_tree_params(
     if hasattr(est, "class_weight"):
         _check(est, ["class_weight"])
     criteria = CLASSIFICATION_CRITERIA if is_classifier else REGRESSION_CRITERIA
+    if not is_classifier:
+        friedman_as_squared_error(est.criterion)  # set after construction: warn at fit
     min_samples_leaf = _as_count(est.min_samples_leaf, n_samples, 1)
     min_samples_split = _as_count(est.min_samples_split, n_samples, 2)
     return GrowthParams(

@@ -52,10 +52,11 @@ def check_2d(X):
 
 
 def sparse_rows(X):
-    """A scipy sparse X (any format, matrix or array) as CSR with real values and no duplicate
-    entries: row blocks slice it without copies. X itself is never changed (duplicates are
-    summed in a copy); a stored value is a value as any other, NaN missing, and every entry not
-    stored is zero."""
+    """A scipy sparse X (any format, matrix or array) as CSR of float64 (float32 kept) with no
+    duplicate entries: row blocks slice it cheaply (a row slice copies only its rows' stored
+    entries). X itself is never changed (a conversion or the summing of duplicates works on a
+    copy); a stored value is a value as any other, NaN missing, and every entry not stored is
+    zero."""
     if X.dtype.kind == "c":
         raise ValueError("X: Complex data not supported")
     if X.ndim != 2:
@@ -63,6 +64,8 @@ def sparse_rows(X):
     if X.dtype.kind not in "fiub":
         raise ValueError(f"X: sparse data of dtype {X.dtype} is not numeric")
     rows = X.tocsr()
+    if rows.dtype.kind != "f":  # integers and bools as the dense path reads them: float64
+        rows = rows.astype(np.float64)
     if not rows.has_canonical_format:
         rows = rows.copy() if rows is X else rows
         rows.sum_duplicates()

@@ -21,6 +21,7 @@ import dask.array as da
 import dask.dataframe as dd
 import numpy as np
 import pandas as pd
+from scipy.sparse import csr_matrix, issparse
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import column_or_1d
 
@@ -112,7 +113,11 @@ def input_blocks(
         y = y.rechunk((X.chunks[0],))
         x_blocks = list(X.to_delayed()[:, 0])
         lengths = np.array(X.chunks[0], dtype=np.int64)
-        meta = np.empty((0, X.shape[1]), dtype=X.dtype)
+        meta = (  # sparse blocks: a sparse meta, which the bin mapper's checks recognise
+            csr_matrix((0, X.shape[1]), dtype=X.dtype)
+            if issparse(X._meta)
+            else np.empty((0, X.shape[1]), dtype=X.dtype)
+        )
         w_blocks = [None] * len(x_blocks)
         if sample_weight is not None:
             w_blocks = list(da.asarray(sample_weight).rechunk((X.chunks[0],)).to_delayed())

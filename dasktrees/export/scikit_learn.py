@@ -32,7 +32,7 @@ from sklearn.tree._tree import NODE_DTYPE
 from sklearn.tree._tree import Tree as SkTree
 from sklearn.utils.validation import check_is_fitted
 
-from ..core.params import TREE_PARAMETERS, resolve_monotonic_cst
+from ..core.params import TREE_PARAMETERS
 from ..forest.voting import one_hot_votes
 
 __all__ = ["float32_floor", "forest_to_sklearn", "tree_to_sklearn"]
@@ -48,6 +48,7 @@ _SKLEARN_CRITERION = {
     "gain_ratio": "entropy",
     "misclassification": "gini",
     "squared_error": "squared_error",
+    "friedman_mse": "squared_error",  # set after construction (ours read it so: deprecated)
 }
 
 
@@ -209,12 +210,8 @@ def _tree_params(estimator):
     params = {name: getattr(estimator, name) for name, same in TREE_PARAMETERS.items() if same}
     params["criterion"] = _SKLEARN_CRITERION[estimator.criterion]
     params["random_state"] = estimator.random_state
-    constraints = getattr(estimator, "monotonic_cst", None)
-    if constraints is not None:  # a list, as scikit-learn takes it (ours may name features)
-        names = getattr(estimator, "feature_names_in_", None)
-        params["monotonic_cst"] = list(
-            resolve_monotonic_cst(constraints, estimator.n_features_in_, names)
-        )
+    # ``monotonic_cst`` is not passed on: the constraints are in the trees' values already, and
+    # scikit-learn's estimators with it set refuse rows with missing values, which ours route.
     return params
 
 
