@@ -214,3 +214,65 @@ def test_quantile_forests_have_no_constraint():
     assert "monotonic_cst" not in dasktrees.RandomForestQuantileRegressor().get_params()
     with pytest.raises(TypeError):
         dasktrees.ExtraTreesQuantileRegressor(monotonic_cst=[1])
+
+
+# Seeds whose trees have no tied splits (seed 2 has one: two features cut a node's rows alike,
+# the same tree and predictions, the decrease credited to the other feature).
+@pytest.mark.parametrize("seed", [0, 1, 3])
+def test_impurities_importances_and_pruning_path_are_scikit_learns(seed):
+    """A node keeps the impurity of its rows, not of its clipped value: the impurity
+    importances and the cost-complexity path equal scikit-learn's, for a single tree and for a
+    forest's trees (shipped from their task) where both find the same splits."""
+    X, y = wavy(seed, n=250)
+    labels = (y > np.median(y)).astype(int)
+    w = np.random.default_rng(seed).uniform(0.5, 1.5, len(y))
+    for ours, theirs, target in (
+        (DecisionTreeRegressor, SkTreeRegressor, y),
+        (DecisionTreeClassifier, SkTreeClassifier, labels),
+    ):
+        params = dict(monotonic_cst=CONSTRAINTS, min_samples_leaf=5)
+        tree = ours(**params).fit(X, target, sample_weight=w)
+        reference = theirs(random_state=0, **params).fit(X, target, sample_weight=w)
+        np.testing.assert_allclose(
+            tree.feature_importances_, reference.feature_importances_, rtol=1e-9, atol=1e-12
+        )
+        path = tree.cost_complexity_pruning_path(X, target, sample_weight=w)
+        expected = reference.cost_complexity_pruning_path(X, target, sample_weight=w)
+        # scikit-learn may add a step of alpha ~1e-17 (a subtree that costs nothing, by
+        # rounding): the steps of real alphas must agree.
+        ours_alphas = path.ccp_alphas[path.ccp_alphas > 1e-12]
+        np.testing.assert_allclose(
+            ours_alphas, expected.ccp_alphas[expected.ccp_alphas > 1e-12], rtol=1e-7
+        )
+        assert len(ours_alphas) >= 5
+        forest_cls = (
+            RandomForestRegressor if ours is DecisionTreeRegressor else RandomForestClassifier
+        )
+        forest = forest_cls(
+            n_estimators=1, bootstrap=False, max_features=None, random_state=0, **params
+        ).fit(X, target, sample_weight=w)
+        np.testing.assert_allclose(
+            forest.feature_importances_, reference.feature_importances_, rtol=1e-9, atol=1e-12
+        )
+
+
+def test_impurities_survive_model_files_and_pickles(tmp_path):
+    import pickle
+
+    X, y = wavy(5)
+    labels = (y > np.median(y)).astype(int)
+    for model in (
+        RandomForestRegressor(n_estimators=3, random_state=0, monotonic_cst=CONSTRAINTS),
+        RandomForestClassifier(n_estimators=3, random_state=0, monotonic_cst=CONSTRAINTS),
+        RandomForestClassifier(
+            n_estimators=3, random_state=0, monotonic_cst=CONSTRAINTS, ccp_alpha=1e-3
+        ),
+    ):
+        model.fit(X, labels if hasattr(model, "predict_proba") else y)
+        path = tmp_path / f"model-{id(model)}"
+        model.save(path)
+        for other in (dasktrees.load(path), pickle.loads(pickle.dumps(model))):
+            np.testing.assert_array_equal(other.feature_importances_, model.feature_importances_)
+            for a, b in zip(model.estimators_, other.estimators_):
+                np.testing.assert_array_equal(a.tree_.impurity, b.tree_.impurity)
+                np.testing.assert_array_equal(a.tree_.value, b.tree_.value)

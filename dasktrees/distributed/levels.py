@@ -1136,6 +1136,7 @@ def _join_tree(spec, s, results):
     state = wire.encode(
         joined_nodes, joined_values, joined_bitsets, spec.bins.thresholds,
         len(spec.bins.n_bins), spec.params.criterion, depth_first=max_leaf_nodes == 0,
+        exact=any(spec.params.monotonic),
     )  # fmt: skip
     return wire.decode(state, spec.bins.thresholds)
 

@@ -1586,7 +1586,9 @@ def grow_tree(
     records = _grow_records(
         codes, y, weights, bin_arrays, params, n_classes, seed, candidates, workspace
     )
-    tree = Tree.from_growth(*records, bin_arrays.thresholds, codes.shape[1], params.criterion)
+    tree = Tree.from_growth(
+        *records, bin_arrays.thresholds, codes.shape[1], params.criterion, any(params.monotonic)
+    )
     if params.ccp_alpha > 0.0:
         tree = prune_cost_complexity(tree, params.ccp_alpha)
     return tree
@@ -1609,4 +1611,5 @@ def grow_tree_state(
         params.criterion,
         None if workspace is None else workspace.buffers,
         depth_first=params.max_leaf_nodes == 0,  # the frontier a stack (``grow``)
+        exact=any(params.monotonic),  # clipped values: impurities shipped as grown
     )

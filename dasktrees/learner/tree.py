@@ -55,13 +55,16 @@ class Tree:
             setattr(self, name, arrays[name])
 
     @classmethod
-    def from_growth(cls, nodes, values, bitsets, thresholds, n_features, criterion):
+    def from_growth(cls, nodes, values, bitsets, thresholds, n_features, criterion, exact=False):
         """Build a Tree from the grower's records.
 
         ``thresholds`` is the (n_features, N_BIN_CODES) table of raw split values
         (``BinMapper.threshold_table``): a numeric split at bin b is ``x <= thresholds[f, b]``.
         ``criterion`` (``criteria``) says what ``values`` holds: weighted class counts, whose
-        fractions become ``value``, or a regression tree's means.
+        fractions become ``value``, or a regression tree's means. ``exact``: keep a regression
+        tree's split nodes' own means and impurities rather than pool them from the leaves
+        (monotonic constraints: the leaves' values are clipped, and pooling them would not give
+        the nodes' impurities); ``wire.encode`` ships such a tree's every node.
         """
         if len(bitsets) == 0:  # one all-zero row, so that kernels can always index the table
             bitsets = np.zeros((1, BITSET_WORDS), dtype=BITSET_DTYPE)
@@ -78,6 +81,7 @@ class Tree:
         )
         if criterion == SQUARED_ERROR:
             value = np.array(values, order="C")  # a copy: the grower's workspace is reused
+        if criterion == SQUARED_ERROR and not exact:
             # A split node's mean and impurity are its children's pooled, as a shipped tree's
             # are derived from its leaves' (``wire.encode``): the same numbers for every tree.
             split = np.flatnonzero(arrays["children_left"] != TREE_LEAF)
@@ -89,7 +93,7 @@ class Tree:
                 value,
                 arrays["impurity"],
             )
-        else:
+        elif criterion != SQUARED_ERROR:
             value = np.empty(values.shape)
             class_fractions(values, value, np.empty(len(values)))
         return cls(
@@ -293,8 +297,10 @@ class Tree:
         else:  # from the shipped state: the few arrays needed, not the whole tree expanded
             if "criterion" in state:  # a classifier's, from its class fractions
                 value, w = value_and_weight(state)
-                impurity = np.empty(len(w))
-                _class_impurities(value, w, state["criterion"], impurity)
+                impurity = state.get("impurity")  # shipped when not derived (``wire.encode``)
+                if impurity is None:
+                    impurity = np.empty(len(w))
+                    node_class_impurities(value, w, state["criterion"], impurity)
             else:
                 w = node_weights(state)
                 impurity = node_moments(state, w)[1]
@@ -378,9 +384,9 @@ def expand_shipped(shipped, thresholds):
         thresholds, state["feature"], state["bin_threshold"], bitset_idx, state["threshold"]
     )
     criterion = state.pop("criterion", None)
-    if criterion is not None:
+    if criterion is not None and "impurity" not in state:  # else shipped (``wire.encode``)
         state["impurity"] = np.empty(len(state["n_node_samples"]))
-        _class_impurities(
+        node_class_impurities(
             state["value"], state["weighted_n_node_samples"], criterion, state["impurity"]
         )
     return state
@@ -821,7 +827,7 @@ def _split_thresholds(thresholds, feature, bin_threshold, bitset_idx, out):
 
 
 @njit(cache=True, nogil=True)
-def _class_impurities(value, weighted_n_node_samples, criterion, out):
+def node_class_impurities(value, weighted_n_node_samples, criterion, out):
     """Each node's impurity from its class fractions and weight (``criteria.class_impurity``)."""
     for i in range(value.shape[0]):
         out[i] = class_impurity(value[i], weighted_n_node_samples[i], criterion)

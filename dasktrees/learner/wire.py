@@ -39,13 +39,22 @@ from .tree import (
     NODE_ARRAY_DTYPES,
     Tree,
     fields_from_records,
+    node_class_impurities,
     number_depth_first,
     pool_to_root,
 )
 
 
 def encode(
-    nodes, values, bitsets, thresholds, n_features, criterion, buffers=None, depth_first=False
+    nodes,
+    values,
+    bitsets,
+    thresholds,
+    n_features,
+    criterion,
+    buffers=None,
+    depth_first=False,
+    exact=False,
 ):
     """The shipped state of the tree ``Tree.from_growth(nodes, values, bitsets, thresholds,
     n_features, criterion)`` would build (``grower.grow`` records, ``criterion`` the tree's).
@@ -59,7 +68,9 @@ def encode(
     ``buffers`` (``buffers.Buffers``, optional) holds the intermediate arrays; the state's own
     arrays are always new. ``depth_first``: the records are a tree the grower grew depth first
     (no ``max_leaf_nodes``), numbered as ``tree.depth_first_children`` numbers it, which is then
-    not checked again.
+    not checked again. ``exact`` (monotonic constraints, whose clipped values do not give the
+    nodes' impurities): every node's impurity shipped as grown, and a regressor's every node's
+    mean (``Tree.from_growth``'s ``exact``).
     """
     is_split = scratch_array(buffers, "is_split", len(nodes), bool)
     # The split fields have room for every node; the first n_split are written.
@@ -91,7 +102,13 @@ def encode(
     }
     _put_split_fields(state, compact, n_features, bitsets, buffers, depth_first)
     _put_summable(state, kinds, compact, "n_node_samples", per_node["n_node_samples"], buffers)
-    if criterion == SQUARED_ERROR:
+    if exact:
+        state["impurity"] = per_node["impurity"].copy()  # its own: per_node is scratch
+    if criterion == SQUARED_ERROR and exact:
+        state["value"] = np.array(values, order="C")
+        weights = per_node["weighted_n_node_samples"]
+        _put_summable(state, kinds, compact, "weighted_n_node_samples", weights, buffers)
+    elif criterion == SQUARED_ERROR:
         # The leaves' means and impurities: the client pools the split nodes' from them, as
         # ``Tree.from_growth`` does (``tree.pool_to_root``).
         state["leaf_value"] = _leaf_rows(values, kinds.leaves)
@@ -291,14 +308,24 @@ def state_of(tree, criterion, class_counts=None):
     if criterion != SQUARED_ERROR and class_counts is not None:
         _put_summable(state, kinds, compact, "weighted_class_counts", class_counts)
         state["criterion"] = criterion
-        return state
+        return _with_own_impurities(state, tree, criterion)
     weights = tree.weighted_n_node_samples
     _put_summable(state, kinds, compact, "weighted_n_node_samples", weights)
     if criterion == SQUARED_ERROR:
         _put_moments(state, kinds, compact, tree.value, tree.impurity, weights)
-    else:
-        state["value"] = tree.value
-        state["criterion"] = criterion
+        return state
+    state["value"] = tree.value
+    state["criterion"] = criterion
+    return _with_own_impurities(state, tree, criterion)
+
+
+def _with_own_impurities(state, tree, criterion):
+    """A classifier's ``state`` with the tree's impurities when its class fractions do not
+    give them (monotonic constraints clip the fractions, not the impurities)."""
+    derived = np.empty(tree.node_count)
+    node_class_impurities(tree.value, tree.weighted_n_node_samples, criterion, derived)
+    if not np.array_equal(derived, tree.impurity):
+        state["impurity"] = tree.impurity
     return state
 
 

@@ -411,8 +411,8 @@ def expected_shapes(manifest: Manifest) -> dict[str, tuple[int, ...]]:
     if regression and "leaf_value" in manifest["arrays"]:
         del shapes["value"], shapes["impurity"]
         shapes.update(leaf_moments)
-    if not regression:
-        del shapes["impurity"]  # derived from the class fractions
+    if not regression and "impurity" not in manifest["arrays"]:
+        del shapes["impurity"]  # derived from the class fractions (else monotonic constraints)
     shapes["categorical_bitsets"] = (sum(trees["bitset_counts"]), BITSET_WORDS)
     if "value" in shapes:
         shapes["value"] = (n_nodes, trees["n_values"])

@@ -18,6 +18,7 @@ from ..core.validation import column_label
 from ..learner.binning import BinMapper
 from ..learner.tree import (
     children,
+    node_class_impurities,
     node_counts,
     node_moments,
     node_samples,
@@ -159,6 +160,8 @@ def _tree_arrays(states: list[Manifest]) -> Arrays:
         states = [_LAYOUTS[layout](s) for s in states]
     if not all("leaf_value" in s for s in states):  # a regressor's
         states = [_with_node_moments(s) for s in states]
+    if any("criterion" in s and "impurity" in s for s in states):  # a classifier's, some shipped
+        states = [_with_class_impurities(s) for s in states]
     for name, leaf_name in SUMMABLE.items():
         if any(name in s for s in states) and any(leaf_name in s for s in states):
             states = [_with_every_node(s, name) for s in states]
@@ -204,6 +207,17 @@ def _with_every_node(state: Manifest, name: str) -> Manifest:
     state[name] = node_samples(state) if name == "n_node_samples" else node_weights(state)
     del state[leaf_name]
     return state
+
+
+def _with_class_impurities(state: Manifest) -> Manifest:
+    """A shipped classifier's state with every node's impurity, derived from its class
+    fractions when it does not ship them (``wire.encode``'s ``exact``)."""
+    if "impurity" in state:
+        return state
+    value, weight = value_and_weight(state)
+    impurity = np.empty(len(weight))
+    node_class_impurities(value, weight, state["criterion"], impurity)
+    return {**state, "impurity": impurity}
 
 
 def _with_node_moments(state: Manifest) -> Manifest:
