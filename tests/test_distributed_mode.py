@@ -49,7 +49,10 @@ def assert_same_trees(a, b, X, arrays=TREE_ARRAYS):
     predict = "predict_proba" if hasattr(a, "predict_proba") else "predict"
     np.testing.assert_array_equal(getattr(a, predict)(X), getattr(b, predict)(X))
     np.testing.assert_array_equal(a.apply(X), b.apply(X))
-    np.testing.assert_array_equal(a.feature_importances_, b.feature_importances_)
+    if "impurity" in arrays:
+        np.testing.assert_array_equal(a.feature_importances_, b.feature_importances_)
+    else:  # the importances are decreases of impurity
+        np.testing.assert_allclose(a.feature_importances_, b.feature_importances_, rtol=1e-12)
     if getattr(a, "oob_score", False):
         assert a.oob_score_ == b.oob_score_
         np.testing.assert_array_equal(a.oob_curve_, b.oob_curve_)
@@ -195,7 +198,12 @@ def test_monotonic_regression_on_integer_targets_matches_replicated_mode():
     replicated, spread = fit_both(
         RandomForestRegressor, X, y, monotonic_cst=[1, 0, -1, 1, 0, 0], max_features=0.5
     )
-    assert_same_trees(replicated, spread, X)
+    # A constrained tree keeps its nodes' own impurities (not pooled from its clipped leaves):
+    # a top node's, summed from histograms, may differ from the rows' two-pass sum in the last
+    # bit. Everything else is the same, bit for bit.
+    assert_same_trees(replicated, spread, X, [a for a in TREE_ARRAYS if a != "impurity"])
+    for a, b in zip(replicated.estimators_, spread.estimators_):
+        np.testing.assert_allclose(a.tree_.impurity, b.tree_.impurity, rtol=1e-14, atol=0)
 
 
 def test_regression_on_integer_targets_matches_replicated_mode():

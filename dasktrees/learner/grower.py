@@ -1026,8 +1026,8 @@ def _node_bounds(node_id, side, nodes, rules, scratch):
     bound and the right child's lower (upper) bound become the middle of the two children's
     values. Every leaf value of a
     subtree then lies within its root's bounds, so the tree is monotone along each constrained
-    feature, and stays so when a subtree is cut to a leaf whose value is within its root's
-    bounds (its own clipped value, or its leaves' pooled)."""
+    feature, and stays so when a subtree is cut to a leaf: its root keeps its own value,
+    clipped to its bounds."""
     if node_id < 0:
         return rules.root_lower, rules.root_upper
     bounds = scratch.node_bounds[node_id]

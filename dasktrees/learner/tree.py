@@ -972,11 +972,12 @@ def pool_to_root(is_split, children_left, children_right, weight, value, impurit
         mean     = (w_l mean_l + w_r mean_r) / w
         impurity = (w_l (impurity_l + (mean_l - mean)^2) + w_r (impurity_r + (mean_r - mean)^2)) / w
 
-    Mathematically the node's own mean and variance (without monotonic constraints: a leaf
-    value clipped to its bounds makes them the pooled clipped values' instead); in floating
-    point within a few ulps of the grower's sums over the node's rows (tested). Every tree's
-    split nodes hold these numbers (``Tree.from_growth``), so a tree can travel and be stored
-    with its leaves' alone (``wire.encode``). Children come after their parent: one pass backwards.
+    Mathematically the node's own mean and variance; in floating point within a few ulps of
+    the grower's sums over the node's rows (tested). Every tree's split nodes hold these
+    numbers (``Tree.from_growth``), so a tree can travel and be stored with its leaves' alone
+    (``wire.encode``); but a tree grown under monotonic constraints, whose clipped leaf values
+    would not pool to its nodes' moments, keeps its own (``from_growth``'s ``exact``).
+    Children come after their parent: one pass backwards.
 
     Parameters
     ----------
