@@ -357,7 +357,7 @@ def test_auto_mode_grows_across_workers_only_when_a_tree_does_not_fit(binary):
 
         class params:
             max_leaf_nodes = 0
-            monotonic = ()
+            constrained = False
 
     small = {"w": {"memory_limit": 1 << 30}}
     large = {"w": {"memory_limit": 64 << 30}}

@@ -45,6 +45,11 @@ class GrowthParams:
     # each feature's monotonic constraint (1 increasing, -1 decreasing, 0 none); () for none
     monotonic: tuple[int, ...] = ()
 
+    @property
+    def constrained(self) -> bool:
+        """Whether a feature has a monotonic constraint."""
+        return any(self.monotonic)
+
 
 def _is_int(value: Any) -> bool:
     return isinstance(value, Integral) and not isinstance(value, bool)
@@ -316,7 +321,8 @@ TREE_PARAMETERS: dict[str, bool] = {
     "min_samples_category": False,
     "categorical_order": False,
     "categorical_features": False,
-    # as scikit-learn's, but also a dict by name: ``to_sklearn`` passes the resolved list
+    # as scikit-learn's, but also a dict by name; ``to_sklearn`` leaves it unset (the exported
+    # trees' values carry the constraints, and scikit-learn's with it refuse missing values)
     "monotonic_cst": False,
 }
 

@@ -130,26 +130,18 @@ def budget_override() -> int | None:
     return _budget_rows.get()
 
 
-def refusal(spec) -> str | None:
-    """Why distributed mode cannot grow this forest's trees, or None when it can."""
-    if spec.balanced_subsample:
-        return (
-            'mode="distributed" does not support class_weight="balanced_subsample" (its '
-            "weights need each tree's class totals before its root is summed)"
-        )
-    return None
-
-
 def supports(spec) -> bool:
-    """Whether distributed mode grows this forest's trees (``refusal``)."""
-    return refusal(spec) is None
+    """Whether distributed mode grows this forest's trees (``check_supports``)."""
+    return not spec.balanced_subsample
 
 
 def check_supports(spec) -> None:
     """A ``ValueError`` saying why, unless distributed mode grows this forest's trees."""
-    reason = refusal(spec)
-    if reason is not None:
-        raise ValueError(reason)
+    if not supports(spec):
+        raise ValueError(
+            'mode="distributed" does not support class_weight="balanced_subsample" (its '
+            "weights need each tree's class totals before its root is summed)"
+        )
 
 
 @dataclass(frozen=True)
@@ -1092,7 +1084,7 @@ def _child_bounds(bounds, params, feature, left, right, side):
     """The value bounds of child ``side`` of a node of ``bounds`` split on ``feature``, its
     children's statistics ``left`` and ``right``: the grower's ``_node_bounds``, with the
     middle of the children's values computed as the grower computes it (``child_value``)."""
-    monotonic = params.monotonic[feature] if any(params.monotonic) else 0
+    monotonic = params.monotonic[feature] if params.constrained else 0
     if monotonic == 0:
         return bounds
     middle = 0.5 * (
@@ -1136,7 +1128,7 @@ def _join_tree(spec, s, results):
     state = wire.encode(
         joined_nodes, joined_values, joined_bitsets, spec.bins.thresholds,
         len(spec.bins.n_bins), spec.params.criterion, depth_first=max_leaf_nodes == 0,
-        exact=any(spec.params.monotonic),
+        exact=spec.params.constrained,
     )  # fmt: skip
     return wire.decode(state, spec.bins.thresholds)
 

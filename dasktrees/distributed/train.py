@@ -259,7 +259,7 @@ def choose_mode(mode: str, data: TrainingData, spec: ForestSpec, workers: dict) 
 def _tree_row_bytes(data: TrainingData, spec: ForestSpec) -> float:
     """A tree's growth per in-bag row (``levels.bytes_per_gathered_row``)."""
     return levels.bytes_per_gathered_row(
-        data.bin_mapper.n_features_in_, max(1, spec.n_classes), any(spec.params.monotonic)
+        data.bin_mapper.n_features_in_, max(1, spec.n_classes), spec.params.constrained
     )
 
 
@@ -333,7 +333,7 @@ def grow_forest(
             workers,
             levels.budget_override(),
             levels.workers_own_memory(client),
-            constrained=any(spec.params.monotonic),
+            constrained=spec.params.constrained,
         )
         progress = _progress.get()
         if not on_workers:

@@ -875,7 +875,7 @@ class Workspace(NamedTuple):
             np.empty((code_rows, _n_words(n_features)), dtype=np.uint64),
             np.arange(code_rows, dtype=np.int64),
             np.empty(capacity, dtype=np.uint64),
-            np.empty((capacity if len(monotonic_constraints(params)) else 0, 3)),
+            np.empty((capacity if params.constrained else 0, 3)),
             Buffers(),
         )
 
@@ -889,7 +889,7 @@ class Workspace(NamedTuple):
             and self.node_codes.shape[0] >= _ordered_rows(n_rows)
             and (
                 self.node_bounds.shape[0] >= self._capacity(n_rows, params)
-                or not len(monotonic_constraints(params))
+                or not params.constrained
             )
         )
 
@@ -1587,7 +1587,7 @@ def grow_tree(
         codes, y, weights, bin_arrays, params, n_classes, seed, candidates, workspace
     )
     tree = Tree.from_growth(
-        *records, bin_arrays.thresholds, codes.shape[1], params.criterion, any(params.monotonic)
+        *records, bin_arrays.thresholds, codes.shape[1], params.criterion, params.constrained
     )
     if params.ccp_alpha > 0.0:
         tree = prune_cost_complexity(tree, params.ccp_alpha)
@@ -1611,5 +1611,5 @@ def grow_tree_state(
         params.criterion,
         None if workspace is None else workspace.buffers,
         depth_first=params.max_leaf_nodes == 0,  # the frontier a stack (``grow``)
-        exact=any(params.monotonic),  # clipped values: impurities shipped as grown
+        exact=params.constrained,  # clipped values: impurities shipped as grown
     )
