@@ -342,6 +342,7 @@ def test_a_subtree_task_peaks_within_its_planned_memory(regression, n_features, 
 
 
 def test_auto_mode_grows_across_workers_only_when_a_tree_does_not_fit(binary):
+    from dasktrees.core.criteria import POISSON
     from dasktrees.distributed.train import choose_mode
 
     class Data:
@@ -358,6 +359,7 @@ def test_auto_mode_grows_across_workers_only_when_a_tree_does_not_fit(binary):
         class params:
             max_leaf_nodes = 0
             constrained = False
+            criterion = 0  # gini
 
     small = {"w": {"memory_limit": 1 << 30}}
     large = {"w": {"memory_limit": 64 << 30}}
@@ -365,6 +367,9 @@ def test_auto_mode_grows_across_workers_only_when_a_tree_does_not_fit(binary):
     assert choose_mode("auto", Data, Spec, large) == "replicated"
     assert choose_mode("auto", Data, Spec, {"w": {"memory_limit": 0}}) == "replicated"
     Spec.lam = 0.1
+    assert choose_mode("auto", Data, Spec, small) == "sampled"
+    Spec.lam = 1.0
+    Spec.params.criterion = POISSON  # not grown across workers: sampled, however large
     assert choose_mode("auto", Data, Spec, small) == "sampled"
 
 

@@ -137,16 +137,16 @@ def test_friedman_mse_is_squared_error_with_a_future_warning(name):
     assert check_params(cls, {"criterion": "friedman_mse"}, False) == []
 
 
-@pytest.mark.parametrize("criterion, words", [("absolute_error", "median"), ("poisson", "yet")])
-def test_absolute_error_and_poisson_are_refused_saying_why(criterion, words):
+def test_absolute_error_is_refused_saying_why():
     from sklearn.datasets import load_diabetes
 
     from dasktrees import RandomForestRegressor
     from dasktrees.core.params import UNSUPPORTED_CRITERIA
 
     X, y = load_diabetes(return_X_y=True)
+    criterion = "absolute_error"
     message = UNSUPPORTED_CRITERIA[criterion]
-    assert words in message
+    assert "median" in message
     with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
         RandomForestRegressor(n_estimators=2, criterion=criterion).fit(X, y)
     assert check_params(RandomForestRegressor, {"criterion": criterion}, False) == [

@@ -3,7 +3,8 @@
 A node's (or a candidate child's) statistics are one float64 vector, laid out by task:
 
     classification  [n_rows, w_class_0, w_class_1, ..., w_class_{K-1}]
-    regression      [n_rows, w, w * y, w * y**2]
+    squared error   [n_rows, w, w * y, w * y**2]
+    Poisson         [n_rows, w, w * y, w * y ln y]
 
 where w sums the row weights (sample_weight x class_weight x bootstrap count). Every impurity is
 computed from such a vector, so histograms, split scans and node statistics share one code path.
@@ -19,6 +20,7 @@ ENTROPY = 1
 GAIN_RATIO = 2  # C4.5: entropy gain divided by the split information
 MISCLASSIFICATION = 3
 SQUARED_ERROR = 4
+POISSON = 5  # half Poisson deviance; regression criteria are the codes from SQUARED_ERROR on
 
 CLASSIFICATION_CRITERIA = {
     "gini": GINI,
@@ -29,15 +31,25 @@ CLASSIFICATION_CRITERIA = {
 }
 # "friedman_mse": deprecated in scikit-learn 1.9, which reads it as "squared_error" (the same
 # splits); so do ours, with a FutureWarning (``params.friedman_as_squared_error``).
-REGRESSION_CRITERIA = {"squared_error": SQUARED_ERROR, "friedman_mse": SQUARED_ERROR}
+REGRESSION_CRITERIA = {
+    "squared_error": SQUARED_ERROR,
+    "friedman_mse": SQUARED_ERROR,
+    "poisson": POISSON,
+}
 
 _LOG2 = np.log(2.0)
 
 
 @njit(cache=True, inline="always")
+def is_regression(criterion):
+    """Whether ``criterion`` is a regression criterion: statistics ``[n_rows, w, wy, .]``."""
+    return criterion >= SQUARED_ERROR
+
+
+@njit(cache=True, inline="always")
 def stats_weight(stats, criterion):
     """Total weight w of a statistics vector (see the module docstring for the layout)."""
-    if criterion == SQUARED_ERROR:
+    if is_regression(criterion):
         return stats[1]
     total = 0.0
     for k in range(1, stats.shape[0]):
@@ -53,16 +65,16 @@ def impurity(stats, criterion):
     ----------
     stats : ndarray of float64, shape (n_channels,)
         ``[n_rows, w_0, ..., w_{K-1}]`` for classification, ``[n_rows, w, wy, wy2]`` for
-        regression.
+        squared error, ``[n_rows, w, wy, wy ln y]`` for Poisson.
     criterion : int
         One of GINI, ENTROPY, GAIN_RATIO (node impurity is the entropy), MISCLASSIFICATION,
-        SQUARED_ERROR.
+        SQUARED_ERROR, POISSON.
 
     Returns
     -------
     float
-        Gini index, entropy in bits, misclassification rate or weighted variance; 0 for an
-        empty node.
+        Gini index, entropy in bits, misclassification rate, weighted variance or mean half
+        Poisson deviance (``poisson_deviance``); 0 for an empty node.
     """
     w = stats_weight(stats, criterion)
     if w <= 0.0:
@@ -70,6 +82,8 @@ def impurity(stats, criterion):
     if criterion == SQUARED_ERROR:
         mean = stats[2] / w
         return max(stats[3] / w - mean * mean, 0.0)
+    if criterion == POISSON:
+        return poisson_deviance(w, stats[2], stats[3])
     result = 0.0
     if criterion == GINI:
         result = 1.0
@@ -87,6 +101,18 @@ def impurity(stats, criterion):
                 p = stats[k] / w
                 result -= p * np.log(p) / _LOG2
     return result
+
+
+@njit(cache=True, inline="always")
+def poisson_deviance(w, wy, wy_log_y):
+    """Mean half Poisson deviance of rows of total weight ``w`` about their mean ``mu = wy / w``,
+    ``sum_i w_i (y_i ln(y_i / mu) - y_i + mu) / w = (sum_i w_i y_i ln y_i - wy ln mu) / w``
+    (the ``- y_i + mu`` terms sum to zero; ``0 ln 0 = 0``), scikit-learn's Poisson impurity.
+    0 when ``wy <= 0``: targets are never negative, so the rows are all zero (scikit-learn
+    gives such a node an infinite impurity, but never grows one: see ``cut_score``)."""
+    if wy <= 0.0 or w <= 0.0:
+        return 0.0
+    return max((wy_log_y - wy * np.log(wy / w)) / w, 0.0)
 
 
 @njit(cache=True)

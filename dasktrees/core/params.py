@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .criteria import CLASSIFICATION_CRITERIA, REGRESSION_CRITERIA
+from .criteria import CLASSIFICATION_CRITERIA, POISSON, REGRESSION_CRITERIA
 from .dtypes import MAX_BINS
 
 _NO_LIMIT = 2**31 - 1
@@ -49,6 +49,14 @@ class GrowthParams:
     def constrained(self) -> bool:
         """Whether a feature has a monotonic constraint."""
         return any(self.monotonic)
+
+    @property
+    def own_moments(self) -> bool:
+        """Whether every node of a tree keeps its own impurity (and a regressor's its own
+        mean), where other trees derive their split nodes' from their leaves' (``wire.encode``'s
+        ``exact``): under monotonic constraints, whose clipped values do not give them, and for
+        Poisson, whose deviances do not pool as variances do (``tree.pool_to_root``)."""
+        return self.constrained or self.criterion == POISSON
 
 
 def _is_int(value: Any) -> bool:
@@ -213,15 +221,14 @@ def _quantiles_or_none(value: Any):
     return values
 
 
-# Regression criteria of scikit-learn's that the binned learner has not, and why.
+# The regression criterion of scikit-learn's that the binned learner has not, and why.
 UNSUPPORTED_CRITERIA = {
     "absolute_error": (
         "criterion='absolute_error' is not supported: scoring a cut by absolute error needs the "
         "median target of each side of every cut, which the histograms of binned rows (sums a "
         "bin) cannot give; sorting each node's targets instead would cost n log n a node. Use "
         "'squared_error', or a quantile forest (RandomForestQuantileRegressor) for medians"
-    ),
-    "poisson": ("criterion='poisson' is not supported yet; use 'squared_error' (docs/forests.md)"),
+    )
 }
 
 

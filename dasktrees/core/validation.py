@@ -215,6 +215,19 @@ def check_target(y, n_samples, is_classifier):
     return y
 
 
+def check_poisson_target(y_min, y_sum):
+    """The Poisson criterion's conditions on y, given its smallest value and its sum: no
+    negative value, and a positive sum (scikit-learn's checks, in its words)."""
+    if y_min < 0:
+        raise ValueError(
+            "Some value(s) of y are negative which is not allowed for Poisson regression."
+        )
+    if y_sum <= 0:
+        raise ValueError(
+            "Sum of y is not strictly positive which is necessary for Poisson regression."
+        )
+
+
 # The error of weights that leave no row to fit (scikit-learn's checks look for its words).
 NOTHING_TO_FIT = "sample_weight sums to zero: there is nothing to fit"
 

@@ -14,7 +14,7 @@ blocks embedded in the graph, so it takes the same path.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import NamedTuple, Union
+from typing import Any, NamedTuple, Union
 
 import dask
 import dask.array as da
@@ -25,7 +25,13 @@ from scipy.sparse import csr_matrix, issparse
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import column_or_1d
 
-from ..core.validation import NOTHING_TO_FIT, check_2d, check_sample_weight, check_target
+from ..core.validation import (
+    NOTHING_TO_FIT,
+    check_2d,
+    check_poisson_target,
+    check_sample_weight,
+    check_target,
+)
 from ..learner.binning import BinMapper, joined_sample, sample_mask
 from .client import Client, cluster_workers, is_in_process, sending_large_data
 
@@ -204,17 +210,25 @@ def _fit_mapper(mapper, *pieces):
 
 
 def _block_labels(y, w, n_rows, is_classifier):
-    """Distinct labels (classification) and rows in the fit, of one block; checks y."""
+    """Distinct labels (classification) or the smallest target and the targets' sum
+    (regression), and rows in the fit, of one block; checks y."""
     y = check_target(y, n_rows, is_classifier)
+    labels: Any
     if is_classifier:
         check_classification_targets(y)  # a continuous or infinite y is no class label
+        labels = np.unique(y)
+    else:
+        labels = (float(y.min()), float(y.sum())) if len(y) else (0.0, 0.0)
     n_in_fit = int(np.count_nonzero(_block_weights(w, n_rows) > 0))
-    return (np.unique(y) if is_classifier else None), n_in_fit
+    return labels, n_in_fit
 
 
-def _all_labels(is_classifier, *blocks):
+def _all_labels(is_classifier, poisson, *blocks):
     """The classes (None for regression) and the number of rows in the fit, from every
-    block's ``_block_labels``; at least two rows must have a positive weight."""
+    block's ``_block_labels``; at least two rows must have a positive weight, and for the
+    Poisson criterion (``poisson``) y must be Poisson targets (``check_poisson_target``)."""
+    if poisson:
+        check_poisson_target(min(b[0][0] for b in blocks), sum(b[0][1] for b in blocks))
     n_in_fit = sum(n for _, n in blocks)
     if n_in_fit == 0:
         raise ValueError(NOTHING_TO_FIT)
@@ -264,6 +278,7 @@ def prepare(
     is_classifier: bool,
     class_weight: dict | str | None = None,
     n_blocks: int | None = None,
+    poisson: bool = False,
 ) -> TrainingData:
     """Bin X on the cluster and keep the binned blocks there.
 
@@ -273,6 +288,8 @@ def prepare(
         Unfitted (configured) mapper, or a fitted one to reuse (warm start).
     class_weight : dict, "balanced" or None
         Folded into the blocks' weights ("balanced_subsample" is applied per tree instead).
+    poisson : bool
+        Check y as the Poisson criterion needs it (``check_poisson_target``).
 
     Returns
     -------
@@ -290,6 +307,7 @@ def prepare(
     # preparation in a slow hour; docs/benchmarks.md).
     labels = dask.delayed(_all_labels)(
         is_classifier,
+        poisson,
         *(
             dask.delayed(_block_labels)(yb, wb, int(n), is_classifier)
             for yb, wb, n in zip(y_blocks, w_blocks, lengths)

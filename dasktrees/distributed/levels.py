@@ -47,7 +47,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..core.criteria import SQUARED_ERROR, impurity, stats_weight
+from ..core.criteria import POISSON, impurity, is_regression, stats_weight
 from ..core.dtypes import BITSET_DTYPE, BITSET_WORDS, N_BIN_CODES, NODE_DTYPE
 from ..core.rng import child_key
 from ..learner import assembly, wire
@@ -132,15 +132,21 @@ def budget_override() -> int | None:
 
 def supports(spec) -> bool:
     """Whether distributed mode grows this forest's trees (``check_supports``)."""
-    return not spec.balanced_subsample
+    return not spec.balanced_subsample and spec.params.criterion != POISSON
 
 
 def check_supports(spec) -> None:
     """A ``ValueError`` saying why, unless distributed mode grows this forest's trees."""
-    if not supports(spec):
+    if spec.balanced_subsample:
         raise ValueError(
             'mode="distributed" does not support class_weight="balanced_subsample" (its '
             "weights need each tree's class totals before its root is summed)"
+        )
+    if spec.params.criterion == POISSON:
+        raise ValueError(
+            "mode=\"distributed\" does not support criterion='poisson' (a top node's impurity "
+            "comes from summed squared deviations, which give no Poisson deviance); use "
+            'mode="sampled" or "replicated"'
         )
 
 
@@ -519,7 +525,7 @@ def decide(spec, infos: list, sums: list) -> list:
         tree_keys = info["tree_keys"]
         candidates = info["candidates"]
         n_folds = info["n_folds"]
-        n_channels = n_values + 1 if params.criterion != SQUARED_ERROR else 4
+        n_channels = 4 if is_regression(params.criterion) else n_values + 1
         for s, top_id in enumerate(info["top_ids"]):
             total = _unfold_totals(totals[s], n_folds, spec.n_classes, n_channels)
             if spec.n_classes == 1:
@@ -1008,7 +1014,7 @@ def _apply_decisions(s, k, now, decisions, plan, params, deciding):
     """Record a round's decisions on tree ``s``'s open nodes ``now``: leaves, splits and their
     children (open, or gathered: appended to ``deciding``), nodes to sum again. Returns the
     routes the next round moves the rows by, or None."""
-    regression = params.criterion == SQUARED_ERROR
+    regression = is_regression(params.criterion)
     s.open = s.open[len(now) :]
     split_feature = np.full(len(s.kind), -1, dtype=np.int64)
     split_bin = np.zeros(len(s.kind), dtype=np.int64)
@@ -1128,7 +1134,7 @@ def _join_tree(spec, s, results):
     state = wire.encode(
         joined_nodes, joined_values, joined_bitsets, spec.bins.thresholds,
         len(spec.bins.n_bins), spec.params.criterion, depth_first=max_leaf_nodes == 0,
-        exact=spec.params.constrained,
+        exact=spec.params.own_moments,
     )  # fmt: skip
     return wire.decode(state, spec.bins.thresholds)
 

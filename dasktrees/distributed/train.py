@@ -233,8 +233,9 @@ def choose_mode(mode: str, data: TrainingData, spec: ForestSpec, workers: dict) 
     "auto" samples when trees draw under half the rows on average (Poisson mean below 0.5).
     Otherwise it replicates the blocks while a worker can hold the whole binned table and a
     tree's growth beside it (``replicated_bytes``) within ``levels.MEMORY_SHARE`` of its memory
-    limit; else it samples while a tree's rows and growth fit (``sampled_bytes``); else it grows
-    the trees across the workers (``levels``).
+    limit; else it samples while a tree's rows and growth fit (``sampled_bytes``), or when
+    distributed mode does not grow this forest's trees (``levels.supports``); else it grows the
+    trees across the workers (``levels``).
     """
     if mode in ("replicated", "sampled", "distributed"):
         return mode

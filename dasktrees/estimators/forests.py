@@ -168,6 +168,7 @@ class BaseForest(BaseEstimator):
                 is_classifier=is_classifier,
                 class_weight=class_weight,
                 n_blocks=self.n_blocks,
+                poisson=not is_classifier and self.criterion == "poisson",
             )
             log.stage(
                 f"{data.n_rows:,} rows x {n_features} features binned, in {len(data.parts)} "
@@ -1579,7 +1580,9 @@ class RandomForestRegressor(_ForestRegressorMixin, BaseForest):
         "A random forest regressor (Breiman 2001) on Dask.\n"
         + FOREST_DOC
         + """
-    criterion : {"squared_error"}
+    criterion : {"squared_error", "poisson"}, default="squared_error"
+        The squared error, or the half Poisson deviance (counts and rates: y must be
+        non-negative with a positive sum; every leaf's mean is then positive).
     max_features : default=1.0 (all features at every node, as scikit-learn)
     aggregation : {"mean", "median"}, default="mean"
         Mean of the trees' predictions, or their median ("bragging", Bühlmann 2003). The

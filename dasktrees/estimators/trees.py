@@ -16,7 +16,13 @@ from sklearn.utils.validation import check_consistent_length, check_is_fitted, v
 
 from ..core.params import check_monotonic_data, check_tree_params, friedman_as_squared_error
 from ..core.threads import uses_n_jobs
-from ..core.validation import check_2d, check_predict_columns, check_sample_weight, check_target
+from ..core.validation import (
+    check_2d,
+    check_poisson_target,
+    check_predict_columns,
+    check_sample_weight,
+    check_target,
+)
 from ..forest import treeshap
 from ..learner.binning import BinMapper
 from ..learner.cost_complexity import pruning_path
@@ -83,6 +89,8 @@ class BaseDecisionTree(BaseEstimator):
         check_consistent_length(X, y)
         names = getattr(self, "feature_names_in_", None)
         params = check_tree_params(self, n_samples, n_features, is_classifier, names)
+        if not is_classifier and self.criterion == "poisson":
+            check_poisson_target(y.min(), y.sum())
         weights = check_sample_weight(sample_weight, n_samples)
         if is_classifier:
             check_classification_targets(y)
@@ -350,10 +358,12 @@ class DecisionTreeClassifier(ClassifierMixin, BaseDecisionTree):
 
 
 class DecisionTreeRegressor(RegressorMixin, BaseDecisionTree):
-    """A CART regression tree grown on binned features, with the squared error criterion.
+    """A CART regression tree grown on binned features, with the squared error or the Poisson
+    deviance criterion.
 
-    Parameters are those of ``DecisionTreeClassifier`` except ``criterion`` (only
-    ``"squared_error"``) and ``class_weight`` (none).
+    Parameters are those of ``DecisionTreeClassifier`` except ``criterion``
+    (``"squared_error"``, or ``"poisson"`` for non-negative targets of positive sum) and
+    ``class_weight`` (none).
     """
 
     def __init__(

@@ -49,6 +49,7 @@ _SKLEARN_CRITERION = {
     "misclassification": "gini",
     "squared_error": "squared_error",
     "friedman_mse": "squared_error",  # set after construction (ours read it so: deprecated)
+    "poisson": "poisson",
 }
 
 

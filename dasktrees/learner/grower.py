@@ -29,7 +29,7 @@ import numpy as np
 from numba import njit
 
 from ..core.bitsets import bitset_add, bitset_has
-from ..core.criteria import SQUARED_ERROR, impurity, stats_weight
+from ..core.criteria import POISSON, SQUARED_ERROR, impurity, is_regression, stats_weight
 from ..core.dtypes import (
     BITSET_DTYPE,
     BITSET_WORDS,
@@ -403,7 +403,7 @@ def _evaluate_feature(
     if n_touched + (vec[_MISSING, 0] > 0.0) < 2:
         return best, False  # constant in this node
     n_orders = 1
-    if is_categorical[f] and criterion != SQUARED_ERROR and n_classes > 2 and not random_splitter:
+    if is_categorical[f] and not is_regression(criterion) and n_classes > 2 and not random_splitter:
         n_orders = n_classes  # one-vs-rest orders: the multiclass heuristic
     for t in range(n_orders):
         key_row = 0  # the row of scratch.tree_keys whose order is cut (a class's)
@@ -411,7 +411,7 @@ def _evaluate_feature(
             target_class = (
                 t if n_orders > 1 else (next_below(state, n_classes) if n_classes > 2 else 1)
             )
-            if criterion != SQUARED_ERROR:
+            if not is_regression(criterion):
                 key_row = target_class
             category_order(
                 stats,
@@ -521,7 +521,7 @@ def _open_node(
     criterion, n_classes, max_depth = rules.criterion, rules.n_classes, rules.max_depth
     min_samples_split, min_samples_leaf = rules.min_samples_split, rules.min_samples_leaf
     min_weight_leaf = rules.min_weight_leaf
-    classification = criterion != SQUARED_ERROR
+    classification = not is_regression(criterion)
     w_node = stats_weight(total, criterion)
     record = nodes[node_id]
     record["feature"] = TREE_UNDEFINED
@@ -602,6 +602,14 @@ def _record_split(
         d_node = total[2] - w_node * mean
         improvement = (
             d_left * d_left / w_left + d_right * d_right / w_right - d_node * d_node / w_node
+        ) / w_root
+    elif criterion == POISSON:
+        # The decrease of w x mean deviance is s_l ln mu_l + s_r ln mu_r - s ln mu (the sums of
+        # w y ln y cancel), taken as ratios of the children's means to the node's, which stay
+        # near 1 where the logarithms themselves would cancel. ``cut_score`` kept both sums > 0.
+        mean = total[2] / w_node
+        improvement = (
+            left[2] * np.log(left[2] / w_left / mean) + right[2] * np.log(right[2] / w_right / mean)
         ) / w_root
     else:
         improvement = (w_node / w_root) * (
@@ -782,7 +790,7 @@ def split_node(hists, slot_of_feature, total, node_impurity, key, depth, parent,
 
 def search_scratch(candidates, n_features, n_values, criterion, tree_keys):
     """A ``Scratch`` for ``split_from_histograms`` (no rows: its row buffers are empty)."""
-    n_channels = n_values + 1 if criterion != SQUARED_ERROR else 4
+    n_channels = 4 if is_regression(criterion) else n_values + 1
     no_rows = np.empty(0, dtype=np.int64)
     return Scratch(
         new_state(0),
@@ -1061,7 +1069,7 @@ def _grow_nodes(
     best_first, ids, keys = frontier
     node_y, node_w = rows.y, rows.w
     criterion = rules.criterion
-    two_classes = criterion != SQUARED_ERROR and rules.n_classes == 2
+    two_classes = not is_regression(criterion) and rules.n_classes == 2
     constrained = rules.monotonic.shape[0] > 0
     vec = scratch.vec
     total = vec[_TOTAL]
@@ -1258,7 +1266,7 @@ def grow(
     if root is None:
         root = SubtreeRoot(int(seed), 0, 0.0, float(w.sum()), None)
     rules = growth_rules(params, n_classes, root.total_weight, root.key, root.depth, root.bounds)
-    n_channels = rules.n_classes + 1 if rules.criterion != SQUARED_ERROR else 4
+    n_channels = 4 if is_regression(rules.criterion) else rules.n_classes + 1
     n_rows = len(sample_indices)
     sample_indices = np.ascontiguousarray(sample_indices, dtype=np.int64)
     # y and w in sample_indices order; the partition keeps them aligned with their rows.
@@ -1273,7 +1281,7 @@ def grow(
         category_keys = tree_category_keys(
             codes, sample_indices, node_y, node_w, bin_arrays.is_categorical, rules, kept
         )
-    if rules.criterion != SQUARED_ERROR and rules.n_classes == 2:
+    if not is_regression(rules.criterion) and rules.n_classes == 2:
         # Two classes: y becomes the signed weight (w for class 1, -w for class 0), the only
         # array the kernels then read and the partitions move (``NodeRows``).
         node_y = node_w = signed_weights(node_y, node_w, node_y)
@@ -1468,7 +1476,7 @@ def tree_category_keys(codes, sample_indices, y, w, is_categorical, rules, buffe
         values: ``_route_absent_categories``). Of shape (n_orders, n_features, 0) for a per-node
         order, or no categorical feature: ``splitting.category_order`` then orders by the node.
     """
-    regression = rules.criterion == SQUARED_ERROR
+    regression = is_regression(rules.criterion)
     n_orders = 1 if regression else rules.n_classes
     categorical = np.flatnonzero(is_categorical).astype(np.int64)
     if not rules.tree_order or len(categorical) == 0:
@@ -1587,7 +1595,7 @@ def grow_tree(
         codes, y, weights, bin_arrays, params, n_classes, seed, candidates, workspace
     )
     tree = Tree.from_growth(
-        *records, bin_arrays.thresholds, codes.shape[1], params.criterion, params.constrained
+        *records, bin_arrays.thresholds, codes.shape[1], params.criterion, params.own_moments
     )
     if params.ccp_alpha > 0.0:
         tree = prune_cost_complexity(tree, params.ccp_alpha)
@@ -1611,5 +1619,5 @@ def grow_tree_state(
         params.criterion,
         None if workspace is None else workspace.buffers,
         depth_first=params.max_leaf_nodes == 0,  # the frontier a stack (``grow``)
-        exact=params.constrained,  # clipped values: impurities shipped as grown
+        exact=params.own_moments,  # impurities shipped as grown
     )

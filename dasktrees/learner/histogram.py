@@ -22,7 +22,7 @@ weights come out as the same numbers in the same order.
 
 import numpy as np
 
-from ..core.criteria import SQUARED_ERROR, impurity
+from ..core.criteria import POISSON, impurity, is_regression
 from ..core.dtypes import MISSING_BIN
 from .jit import inlined_node_kernel, node_kernel
 
@@ -85,7 +85,7 @@ def build_histogram(codes, f, sample_indices, start, stop, y, w, criterion, hist
     n_touched = u(0)
     # Every row's code is written to ``touched`` and the count moves on only at a first touch:
     # a branch on "first touch" is a coin flip in mid-size nodes.
-    if criterion == SQUARED_ERROR:
+    if is_regression(criterion):
         for i in range(u(start), u(stop)):
             b = codes[u(sample_indices[i]), f]
             touched[n_touched] = b
@@ -156,7 +156,7 @@ def _fill_pair(node_codes, f0, f1, start, stop, y, w, criterion, first, second):
     """Add the rows ``[start:stop]`` to ``first`` by their code of feature ``f0`` and to
     ``second`` by their code of ``f1``, in one pass."""
     u = np.uint64  # unsigned positions (``build_histogram``)
-    if criterion == SQUARED_ERROR:
+    if is_regression(criterion):
         for i in range(u(start), u(stop)):
             wi = w[i]
             wy = wi * y[i]
@@ -185,7 +185,7 @@ def _fill_pair(node_codes, f0, f1, start, stop, y, w, criterion, first, second):
 def _fill_one(node_codes, f, start, stop, y, w, criterion, hist):
     """Add the rows ``[start:stop]`` to ``hist`` by their code of feature ``f``."""
     u = np.uint64  # unsigned positions (``build_histogram``)
-    if criterion == SQUARED_ERROR:
+    if is_regression(criterion):
         for i in range(u(start), u(stop)):
             b = node_codes[i, f]
             hist[b, 0] += 1.0
@@ -276,14 +276,15 @@ def node_statistics(node_y, node_w, start, stop, criterion, stats_out):
     Returns
     -------
     float
-        The node impurity; for squared error computed in two passes (mean, then squared
-        deviations), which stays exact where ``E[y^2] - E[y]^2`` would cancel.
+        The node impurity; for regression computed in two passes (mean, then deviations), which
+        stays exact where ``E[y^2] - E[y]^2`` (Poisson: ``E[y ln y] - mean ln mean``) would
+        cancel.
     """
     # Regression sums are kept in registers and written once: summed in place, each addition
     # waited for the store of the previous one. The same additions in the same order.
     u = np.uint64  # unsigned positions (``build_histogram``)
     n_rows = 0.0
-    if criterion == SQUARED_ERROR:
+    if is_regression(criterion):
         w_sum = 0.0
         wy_sum = 0.0
         wy2_sum = 0.0
@@ -300,6 +301,16 @@ def node_statistics(node_y, node_w, start, stop, criterion, stats_out):
             return 0.0
         mean = wy_sum / w_sum
         deviation = 0.0
+        if criterion == POISSON:
+            stats_out[3] = 0.0
+            if wy_sum <= 0.0:  # every target zero (``criteria.poisson_deviance``)
+                return 0.0
+            # sum w y ln(y / mean), as scikit-learn sums it (0 ln 0 = 0)
+            for i in range(u(start), u(stop)):
+                if node_y[i] > 0.0:
+                    deviation += node_w[i] * node_y[i] * np.log(node_y[i] / mean)
+            stats_out[3] = deviation + wy_sum * np.log(mean)  # sum w y ln y, the layout's
+            return max(deviation / w_sum, 0.0)
         for i in range(u(start), u(stop)):
             deviation += node_w[i] * (node_y[i] - mean) ** 2
         return deviation / w_sum

@@ -22,9 +22,11 @@ from ..core.criteria import (
     GAIN_RATIO,
     GINI,
     MISCLASSIFICATION,
+    POISSON,
     SQUARED_ERROR,
     binary_entropy,
     impurity,
+    is_regression,
     stats_weight,
 )
 from ..core.dtypes import MISSING_BIN
@@ -32,6 +34,12 @@ from ..core.rng import next_below, next_uniform
 from .jit import inlined_node_kernel, node_kernel
 
 _LN2 = np.log(2.0)
+# A Poisson child whose sum of w * y is at most this share of its node's is refused: its mean
+# would be zero (scikit-learn's rule). A share, not scikit-learn's absolute 10 eps: ``total -
+# prefix`` leaves rounding residue of the node's sum where a child's is really zero, and a
+# residue above 10 eps let scikit-learn's scan pick such a split, whose recomputed impurity
+# then turned the node into a leaf (found comparing trees; docs/trees.md).
+_POISSON_EMPTY_SHARE = 1e-12
 
 NO_SPLIT = -np.inf
 _INSERTION_SORT_BELOW = 32  # categories; beyond, a merge sort of sorted runs
@@ -86,19 +94,28 @@ def cut_score(prefix, missing, total, missing_left, criterion, parent_impurity, 
         entropy            sum_k l_k ln l_k - w_l ln w_l + (same right)  (= -ln 2 x weighted H)
         misclassification  max_k l_k + max_k r_k                        (= w - weighted error)
         squared_error      (wy_l)^2 / w_l + (wy_r)^2 / w_r              (= sum wy^2 - weighted SSE)
+        poisson            wy_l ln mu_l + wy_r ln mu_r          (= sum wy ln y - weighted deviance)
         gain_ratio         the gain ratio itself
 
-    Returns NO_SPLIT when a child's weight is below ``min_weight_leaf`` or zero. This runs for
-    every cut of every candidate feature of every node: it must stay a few flops per class.
+    with mu the children's means. Returns NO_SPLIT when a child's weight is below
+    ``min_weight_leaf`` or zero, and for Poisson when a child's sum of w * y is zero (up to
+    rounding): its mean would be zero.
+    This runs for every cut of every candidate feature of every node: it must stay a few flops
+    per class.
     """
     m = 1.0 if missing_left else 0.0
-    if criterion == SQUARED_ERROR:
+    if is_regression(criterion):
         w_left = prefix[1] + m * missing[1]
         w_right = total[1] - w_left
         if w_left < min_weight_leaf or w_right < min_weight_leaf or _is_empty(w_left, w_right):
             return NO_SPLIT
         s_left = prefix[2] + m * missing[2]
         s_right = total[2] - s_left
+        if criterion == POISSON:
+            empty = _POISSON_EMPTY_SHARE * total[2]
+            if s_left <= empty or s_right <= empty:
+                return NO_SPLIT
+            return s_left * np.log(s_left / w_left) + s_right * np.log(s_right / w_right)
         return s_left * s_left / w_left + s_right * s_right / w_right
     w_left = 0.0
     w_right = 0.0
@@ -138,7 +155,7 @@ def child_value(a, b, criterion):
     """The value a monotonic constraint bounds, of statistics whose channels 1 and 2 are ``a``
     and ``b``: the mean target (regression: the weight and the weighted sum) or the share of
     class 1 (two classes: the two classes' weights)."""
-    return b / a if criterion == SQUARED_ERROR else b / (a + b)
+    return b / a if is_regression(criterion) else b / (a + b)
 
 
 @njit(cache=True, inline="always")
@@ -418,7 +435,7 @@ def category_order(
     else:
         for k in range(u(n_bins)):
             w = stats_weight(stats[k], criterion)
-            if criterion == SQUARED_ERROR:
+            if is_regression(criterion):
                 keys[k] = stats[k, 2] / w if w > 0.0 else 0.0
             else:
                 keys[k] = stats[k, 1 + target_class] / w if w > 0.0 else 0.0

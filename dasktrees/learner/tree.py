@@ -5,7 +5,7 @@ from numba import njit, prange
 from scipy import sparse
 
 from ..core.bitsets import bitset_has
-from ..core.criteria import SQUARED_ERROR, class_impurity
+from ..core.criteria import class_impurity, is_regression
 from ..core.dtypes import (
     BITSET_DTYPE,
     BITSET_WORDS,
@@ -63,8 +63,9 @@ class Tree:
         ``criterion`` (``criteria``) says what ``values`` holds: weighted class counts, whose
         fractions become ``value``, or a regression tree's means. ``exact``: keep a regression
         tree's split nodes' own means and impurities rather than pool them from the leaves
-        (monotonic constraints: the leaves' values are clipped, and pooling them would not give
-        the nodes' impurities); ``wire.encode`` ships such a tree's every node.
+        (``GrowthParams.own_moments``: monotonic constraints clip the leaves' values, and
+        Poisson deviances do not pool as variances); ``wire.encode`` ships such a tree's every
+        node.
         """
         if len(bitsets) == 0:  # one all-zero row, so that kernels can always index the table
             bitsets = np.zeros((1, BITSET_WORDS), dtype=BITSET_DTYPE)
@@ -79,9 +80,10 @@ class Tree:
         fields_from_records(
             nodes, thresholds, False, *(arrays[name] for name in _RECORD_ARRAYS), no_flags
         )
-        if criterion == SQUARED_ERROR:
+        regression = is_regression(criterion)
+        if regression:
             value = np.array(values, order="C")  # a copy: the grower's workspace is reused
-        if criterion == SQUARED_ERROR and not exact:
+        if regression and not exact:
             # A split node's mean and impurity are its children's pooled, as a shipped tree's
             # are derived from its leaves' (``wire.encode``): the same numbers for every tree.
             split = np.flatnonzero(arrays["children_left"] != TREE_LEAF)
@@ -93,7 +95,7 @@ class Tree:
                 value,
                 arrays["impurity"],
             )
-        elif criterion != SQUARED_ERROR:
+        elif not regression:
             value = np.empty(values.shape)
             class_fractions(values, value, np.empty(len(values)))
         return cls(
@@ -973,10 +975,11 @@ def pool_to_root(is_split, children_left, children_right, weight, value, impurit
         impurity = (w_l (impurity_l + (mean_l - mean)^2) + w_r (impurity_r + (mean_r - mean)^2)) / w
 
     Mathematically the node's own mean and variance; in floating point within a few ulps of
-    the grower's sums over the node's rows (tested). Every tree's split nodes hold these
-    numbers (``Tree.from_growth``), so a tree can travel and be stored with its leaves' alone
-    (``wire.encode``); but a tree grown under monotonic constraints, whose clipped leaf values
-    would not pool to its nodes' moments, keeps its own (``from_growth``'s ``exact``).
+    the grower's sums over the node's rows (tested). Every squared-error tree's split nodes hold
+    these numbers (``Tree.from_growth``), so a tree can travel and be stored with its leaves'
+    alone (``wire.encode``); but a tree grown under monotonic constraints, whose clipped leaf
+    values would not pool to its nodes' moments, or with the Poisson criterion, whose
+    impurities are deviances, keeps its own (``from_growth``'s ``exact``).
     Children come after their parent: one pass backwards.
 
     Parameters

@@ -31,7 +31,7 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit
 
-from ..core.criteria import SQUARED_ERROR
+from ..core.criteria import is_regression
 from ..core.dtypes import BITSET_DTYPE, BITSET_WORDS, NODE_DTYPE, TREE_LEAF, TREE_UNDEFINED
 from .buffers import scratch_array
 from .tree import (
@@ -68,8 +68,9 @@ def encode(
     ``buffers`` (``buffers.Buffers``, optional) holds the intermediate arrays; the state's own
     arrays are always new. ``depth_first``: the records are a tree the grower grew depth first
     (no ``max_leaf_nodes``), numbered as ``tree.depth_first_children`` numbers it, which is then
-    not checked again. ``exact`` (monotonic constraints, whose clipped values do not give the
-    nodes' impurities): every node's impurity shipped as grown, and a regressor's every node's
+    not checked again. ``exact`` (``GrowthParams.own_moments``: monotonic constraints, whose
+    clipped values do not give the nodes' impurities, or Poisson deviances, which do not pool as
+    variances): every node's impurity shipped as grown, and a regressor's every node's
     mean (``Tree.from_growth``'s ``exact``).
     """
     is_split = scratch_array(buffers, "is_split", len(nodes), bool)
@@ -104,11 +105,11 @@ def encode(
     _put_summable(state, kinds, compact, "n_node_samples", per_node["n_node_samples"], buffers)
     if exact:
         state["impurity"] = per_node["impurity"].copy()  # its own: per_node is scratch
-    if criterion == SQUARED_ERROR and exact:
+    if is_regression(criterion) and exact:
         state["value"] = np.array(values, order="C")
         weights = per_node["weighted_n_node_samples"]
         _put_summable(state, kinds, compact, "weighted_n_node_samples", weights, buffers)
-    elif criterion == SQUARED_ERROR:
+    elif is_regression(criterion):
         # The leaves' means and impurities: the client pools the split nodes' from them, as
         # ``Tree.from_growth`` does (``tree.pool_to_root``).
         state["leaf_value"] = _leaf_rows(values, kinds.leaves)
@@ -305,13 +306,13 @@ def state_of(tree, criterion, class_counts=None):
     n_node_samples = tree.n_node_samples.astype(_count_dtype(tree.n_node_samples))
     kinds = _node_kinds(is_split)
     _put_summable(state, kinds, compact, "n_node_samples", n_node_samples)
-    if criterion != SQUARED_ERROR and class_counts is not None:
+    if not is_regression(criterion) and class_counts is not None:
         _put_summable(state, kinds, compact, "weighted_class_counts", class_counts)
         state["criterion"] = criterion
         return _with_own_impurities(state, tree, criterion)
     weights = tree.weighted_n_node_samples
     _put_summable(state, kinds, compact, "weighted_n_node_samples", weights)
-    if criterion == SQUARED_ERROR:
+    if is_regression(criterion):
         _put_moments(state, kinds, compact, tree.value, tree.impurity, weights)
         return state
     state["value"] = tree.value

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from ..core.criteria import CLASSIFICATION_CRITERIA, SQUARED_ERROR
+from ..core.criteria import CLASSIFICATION_CRITERIA, SQUARED_ERROR, is_regression
 from ..forest.conformal import ConformalScores
 from ..forest.quantiles import LeafTargets
 from ..learner.binning import BinMapper
@@ -201,7 +201,7 @@ def _shipped_trees(
                 state[name] = np.packbits(nonzero[cut["leaves"]])
             elif name in arrays:
                 state[name] = arrays[name][cut[part_of.get(name, "nodes")]]
-        if criterion != SQUARED_ERROR:
+        if not is_regression(criterion):
             state["criterion"] = criterion
         state["max_depth"] = int(depth[cut["nodes"]].max())
         state["n_nodes"] = trees["node_counts"][t]

@@ -13,7 +13,7 @@ import numpy as np
 from sklearn.utils.validation import check_is_fitted
 
 from .._version import __version__
-from ..core.criteria import CLASSIFICATION_CRITERIA, SQUARED_ERROR
+from ..core.criteria import CLASSIFICATION_CRITERIA, REGRESSION_CRITERIA
 from ..core.validation import column_label
 from ..learner.binning import BinMapper
 from ..learner.tree import (
@@ -144,7 +144,7 @@ def _criterion(estimator: Any) -> int:
     """The code (``criteria``) of the criterion the estimator's trees were grown with."""
     if hasattr(estimator, "classes_"):
         return CLASSIFICATION_CRITERIA[estimator.criterion]
-    return SQUARED_ERROR
+    return REGRESSION_CRITERIA[estimator.criterion]
 
 
 def _tree_arrays(states: list[Manifest]) -> Arrays:
