@@ -1163,3 +1163,30 @@ def test_predict_with_a_forest_and_no_cluster_runs_in_this_process(capsys, tmp_p
     assert code == 0, err
     result = pd.read_csv(tmp_path / "o.csv")
     np.testing.assert_array_equal(result["prediction"], model.predict(X))
+
+
+def test_poisson_counts_in_an_experiment_file(capsys, tmp_path, client):
+    """``model.params.criterion: poisson`` on a Parquet table of counts, with the mean Poisson
+    deviance among the metrics: the saved forest keeps the criterion, and the deviance is
+    scikit-learn's on the test rows."""
+    rng = np.random.default_rng(0)
+    frame = pd.DataFrame(rng.integers(0, 50, size=(1200, 3)).astype(float), columns=list("abc"))
+    frame["visits"] = rng.poisson(np.exp(0.04 * frame["a"] - 0.5))
+    frame.to_parquet(tmp_path / "visits.parquet")
+    code, out, err = run_quickstart(
+        capsys,
+        client,
+        tmp_path / "run",
+        f"data.train={tmp_path / 'visits.parquet'}",
+        "data.target=visits",
+        "model.task=regression",
+        "model.params={n_estimators: 10, criterion: poisson, min_samples_leaf: 5}",
+        "evaluation.metrics=[r2, poisson_deviance]",
+        "evaluation.permutation_importance=false",
+    )
+    assert code == 0, err
+    run_dir = Path(out.split()[-1])
+    metrics = check_run_dir(run_dir, "regression", 10)
+    assert set(metrics["test"]) == {"r2", "poisson_deviance"}
+    assert 0.0 < metrics["test"]["poisson_deviance"] < 2.0
+    assert dasktrees.load(run_dir / "model").criterion == "poisson"

@@ -31,7 +31,9 @@ CLASSIFICATION_METRICS = (
     "roc_auc",
     "confusion_matrix",
 )
-REGRESSION_METRICS = ("r2", "rmse", "mae")
+# poisson_deviance: the mean Poisson deviance, defined for counts (a target >= 0) predicted
+# positive (as a forest of criterion "poisson" predicts them), else None.
+REGRESSION_METRICS = ("r2", "rmse", "mae", "poisson_deviance")
 # Of a quantile forest's default quantiles: the share of rows inside the interval between the
 # lowest and the highest, and the mean pinball loss of each.
 QUANTILE_METRICS = ("coverage", "pinball_loss")

@@ -167,6 +167,9 @@ def _metrics(names, task, model, y_true, decision):
                 results[name] = float(np.sqrt(metrics.mean_squared_error(y_true, decision)))
             elif name == "mae":
                 results[name] = metrics.mean_absolute_error(y_true, decision)
+            elif name == "poisson_deviance":
+                counts = np.min(y_true) >= 0 and np.min(decision) > 0
+                results[name] = metrics.mean_poisson_deviance(y_true, decision) if counts else None
     return {k: (float(v) if isinstance(v, (float, np.floating)) else v) for k, v in results.items()}
 
 
