@@ -113,6 +113,11 @@ def test_a_forest_is_the_sequence_of_its_trees(cancer):
     assert template.get_params() == {**forest[0].get_params()}
     assert template.max_depth == 4 and template.max_features == "sqrt"
     assert not hasattr(RandomForestClassifier(), "estimator_")
+    # estimator: the same template before a fit too (scikit-learn's ensembles read it so)
+    unfitted = RandomForestClassifier(max_depth=3, criterion="entropy")
+    assert unfitted.estimator.get_params() == {**unfitted.fit(X, y).estimator_.get_params()}
+    assert unfitted.estimator.max_depth == 3 and unfitted.estimator.splitter == "best"
+    assert "estimator" not in unfitted.get_params()
 
 
 @pytest.mark.parametrize("sampling", [{}, {"max_samples": 0.3}, {"bootstrap": False}])

@@ -482,6 +482,13 @@ class BaseForest(BaseEstimator):
         check_is_fitted(self, "estimators_")
         return self._tree_template()
 
+    @property
+    def estimator(self):
+        """``estimator_`` before a fit as well: scikit-learn's ensembles keep their members'
+        template as ``estimator`` (not a parameter here: set the tree parameters on the
+        forest)."""
+        return self._tree_template()
+
     # ---- the ensemble protocol (scikit-learn's ``BaseEnsemble``) ---------------------------------
 
     def __len__(self) -> int:
