@@ -222,16 +222,6 @@ def test_targets_that_are_not_counts_are_refused(y, match, client):
         )
 
 
-def test_distributed_mode_refuses_it_and_auto_mode_grows_it(client):
-    X, y, _ = counts(4, n=400)
-    with pytest.raises(ValueError, match="does not support criterion='poisson'"):
-        RandomForestRegressor(
-            n_estimators=2, criterion="poisson", mode="distributed", client=client
-        ).fit(X, y)
-    model = RandomForestRegressor(n_estimators=2, criterion="poisson", client=client).fit(X, y)
-    assert model.mode_ in ("replicated", "sampled")
-
-
 def test_deviance_kernels():
     """The node statistics' impurity is the mean half deviance, and ``impurity`` of their
     vector gives it again."""

@@ -132,21 +132,15 @@ def budget_override() -> int | None:
 
 def supports(spec) -> bool:
     """Whether distributed mode grows this forest's trees (``check_supports``)."""
-    return not spec.balanced_subsample and spec.params.criterion != POISSON
+    return not spec.balanced_subsample
 
 
 def check_supports(spec) -> None:
     """A ``ValueError`` saying why, unless distributed mode grows this forest's trees."""
-    if spec.balanced_subsample:
+    if not supports(spec):
         raise ValueError(
             'mode="distributed" does not support class_weight="balanced_subsample" (its '
             "weights need each tree's class totals before its root is summed)"
-        )
-    if spec.params.criterion == POISSON:
-        raise ValueError(
-            "mode=\"distributed\" does not support criterion='poisson' (a top node's impurity "
-            "comes from summed squared deviations, which give no Poisson deviance); use "
-            'mode="sampled" or "replicated"'
         )
 
 
@@ -417,6 +411,7 @@ def block_round(spec, orders: RoundOrders, nodes: BlockNodes, block, before=None
                 orders.features[k],
                 orders.means[k],
                 spec.n_classes,
+                spec.params.criterion == POISSON,
                 orders.quanta[k],
                 hists,
                 totals,
@@ -530,8 +525,12 @@ def decide(spec, infos: list, sums: list) -> list:
             total = _unfold_totals(totals[s], n_folds, spec.n_classes, n_channels)
             if spec.n_classes == 1:
                 w_node = total[1]
+                # the summed squared deviations (or Poisson deviances) about the node's mean;
+                # a deviance summed from rounded terms may fall a hair below zero
                 node_impurity = (
-                    unfold(totals[s], 1 + 2 * n_folds, n_folds) / w_node if w_node > 0 else 0.0
+                    max(unfold(totals[s], 1 + 2 * n_folds, n_folds) / w_node, 0.0)
+                    if w_node > 0
+                    else 0.0
                 )
                 if np.isnan(info["means"][s]):  # the root: its mean first
                     decided.append(("mean", total[2] / w_node if w_node > 0 else 0.0))

@@ -115,7 +115,18 @@ def route_rows(codes, node_of_row, split_feature, split_bin, split_flags, bitset
 
 @njit(cache=True, nogil=True)
 def fill_histograms(
-    codes, y, w, node_of_row, slot_of_node, features, means, n_classes, quanta, hists, totals
+    codes,
+    y,
+    w,
+    node_of_row,
+    slot_of_node,
+    features,
+    means,
+    n_classes,
+    poisson,
+    quanta,
+    hists,
+    totals,
 ):
     """Add the block's rows of the nodes being split this round to their histograms.
 
@@ -134,6 +145,9 @@ def fill_histograms(
     means : ndarray of float64, shape (n_slots,)
         Regression: the node's mean target, about which ``totals`` sums the squared deviations
         (NaN: not known yet, not summed).
+    poisson : bool
+        Regression with the Poisson criterion: ``totals`` sums ``w y ln(y / mean)`` (the
+        node's deviance, ``histogram.node_statistics``) instead of the squared deviations.
     quanta : ndarray of float64, shape (n_folds,)
         ``fold_quanta`` of the weighted sums.
     hists : ndarray of float64, shape (n_slots, n_kept, N_BIN_CODES, 1 + n_values * n_folds)
@@ -141,7 +155,7 @@ def fill_histograms(
         and the weighted target (regression), each as ``n_folds`` partial sums. Added to.
     totals : ndarray of float64, shape (n_slots, hists' channels (+ n_folds for regression))
         The same sums over the node's rows, and for regression the weighted squared deviations
-        about ``means``. Added to.
+        (or Poisson deviances) about ``means``. Added to.
     """
     n_folds = quanta.shape[0]
     n_channels = hists.shape[3]
@@ -159,7 +173,13 @@ def fill_histograms(
             fold_add(values, 1, w[i], quanta)
             fold_add(values, 1 + n_folds, w[i] * y[i], quanta)
             if not np.isnan(means[s]):
-                fold_add(values, 1 + 2 * n_folds, w[i] * (y[i] - means[s]) ** 2, quanta)
+                if not poisson:
+                    deviation = w[i] * (y[i] - means[s]) ** 2
+                elif y[i] > 0.0 and w[i] > 0.0:  # 0 ln 0 = 0; no ln(y / 0) of an unused row
+                    deviation = w[i] * y[i] * np.log(y[i] / means[s])
+                else:
+                    deviation = 0.0
+                fold_add(values, 1 + 2 * n_folds, deviation, quanta)
             for c in range(totals.shape[1]):
                 totals[s, c] += values[c]
             for r in range(features.shape[1]):
