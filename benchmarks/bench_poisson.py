@@ -16,16 +16,17 @@ client: threads), one after the other; only ratios within one run compare. Write
 ``benchmarks/results/poisson.json``.
 """
 
-import argparse
 import json
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+
+sys.path.insert(0, str(Path(__file__).parent))
+from own_processes import comparison_main  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
 
@@ -140,26 +141,7 @@ def summary(rows):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--tables", nargs="+", default=list(TABLES))
-    parser.add_argument("--trees", type=int, default=100)
-    parser.add_argument("--library", default=None, help=argparse.SUPPRESS)  # a child process
-    parser.add_argument("--out", default=str(RESULTS / "poisson.json"))
-    args = parser.parse_args()
-    if args.library:
-        print(json.dumps(run_library(args.library, args.tables, args.trees)))
-        return
-    rows = []
-    for library in ("dasktrees", "scikit-learn"):
-        command = [sys.executable, __file__, "--library", library, "--trees", str(args.trees)]
-        done = subprocess.run(
-            [*command, "--tables", *args.tables], check=True, capture_output=True, text=True
-        )
-        rows += json.loads(done.stdout)
-    result = {"trees": args.trees, "runs": rows, "summary": summary(rows)}
-    for line in result["summary"]:
-        print(json.dumps(line))
-    Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
+    comparison_main(__file__, __doc__, TABLES, RESULTS / "poisson.json", run_library, summary)
 
 
 if __name__ == "__main__":
