@@ -1179,7 +1179,7 @@ def test_poisson_counts_in_an_experiment_file(capsys, tmp_path, client):
         tmp_path / "run",
         f"data.train={tmp_path / 'visits.parquet'}",
         "data.target=visits",
-        "model.task=regression",
+        "model.task=null",  # integer counts inferred a regression: the criterion says so
         "model.params={n_estimators: 10, criterion: poisson, min_samples_leaf: 5}",
         "evaluation.metrics=[r2, poisson_deviance]",
         "evaluation.permutation_importance=false",

@@ -221,6 +221,19 @@ def test_poisson_on_counts_matches_replicated_mode(cls):
     assert (spread.predict(X) > 0).all()
 
 
+def test_poisson_root_of_equal_targets_is_a_leaf():
+    """Fractional weights: the root's deviance summed from the blocks about its rounded mean is
+    (about) zero, so the root is a leaf, not split on rounding noise."""
+    X, _ = make_regression(n_samples=6_000, n_features=4, random_state=10)
+    w = np.random.default_rng(10).uniform(0.1, 3.0, len(X))
+    with gathered_rows(levels.MIN_BUDGET_ROWS):
+        forest = RandomForestRegressor(
+            n_estimators=2, criterion="poisson", mode="distributed", random_state=0
+        ).fit(X, np.full(len(X), 3.0), sample_weight=w)
+    assert forest.mode_ == "distributed"
+    assert [tree.tree_.node_count for tree in forest.estimators_] == [1, 1]
+
+
 def test_regression_on_integer_targets_matches_replicated_mode():
     """Sums of whole weights times integer targets are exact in either mode."""
     X, y = make_regression(n_samples=15_000, n_features=8, noise=10.0, random_state=5)

@@ -35,7 +35,8 @@ def deviance(y, w):
     s = (w * y).sum()
     if s <= 0:
         return 0.0
-    return float((w * xlogy(y, y / (s / w.sum()))).sum())
+    mean = s / w.sum()
+    return float((w * (xlogy(y, y / mean) - y + mean)).sum())
 
 
 def naive_poisson_tree(X, y, w, min_samples_leaf):
@@ -191,9 +192,13 @@ def test_on_a_cluster_with_dask_input_monotone_and_quantiles(client):
     grid[:, 0] = np.repeat(np.arange(61.0), 30)
     steps = np.diff(increasing.predict(grid).reshape(61, 30), axis=0)
     assert (steps >= 0).all()
+    # A quantile forest grows the regressor's trees: its mean prediction is the regressor's.
     quantiles = RandomForestQuantileRegressor(
-        n_estimators=6, criterion="poisson", random_state=0
-    ).fit(X, y)
+        n_estimators=6, criterion="poisson", random_state=0, n_blocks=3
+    )
+    np.testing.assert_array_equal(quantiles.fit(X, y).predict(X), local.predict(X))
+    squared = RandomForestQuantileRegressor(n_estimators=6, random_state=0, n_blocks=3)
+    assert not np.array_equal(squared.fit(X, y).predict(X), local.predict(X))
     assert (np.diff(quantiles.predict(X[:50], quantiles=[0.1, 0.5, 0.9]), axis=1) >= 0).all()
 
 
@@ -220,6 +225,41 @@ def test_targets_that_are_not_counts_are_refused(y, match, client):
         RandomForestRegressor(n_estimators=2, criterion="poisson", client=client).fit(
             da.from_array(X, chunks=2), da.from_array(y, chunks=2)
         )
+
+
+@pytest.mark.parametrize("target", [11.0, 7479548.59])
+def test_a_node_of_equal_targets_is_a_leaf(target):
+    """Fractional weights: the mean is rounded, and summed without its ``mu - y`` terms the
+    deviance of equal targets is some 1e-16 of the target, which split such nodes on noise."""
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(400, 3))
+    w = rng.uniform(0.1, 3.0, 400)
+    y = np.full(400, target)
+    tree = DecisionTreeRegressor(criterion="poisson").fit(X, y, sample_weight=w)
+    assert tree.tree_.node_count == 1
+    # Counts with fractional weights: no split of a node whose targets are all equal.
+    X, y, _ = counts(5, n=3000)
+    w = rng.uniform(0.5, 2.0, len(y))
+    tree = DecisionTreeRegressor(criterion="poisson").fit(X, y, sample_weight=w)
+    t = tree.tree_
+    split = np.flatnonzero(t.children_left >= 0)
+    leaves = tree.apply(X)
+    for node in split:
+        rows = np.isin(leaves, np.flatnonzero(_descends_from(t, node)))
+        assert np.ptp(y[rows]) > 0, node
+    assert (tree.feature_importances_ >= 0).all()
+
+
+def _descends_from(tree, node):
+    """Flags of the nodes under ``node`` (itself included)."""
+    under = np.zeros(tree.node_count, dtype=bool)
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        under[n] = True
+        if tree.children_left[n] >= 0:
+            stack += [tree.children_left[n], tree.children_right[n]]
+    return under
 
 
 def test_deviance_kernels():

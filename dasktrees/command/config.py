@@ -32,7 +32,7 @@ CLASSIFICATION_METRICS = (
     "confusion_matrix",
 )
 # poisson_deviance: the mean Poisson deviance, defined for counts (a target >= 0) predicted
-# positive (as a forest of criterion "poisson" predicts them), else None.
+# positive (as a forest of criterion "poisson" does where every tree saw a count), else None.
 REGRESSION_METRICS = ("r2", "rmse", "mae", "poisson_deviance")
 # Of a quantile forest's default quantiles: the share of rows inside the interval between the
 # lowest and the highest, and the mean pinball loss of each.
@@ -529,17 +529,18 @@ def _prune_problems(cls, params):
     return []
 
 
-def infer_task(target, kind="random_forest"):
+def infer_task(target, kind="random_forest", criterion=None):
     """classification for a boolean, categorical, string or integer target with at most 50
     distinct values, else regression (``target`` a pandas or dask Series). A quantile forest
-    regresses any integer target: its kind says the task."""
+    regresses any integer target, and so does ``criterion`` "poisson" (counts): the model says
+    the task."""
     import pandas as pd
 
     dtype = target.dtype
     if pd.api.types.is_float_dtype(dtype):
         return "regression"
     if pd.api.types.is_integer_dtype(dtype):
-        if kind in QUANTILE_KINDS:
+        if kind in QUANTILE_KINDS or criterion == "poisson":
             return "regression"
         n_unique = target.nunique()
         n_unique = n_unique.compute() if hasattr(n_unique, "compute") else n_unique
@@ -599,7 +600,8 @@ def check_config(config):
                             (f"data.{key}", f"column {column!r} is not in the data{hint}")
                         )
             if task is None and target in columns:
-                task = infer_task(frame[target], config.model.kind)
+                criterion = config.model.params.get("criterion")
+                task = infer_task(frame[target], config.model.kind, criterion)
             if data.test is not None and data.test.path is not None:
                 test_columns = list(io.read_table(data.test.path, data.blocksize).columns)
                 needed = [target, *(data.features or [c for c in columns if c != target])]

@@ -664,12 +664,13 @@ class BaseForest(BaseEstimator):
         classifiers; mean targets for regressors). A tree's importance of k is the weighted
         mean of these sums over its out-of-bag rows. Summed over the training rows instead, the
         same sum is the tree's mean decrease in impurity (Gini or squared error, not
-        normalised); on rows the tree did not see, splits that only fitted noise add about zero
-        or less, so features with many split points (continuous, ID-like, high-cardinality)
-        lose the bias of ``feature_importances_``. The importances are not normalised and can
-        be negative. One pass of every tree over its out-of-bag rows (the cost of
-        ``oob_score``); the sums are exact, so the figures do not depend on the cluster or on
-        how the rows are cut into blocks. See docs/algorithms.md, section 11.
+        normalised; for a Poisson forest still the squared-error decrease, not the deviance's
+        of ``feature_importances_``); on rows the tree did not see, splits that only fitted
+        noise add about zero or less, so features with many split points (continuous, ID-like,
+        high-cardinality) lose the bias of ``feature_importances_``. The importances are not
+        normalised and can be negative. One pass of every tree over its out-of-bag rows (the
+        cost of ``oob_score``); the sums are exact, so the figures do not depend on the cluster
+        or on how the rows are cut into blocks. See docs/algorithms.md, section 11.
 
         Parameters
         ----------
@@ -1589,7 +1590,7 @@ class RandomForestRegressor(_ForestRegressorMixin, BaseForest):
         + """
     criterion : {"squared_error", "poisson"}, default="squared_error"
         The squared error, or the half Poisson deviance (counts and rates: y must be
-        non-negative with a positive sum; every leaf's mean is then positive).
+        non-negative with a positive sum; a split never leaves a child of mean 0).
     max_features : default=1.0 (all features at every node, as scikit-learn)
     aggregation : {"mean", "median"}, default="mean"
         Mean of the trees' predictions, or their median ("bragging", Bühlmann 2003). The

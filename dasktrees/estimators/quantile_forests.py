@@ -47,7 +47,7 @@ from .forests import (
 _QUANTILE_DOC = """
     criterion : {"squared_error", "poisson"}, default="squared_error"
         The squared error, or the half Poisson deviance (counts and rates: y must be
-        non-negative with a positive sum; every leaf's mean is then positive).
+        non-negative with a positive sum; a split never leaves a child of mean 0).
     max_features : default=1.0 (all features at every node, as scikit-learn)
     aggregation : {"mean", "median"}, default="mean"
         What ``predict`` returns without ``quantiles``: the mean or the median of the trees'

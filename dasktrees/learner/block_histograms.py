@@ -24,6 +24,7 @@ import math
 import numpy as np
 from numba import njit
 
+from ..core.criteria import poisson_term
 from ..core.dtypes import N_BIN_CODES
 from .splitting import SplitRule, goes_left
 
@@ -146,8 +147,11 @@ def fill_histograms(
         Regression: the node's mean target, about which ``totals`` sums the squared deviations
         (NaN: not known yet, not summed).
     poisson : bool
-        Regression with the Poisson criterion: ``totals`` sums ``w y ln(y / mean)`` (the
-        node's deviance, ``histogram.node_statistics``) instead of the squared deviations.
+        Regression with the Poisson criterion: ``totals`` sums the rows' Poisson deviances
+        about ``mean`` (``criteria.poisson_term``, as ``histogram.node_statistics`` sums them)
+        instead of their squared deviations. (The quanta are sized for squared deviations; a
+        deviance term can exceed them about a node's mean below ``y_max e^(-4 y_max)``, where
+        its last bits may depend on how the rows are cut into blocks.)
     quanta : ndarray of float64, shape (n_folds,)
         ``fold_quanta`` of the weighted sums.
     hists : ndarray of float64, shape (n_slots, n_kept, N_BIN_CODES, 1 + n_values * n_folds)
@@ -175,8 +179,8 @@ def fill_histograms(
             if not np.isnan(means[s]):
                 if not poisson:
                     deviation = w[i] * (y[i] - means[s]) ** 2
-                elif y[i] > 0.0 and w[i] > 0.0:  # 0 ln 0 = 0; no ln(y / 0) of an unused row
-                    deviation = w[i] * y[i] * np.log(y[i] / means[s])
+                elif w[i] > 0.0 and means[s] > 0.0:  # no ln(y / 0) of an unused row
+                    deviation = w[i] * poisson_term(y[i], means[s])
                 else:
                     deviation = 0.0
                 fold_add(values, 1 + 2 * n_folds, deviation, quanta)

@@ -22,7 +22,7 @@ weights come out as the same numbers in the same order.
 
 import numpy as np
 
-from ..core.criteria import POISSON, impurity, is_regression
+from ..core.criteria import POISSON, impurity, is_regression, poisson_term
 from ..core.dtypes import MISSING_BIN
 from .jit import inlined_node_kernel, node_kernel
 
@@ -305,10 +305,13 @@ def node_statistics(node_y, node_w, start, stop, criterion, stats_out):
             stats_out[3] = 0.0
             if wy_sum <= 0.0:  # every target zero (``criteria.poisson_deviance``)
                 return 0.0
-            # sum w y ln(y / mean), as scikit-learn sums it (0 ln 0 = 0)
+            first = node_y[start]
+            varied = False
             for i in range(u(start), u(stop)):
-                if node_y[i] > 0.0:
-                    deviation += node_w[i] * node_y[i] * np.log(node_y[i] / mean)
+                deviation += node_w[i] * poisson_term(node_y[i], mean)
+                varied |= node_y[i] != first
+            if not varied:  # the rounding of y / mean would leave some 1e-16 of y a row
+                deviation = 0.0
             stats_out[3] = deviation + wy_sum * np.log(mean)  # sum w y ln y, the layout's
             return max(deviation / w_sum, 0.0)
         for i in range(u(start), u(stop)):
