@@ -132,8 +132,9 @@ def test_friedman_mse_is_squared_error_with_a_future_warning(name):
     np.testing.assert_array_equal(friedman.set_params(**extra).fit(X, y).predict(X), expected)
     # set after construction (GridSearchCV does): the fit warns and reads it the same way
     later = cls(random_state=0, **extra).set_params(criterion="friedman_mse")
-    with pytest.warns(FutureWarning, match="friedman_mse"):
+    with pytest.warns(FutureWarning, match="friedman_mse") as caught:
         np.testing.assert_array_equal(later.fit(X, y).predict(X), expected)
+    assert len([w for w in caught if issubclass(w.category, FutureWarning)]) == 1  # one a fit
     assert check_params(cls, {"criterion": "friedman_mse"}, False) == []
 
 

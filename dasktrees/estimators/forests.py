@@ -115,6 +115,8 @@ class BaseForest(BaseEstimator):
 
     def _fit(self, X, y, sample_weight, is_classifier):
         check_forest_params(self)
+        if not is_classifier:
+            friedman_as_squared_error(self.criterion)  # set after construction: warn, once
         if y is None:
             raise ValueError(
                 f"{type(self).__name__} requires y to be passed, but the target y is None"
@@ -542,6 +544,8 @@ class BaseForest(BaseEstimator):
             for name in TREE_PARAMETERS
             if name != "splitter" and hasattr(self, name)  # no monotonic_cst: quantile forests
         }
+        if params["criterion"] == "friedman_mse":  # set after construction: the fit warns once
+            params["criterion"] = "squared_error"
         return self._tree_class(splitter=self._splitter, **params)
 
     def _wrap(self, tree):
