@@ -529,18 +529,18 @@ def _prune_problems(cls, params):
     return []
 
 
-def infer_task(target, kind="random_forest", criterion=None):
+def infer_task(target, model):
     """classification for a boolean, categorical, string or integer target with at most 50
     distinct values, else regression (``target`` a pandas or dask Series). A quantile forest
-    regresses any integer target, and so does ``criterion`` "poisson" (counts): the model says
-    the task."""
+    regresses any integer target, and so does a model of criterion "poisson" (counts): the
+    model (``ModelConfig``) says the task."""
     import pandas as pd
 
     dtype = target.dtype
     if pd.api.types.is_float_dtype(dtype):
         return "regression"
     if pd.api.types.is_integer_dtype(dtype):
-        if kind in QUANTILE_KINDS or criterion == "poisson":
+        if model.kind in QUANTILE_KINDS or model.params.get("criterion") == "poisson":
             return "regression"
         n_unique = target.nunique()
         n_unique = n_unique.compute() if hasattr(n_unique, "compute") else n_unique
@@ -600,8 +600,7 @@ def check_config(config):
                             (f"data.{key}", f"column {column!r} is not in the data{hint}")
                         )
             if task is None and target in columns:
-                criterion = config.model.params.get("criterion")
-                task = infer_task(frame[target], config.model.kind, criterion)
+                task = infer_task(frame[target], config.model)
             if data.test is not None and data.test.path is not None:
                 test_columns = list(io.read_table(data.test.path, data.blocksize).columns)
                 needed = [target, *(data.features or [c for c in columns if c != target])]

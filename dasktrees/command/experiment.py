@@ -550,8 +550,7 @@ def _run(config, task, work, progress, echo):
         target = config.target
         train, test = split(config.data, frame, config.seed)
         features = feature_columns(config, list(frame.columns))
-        criterion = config.model.params.get("criterion")
-        task = task or infer_task(frame[target], config.model.kind, criterion)
+        task = task or infer_task(frame[target], config.model)
         X_train, y_train = train[features], train[target]
         if config.model.kind == "decision_tree":  # one tree: a local estimator
             X_train, y_train = X_train.compute(), y_train.compute()

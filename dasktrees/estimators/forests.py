@@ -1304,6 +1304,12 @@ FOREST_DOC = """
         of that many trees over infinitely many, as a share of the error of predicting the mean.
 """
 
+# The regressors' criterion, in their docstrings after FOREST_DOC (the quantile forests' too).
+REGRESSION_CRITERION_DOC = """
+    criterion : {"squared_error", "poisson"}, default="squared_error"
+        The squared error, or the half Poisson deviance (counts and rates: y must be
+        non-negative with a positive sum; a split never leaves a child of mean 0)."""
+
 
 class _ForestClassifierMixin(ClassifierMixin):
     @uses_n_jobs
@@ -1591,10 +1597,8 @@ class RandomForestRegressor(_ForestRegressorMixin, BaseForest):
     __doc__ = (
         "A random forest regressor (Breiman 2001) on Dask.\n"
         + FOREST_DOC
+        + REGRESSION_CRITERION_DOC
         + """
-    criterion : {"squared_error", "poisson"}, default="squared_error"
-        The squared error, or the half Poisson deviance (counts and rates: y must be
-        non-negative with a positive sum; a split never leaves a child of mean 0).
     max_features : default=1.0 (all features at every node, as scikit-learn)
     aggregation : {"mean", "median"}, default="mean"
         Mean of the trees' predictions, or their median ("bragging", Bühlmann 2003). The

@@ -38,16 +38,16 @@ from ..forest.parts import ForestPart, LeafQuantiles
 from ..forest.quantiles import LeafTargets, check_quantiles, is_scalar_quantile
 from .forests import (
     FOREST_DOC,
+    REGRESSION_CRITERION_DOC,
     Data,
     ExtraTreesRegressor,
     RandomForestRegressor,
     keep_init_arguments,
 )
 
-_QUANTILE_DOC = """
-    criterion : {"squared_error", "poisson"}, default="squared_error"
-        The squared error, or the half Poisson deviance (counts and rates: y must be
-        non-negative with a positive sum; a split never leaves a child of mean 0).
+_QUANTILE_DOC = (
+    REGRESSION_CRITERION_DOC
+    + """
     max_features : default=1.0 (all features at every node, as scikit-learn)
     aggregation : {"mean", "median"}, default="mean"
         What ``predict`` returns without ``quantiles``: the mean or the median of the trees'
@@ -78,6 +78,7 @@ _QUANTILE_DOC = """
         With ``prune``: the mean out-of-bag pinball loss of ``default_quantiles`` at each size
         of ``oob_prune_curve_`` the choice visited (NaN at the others).
 """
+)
 
 
 if TYPE_CHECKING:
