@@ -4,9 +4,12 @@ A node's (or a candidate child's) statistics are one float64 vector, laid out by
 
     classification  [n_rows, w_class_0, w_class_1, ..., w_class_{K-1}]
     squared error   [n_rows, w, w * y, w * y**2]
+                    [n_rows, w, w * y_1, ..., w * y_k, sum_o w * y_o**2]   (k outputs)
     Poisson         [n_rows, w, w * y, w * y ln y]
 
-where w sums the row weights (sample_weight x class_weight x bootstrap count). Every impurity is
+where w sums the row weights (sample_weight x class_weight x bootstrap count). With k target
+columns (multi-output regression, squared error only) a node's impurity is the mean of its
+outputs' variances, as scikit-learn's; for k = 1 the layouts coincide. Every impurity is
 computed from such a vector, so histograms, split scans and node statistics share one code path.
 Entropies are in bits, as in ID3, C4.5 and scikit-learn. Formulas and sources:
 docs/algorithms.md.
@@ -65,7 +68,8 @@ def impurity(stats, criterion):
     ----------
     stats : ndarray of float64, shape (n_channels,)
         ``[n_rows, w_0, ..., w_{K-1}]`` for classification, ``[n_rows, w, wy, wy2]`` for
-        squared error, ``[n_rows, w, wy, wy ln y]`` for Poisson.
+        squared error (``[n_rows, w, wy_1, ..., wy_k, wy2]`` with k outputs), ``[n_rows, w,
+        wy, wy ln y]`` for Poisson.
     criterion : int
         One of GINI, ENTROPY, GAIN_RATIO (node impurity is the entropy), MISCLASSIFICATION,
         SQUARED_ERROR, POISSON.
@@ -73,15 +77,20 @@ def impurity(stats, criterion):
     Returns
     -------
     float
-        Gini index, entropy in bits, misclassification rate, weighted variance or mean half
-        Poisson deviance (``poisson_deviance``); 0 for an empty node.
+        Gini index, entropy in bits, misclassification rate, weighted variance (the mean of the
+        outputs' variances) or mean half Poisson deviance (``poisson_deviance``); 0 for an
+        empty node.
     """
     w = stats_weight(stats, criterion)
     if w <= 0.0:
         return 0.0
     if criterion == SQUARED_ERROR:
-        mean = stats[2] / w
-        return max(stats[3] / w - mean * mean, 0.0)
+        n_outputs = stats.shape[0] - 3
+        squared_means = 0.0
+        for o in range(n_outputs):
+            mean = stats[2 + o] / w
+            squared_means += mean * mean
+        return max((stats[2 + n_outputs] / w - squared_means) / n_outputs, 0.0)
     if criterion == POISSON:
         return poisson_deviance(w, stats[2], stats[3])
     result = 0.0

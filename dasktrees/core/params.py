@@ -433,6 +433,35 @@ def check_monotonic_data(params: GrowthParams, is_categorical, n_classes: int, n
         )
 
 
+def check_multi_output(
+    params: GrowthParams, criterion: str, is_categorical, n_outputs: int, names=None
+) -> None:
+    """Refuse what a tree on ``n_outputs`` > 1 target columns cannot take: the Poisson
+    criterion, monotonic constraints (scikit-learn refuses them too) and categorical features,
+    whose categories are ordered by one target's means. ``names``: the features' names, for
+    the message."""
+    if n_outputs <= 1:
+        return
+    if criterion == "poisson":
+        raise ValueError(
+            f"criterion='poisson' takes one target; y has {n_outputs} columns: use "
+            "'squared_error', or fit one model per column"
+        )
+    if np.asarray(params.monotonic, dtype=np.int8).any():
+        raise ValueError(
+            "monotonic_cst: Monotonicity constraints are not supported with multiple outputs "
+            f"(y has {n_outputs} columns)"
+        )
+    categorical = np.flatnonzero(is_categorical)
+    if len(categorical):
+        label = [str(names[j]) if names is not None else int(j) for j in categorical]
+        raise ValueError(
+            f"features {label} are categorical, and y has {n_outputs} columns: a split orders "
+            "categories by one target's means. Encode them as numbers, or fit one model per "
+            "column"
+        )
+
+
 _FOREST_PARAMETERS = (
     "n_estimators",
     "max_n_estimators",

@@ -195,19 +195,27 @@ def reject_sparse_target(y):
         raise ValueError("y: sparse multilabel-indicator for y is not supported.")
 
 
-def check_target(y, n_samples, is_classifier):
-    """y as a 1-d array; NaN (and for regression, inf) is a ValueError."""
+def check_target(y, n_samples, is_classifier, multi_output=False):
+    """y as a 1-d array, or with ``multi_output`` a (n_samples, k) C-ordered one when y has
+    k >= 2 columns (one column is read as 1-d, with scikit-learn's DataConversionWarning); NaN
+    (and for regression, inf) is a ValueError."""
     reject_sparse_target(y)
-    y = column_or_1d(y, warn=True)
+    columns = np.asarray(y) if multi_output else None
+    if columns is not None and columns.ndim == 2 and columns.shape[1] > 1:
+        y = columns
+    else:
+        y = column_or_1d(y, warn=True)
     if len(y) != n_samples:
         raise ValueError(f"y has {len(y)} samples but X has {n_samples}")
     missing = pd.isna(y)
+    if missing.ndim == 2:
+        missing = missing.any(axis=1)
     if missing.any():
         rows = np.flatnonzero(missing)[:5].tolist()
         raise ValueError(f"y contains NaN (first at rows {rows}); drop or impute those rows")
     if not is_classifier:
         try:
-            y = y.astype(np.float64)
+            y = np.ascontiguousarray(y, dtype=np.float64)
         except (TypeError, ValueError):
             raise ValueError(f"y must be numeric for a regressor, got dtype {y.dtype}") from None
         if np.isinf(y).any():

@@ -18,7 +18,7 @@ from sklearn.base import clone, is_classifier
 from sklearn.metrics import check_scoring
 from sklearn.model_selection import KFold
 from sklearn.utils import Bunch
-from sklearn.utils.validation import check_is_fitted, column_or_1d
+from sklearn.utils.validation import column_or_1d
 
 from ..core.dtypes import TREE_LEAF
 from ..core.validation import check_2d
@@ -97,12 +97,13 @@ def select_ccp_alpha(
         Its parameters, but ``ccp_alpha``, are used for every tree. Give it a ``random_state``
         for reproducible results.
     X : array-like or pandas DataFrame, shape (n_samples, n_features)
-    y : array-like, shape (n_samples,)
+    y : array-like, shape (n_samples,), or (n_samples, k) for a regressor on k target columns
     cv : int, default=5
         Number of folds, at least 2.
     rule : {"min", "1se"}, default="min"
     scoring : str or callable, default=None
-        None: misclassification rate (classifiers) or mean squared error (regressors).
+        None: misclassification rate (classifiers) or mean squared error (regressors; its mean
+        over the target columns of a multi-output fit).
         Otherwise a scikit-learn scorer (greater is better), whose negated score is the error:
         ``"neg_mean_squared_error"`` gives the MSE, ``"accuracy"`` minus the accuracy (the
         misclassification rate minus one).
@@ -138,7 +139,8 @@ def select_ccp_alpha(
             f"got {type(estimator).__name__}"
         )
     table = check_2d(X)
-    target = column_or_1d(y)
+    # (k target columns: a regressor's multi-output fit, scored by the mean over them)
+    target = np.asarray(y) if np.ndim(y) == 2 and np.shape(y)[1] > 1 else column_or_1d(y)
     if not isinstance(cv, Integral) or isinstance(cv, bool) or not 2 <= cv <= len(target):
         raise ValueError(f"cv must be an int in [2, n_samples={len(target)}], got {cv!r}")
     full = clone(estimator).set_params(ccp_alpha=0.0).fit(table, target)
@@ -210,12 +212,13 @@ def _fold_errors(template, alphas, scoring, X, y, train, test):
 
 
 def _error(est, nodes, y):
-    """Misclassification rate (classifiers) or mean squared error (regressors) of predicting
-    the value of ``nodes[i]`` of ``est.tree_`` for target ``y[i]``."""
+    """Misclassification rate (classifiers) or mean squared error (regressors; averaged over
+    the target columns of a multi-output tree) of predicting the value of ``nodes[i]`` of
+    ``est.tree_`` for target ``y[i]``."""
     value = est.tree_.value[nodes]
     if is_classifier(est):
         return float(np.mean(est.classes_.take(np.argmax(value, axis=1)) != y))
-    return float(np.mean((y - value[:, 0]) ** 2))
+    return float(np.mean((np.reshape(y, value.shape) - value) ** 2))
 
 
 def _rows(X, index):
@@ -249,7 +252,7 @@ def reduced_error_prune(
     A new fitted estimator of the same class and parameters, whose ``tree_`` is the pruned
     subtree of ``tree_estimator.tree_`` (refitting it would grow the unpruned tree again).
     """
-    check_is_fitted(tree_estimator, "tree_")
+    tree_estimator._needs_one_output("reduced_error_prune")
     tree = tree_estimator.tree_
     paths = tree.decision_path(tree_estimator._encode(X_val))
     target = column_or_1d(y_val)

@@ -14,7 +14,12 @@ from sklearn.utils.class_weight import compute_sample_weight
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_consistent_length, check_is_fitted, validate_data
 
-from ..core.params import check_monotonic_data, check_tree_params, friedman_as_squared_error
+from ..core.params import (
+    check_monotonic_data,
+    check_multi_output,
+    check_tree_params,
+    friedman_as_squared_error,
+)
 from ..core.threads import uses_n_jobs
 from ..core.validation import (
     check_2d,
@@ -85,8 +90,10 @@ class BaseDecisionTree(BaseEstimator):
         n_samples, n_features = X.shape
         if n_samples < 2:
             raise ValueError(f"X has {n_samples} sample; at least 2 are needed to fit a tree")
-        y = check_target(y, n_samples, is_classifier)
+        # (regression only, for now: a classifier's 2-d y is refused with scikit-learn's words)
+        y = check_target(y, n_samples, is_classifier, multi_output=not is_classifier)
         check_consistent_length(X, y)
+        n_outputs = 1 if y.ndim == 1 else y.shape[1]
         names = getattr(self, "feature_names_in_", None)
         params = check_tree_params(self, n_samples, n_features, is_classifier, names)
         if not is_classifier and self.criterion == "poisson":
@@ -117,16 +124,19 @@ class BaseDecisionTree(BaseEstimator):
         check_monotonic_data(
             params, self.bin_mapper_.is_categorical_, self.n_classes_ if is_classifier else 1, names
         )
+        check_multi_output(
+            params, self.criterion, self.bin_mapper_.is_categorical_, n_outputs, names
+        )
         codes = self.bin_mapper_.transform(X)
         self.max_features_ = params.max_features
-        self.n_outputs_ = 1
+        self.n_outputs_ = n_outputs
         self.tree_ = grow_tree(
             codes,
             y_fit,
             weights,
             self.bin_mapper_.kernel_arrays(),
             params,
-            self.n_classes_ if is_classifier else 1,
+            self.n_classes_ if is_classifier else n_outputs,
             seed,
         )
         return self
@@ -150,6 +160,15 @@ class BaseDecisionTree(BaseEstimator):
         """
         est = clone(self).set_params(ccp_alpha=0.0).fit(X, y, sample_weight=sample_weight)
         return pruning_path(est.tree_)
+
+    def _needs_one_output(self, what):
+        """Refuse ``what`` on a tree fitted on several target columns."""
+        check_is_fitted(self, "tree_")
+        if self.n_outputs_ > 1:
+            raise ValueError(
+                f"{what} needs a single output; this {type(self).__name__} was fitted on "
+                f"{self.n_outputs_} target columns"
+            )
 
     def _encode(self, X):
         check_is_fitted(self, "tree_")
@@ -202,21 +221,23 @@ class BaseDecisionTree(BaseEstimator):
 
         Returns
         -------
-        ndarray of shape (n_samples, n_features) for a regressor and (n_samples, n_features,
-        n_classes) for a classifier; with ``shap_expected_value_`` each row sums to its
-        prediction (class probabilities for a classifier).
+        ndarray of shape (n_samples, n_features) for a regressor ((n_samples, n_features, k)
+        on k target columns) and (n_samples, n_features, n_classes) for a classifier; with
+        ``shap_expected_value_`` each row sums to its prediction (class probabilities for a
+        classifier).
         """
         encoded = self._encode(X)
         values = treeshap.shap_values(treeshap.explained_table([self.tree_]), encoded)
-        return values if hasattr(self, "classes_") else values[:, :, 0]
+        return values if hasattr(self, "classes_") or self.n_outputs_ > 1 else values[:, :, 0]
 
     @property
     def shap_expected_value_(self) -> float | np.ndarray:
         """What the SHAP values add to: the leaves' values weighted by their training cover (a
-        float for a regressor, ndarray (n_classes,) for a classifier)."""
+        float for a regressor, ndarray (k,) on k target columns, ndarray (n_classes,) for a
+        classifier)."""
         check_is_fitted(self, "tree_")
         expected = treeshap.explained_table([self.tree_]).expected_values()[0]
-        return expected if hasattr(self, "classes_") else float(expected[0])
+        return expected if hasattr(self, "classes_") or self.n_outputs_ > 1 else float(expected[0])
 
     def save(self, path: str | os.PathLike) -> None:
         """Write the fitted tree to the model directory ``path``; ``dasktrees.load`` reads it.
@@ -225,8 +246,10 @@ class BaseDecisionTree(BaseEstimator):
         ----------
         path : str or os.PathLike
             Directory to create (an existing model directory there is replaced). The format,
-            a JSON manifest and ``.npz`` arrays, is described in docs/models.md.
+            a JSON manifest and ``.npz`` arrays, is described in docs/models.md. A tree on
+            several target columns is not written yet (pickle it).
         """
+        self._needs_one_output("save()")
         save_model(self, path)
 
 
@@ -364,6 +387,12 @@ class DecisionTreeRegressor(RegressorMixin, BaseDecisionTree):
     Parameters are those of ``DecisionTreeClassifier`` except ``criterion``
     (``"squared_error"``, or ``"poisson"`` for non-negative targets of positive sum) and
     ``class_weight`` (none).
+
+    ``y`` may have k target columns (multi-output regression, as scikit-learn's): one tree
+    predicts them all, its splits chosen by the mean of the outputs' squared errors, and
+    ``predict`` returns (n_samples, k). Such a tree takes no Poisson criterion, monotonic
+    constraints or categorical features, and is not yet written to a model file or exported
+    as text (docs/trees.md, "Several target columns").
     """
 
     def __init__(
@@ -414,11 +443,18 @@ class DecisionTreeRegressor(RegressorMixin, BaseDecisionTree):
         """Grow the tree on X (numpy array or pandas DataFrame) and numeric targets y."""
         return self._fit(X, y, sample_weight, is_classifier=False)
 
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.target_tags.multi_output = True
+        return tags
+
     @uses_n_jobs
     def predict(self, X: ArrayLike) -> np.ndarray:
-        """Mean target of each sample's leaf: ndarray of shape (n_samples,)."""
+        """Mean target of each sample's leaf: ndarray of shape (n_samples,), or (n_samples, k)
+        for a tree fitted on k target columns."""
         encoded = self._encode(X)
-        return self.tree_.predict(encoded)[:, 0]
+        values = self.tree_.predict(encoded)
+        return values if self.n_outputs_ > 1 else values[:, 0]
 
 
 def log_proba(proba):

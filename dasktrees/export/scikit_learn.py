@@ -220,21 +220,23 @@ def _set_tree(out, estimator, tree, classes, votes=False):
     """Set the fitted attributes of the scikit-learn tree ``out`` from our ``tree`` (with
     ``votes``, each node's value is the one-hot vote for its majority class)."""
     n_values = tree.n_values
-    out.tree_ = _sklearn_tree(tree.expanded(), n_values, votes)
+    n_outputs = getattr(estimator, "n_outputs_", 1)
+    out.tree_ = _sklearn_tree(tree.expanded(), n_values, votes, n_outputs)
     out.n_features_in_ = tree.n_features
     out.max_features_ = estimator.max_features_
-    out.n_outputs_ = 1
+    out.n_outputs_ = n_outputs
     if classes is not None:
         out.classes_ = classes
         out.n_classes_ = n_values
 
 
-def _sklearn_tree(tree, n_values, votes=False):
-    """Our ``tree.Tree`` as a ``sklearn.tree._tree.Tree`` (one output).
+def _sklearn_tree(tree, n_values, votes=False, n_outputs=1):
+    """Our ``tree.Tree`` as a ``sklearn.tree._tree.Tree``.
 
     ``value`` gains scikit-learn's output axis: (node_count, 1, n_classes) class fractions, as
-    scikit-learn stores them since 1.4, or (node_count, 1, 1) means; with ``votes``, one-hot
-    votes for each node's majority class (the first of equal ones, as our hard vote).
+    scikit-learn stores them since 1.4, or (node_count, 1, 1) means, or (node_count, k, 1) the
+    means of a regression tree's ``n_outputs`` = k target columns; with ``votes``, one-hot votes
+    for each node's majority class (the first of equal ones, as our hard vote).
     """
     nodes = np.zeros(tree.node_count, dtype=NODE_DTYPE)
     nodes["left_child"] = tree.children_left
@@ -247,14 +249,15 @@ def _sklearn_tree(tree, n_values, votes=False):
     nodes["weighted_n_node_samples"] = tree.weighted_n_node_samples
     nodes["missing_go_to_left"] = tree.missing_go_to_left
     value = one_hot_votes(tree.value) if votes else tree.value
-    n_classes = np.array([n_values], dtype=np.intp)
-    out = SkTree(tree.n_features, n_classes, 1)
+    # (k target columns: one "class" each, scikit-learn's regression layout)
+    shape = (n_outputs, 1) if n_outputs > 1 else (1, n_values)
+    out = SkTree(tree.n_features, np.full(shape[0], shape[1], dtype=np.intp), shape[0])
     out.__setstate__(
         {
             "max_depth": tree.max_depth,
             "node_count": tree.node_count,
             "nodes": nodes,
-            "values": np.ascontiguousarray(value.reshape(tree.node_count, 1, n_values)),
+            "values": np.ascontiguousarray(value.reshape((tree.node_count,) + shape)),
         }
     )
     return out

@@ -475,6 +475,11 @@ def _source(
         )
     if isinstance(decimals, bool) or not isinstance(decimals, numbers.Integral) or decimals < 0:
         raise ValueError(f"decimals must be an int >= 0, got {decimals!r}")
+    if getattr(fitted, "n_outputs_", 1) > 1:
+        raise ValueError(
+            f"a text export needs a single output; this {type(estimator).__name__} was fitted "
+            f"on {fitted.n_outputs_} target columns"
+        )
     return _Source(
         tree=fitted.tree_.expanded(),
         mapper=fitted.bin_mapper_,

@@ -104,6 +104,9 @@ class NodeRows(NamedTuple):
     # Every node's codes in node order, the partitions moving them at every node: then no node
     # gathers from ``codes``, and ``sample_indices`` are not moved (nothing reads them).
     all_ordered: bool
+    # Targets a row: k of a regression on k target columns, whose row i's targets are
+    # ``y[i * k : (i + 1) * k]``; else 1.
+    n_outputs: int
 
 
 class BinTables(NamedTuple):
@@ -119,7 +122,7 @@ class Rules(NamedTuple):
     """The criterion and the stopping rules, resolved (``_params.GrowthParams``)."""
 
     criterion: int
-    n_classes: int
+    n_classes: int  # values a node holds: classes, or target columns (regression)
     random_splitter: bool  # one random cut per drawn feature (extra-trees)
     max_features: int
     max_depth: int
@@ -550,9 +553,10 @@ def _open_node(
             share = min(max(share, lower), upper)
             values[node_id, 0] = w_node * (1.0 - share)
             values[node_id, 1] = w_node * share
-    else:
-        mean = total[2] / w_node if w_node > 0.0 else 0.0
-        values[node_id, 0] = min(max(mean, lower), upper)
+    else:  # the mean of each target column (n_classes of them, ``Rules``)
+        for o in range(n_classes):
+            mean = total[2 + o] / w_node if w_node > 0.0 else 0.0
+            values[node_id, o] = min(max(mean, lower), upper)
     n_node = stop - start
     return not (
         depth >= max_depth
@@ -596,13 +600,18 @@ def _record_split(
         # The decrease of w x variance is s_l^2 / w_l + s_r^2 / w_r - s^2 / w (s the sums of
         # w * y): no sum of w * y^2 per child, so the histograms need not carry one. The sums
         # are taken about the node's mean, or a large mean would cancel the decrease away.
-        mean = total[2] / w_node
-        d_left = left[2] - w_left * mean
-        d_right = right[2] - w_right * mean
-        d_node = total[2] - w_node * mean
-        improvement = (
-            d_left * d_left / w_left + d_right * d_right / w_right - d_node * d_node / w_node
-        ) / w_root
+        # With k target columns, the mean of the outputs' decreases (the impurity's).
+        n_outputs = total.shape[0] - 3
+        decrease = 0.0
+        for o in range(2, 2 + n_outputs):
+            mean = total[o] / w_node
+            d_left = left[o] - w_left * mean
+            d_right = right[o] - w_right * mean
+            d_node = total[o] - w_node * mean
+            decrease += (
+                d_left * d_left / w_left + d_right * d_right / w_right - d_node * d_node / w_node
+            )
+        improvement = decrease / n_outputs / w_root
     elif criterion == POISSON:
         # The decrease of w x mean deviance is s_l ln mu_l + s_r ln mu_r - s ln mu (the sums of
         # w y ln y cancel), taken as ratios of the children's means to the node's, which stay
@@ -836,6 +845,12 @@ def _node_capacity(n_rows, max_depth, min_samples_leaf, max_leaf_nodes):
     return 2 * leaves - 1
 
 
+def _targets_a_row(n_values, params):
+    """``NodeRows.n_outputs`` of a tree whose nodes hold ``n_values`` values under
+    ``params``: its target columns for regression, else one class index."""
+    return n_values if is_regression(params.criterion) else 1
+
+
 class Workspace(NamedTuple):
     """The large arrays a tree's growth fills, allocated once for all the trees of a task.
 
@@ -847,9 +862,10 @@ class Workspace(NamedTuple):
     nodes: np.ndarray  # NODE_DTYPE (capacity,): the node records
     values: np.ndarray  # float64 (capacity, n_values)
     buffer: np.ndarray  # int64 (n_rows,): the partition's scratch for row indices
-    node_y: np.ndarray  # float64 (n_rows,): targets in sample_indices order
+    # float64 (n_rows x targets a row, ``NodeRows.n_outputs``): targets in sample_indices order
+    node_y: np.ndarray
     node_w: np.ndarray  # float64 (n_rows,): weights in sample_indices order
-    y_buffer: np.ndarray  # float64 (n_rows,): the partition's scratch for targets
+    y_buffer: np.ndarray  # float64 (as node_y): the partition's scratch for targets
     w_buffer: np.ndarray  # float64 (n_rows,): the partition's scratch for weights
     rows: np.ndarray  # int64 (n_rows,): the tree's sample_indices (``_grow_records``)
     node_codes: np.ndarray  # uint8 (n_rows, n_features rounded up to 8): NodeRows.node_codes
@@ -873,11 +889,15 @@ class Workspace(NamedTuple):
         n_rows = max(1, int(n_rows))
         capacity = cls._capacity(n_rows, params)
         code_rows = _ordered_rows(n_rows)
+        n_targets = n_rows * _targets_a_row(n_values, params)
         return cls(
             np.empty(capacity, dtype=NODE_DTYPE),  # every field of a node is set by _open_node
             np.empty((capacity, n_values)),
             np.empty(n_rows, dtype=np.int64),
-            *(np.empty(n_rows) for _ in range(4)),
+            np.empty(n_targets),
+            np.empty(n_rows),
+            np.empty(n_targets),
+            np.empty(n_rows),
             np.empty(n_rows, dtype=np.int64),
             np.empty((code_rows, 8 * _n_words(n_features)), dtype=np.uint8),
             np.empty((code_rows, _n_words(n_features)), dtype=np.uint64),
@@ -891,6 +911,7 @@ class Workspace(NamedTuple):
         """Whether a tree on ``n_rows`` rows under ``params`` fits in this workspace."""
         return (
             self.buffer.shape[0] >= n_rows
+            and self.node_y.shape[0] >= n_rows * _targets_a_row(n_values, params)
             and self.nodes.shape[0] >= self._capacity(n_rows, params)
             and self.values.shape[1] == n_values
             and self.words_buffer.shape[1] == _n_words(n_features)
@@ -1224,8 +1245,9 @@ def grow(
     Parameters
     ----------
     codes : ndarray of uint8, shape (n_rows, n_features)
-    y : ndarray of float64, shape (n_rows,)
-        Class index (classification) or target (regression).
+    y : ndarray of float64, shape (n_rows,) or (n_rows, k)
+        Class index (classification) or target (regression); k target columns for a
+        multi-output regression (squared error).
     w : ndarray of float64, shape (n_rows,)
         Weights, positive on the rows of ``sample_indices``.
     sample_indices : ndarray of int64, shape (n_in_bag,)
@@ -1235,7 +1257,7 @@ def grow(
         The resolved tree parameters; ``max_leaf_nodes`` 0 grows depth-first with no limit, else
         best-first up to that many leaves.
     n_classes : int
-        1 for regression.
+        The values a node holds: the number of classes, or of target columns (regression).
     seed : int
         Seed of the feature draws and random cuts.
     candidates : ndarray of int64
@@ -1266,13 +1288,16 @@ def grow(
     if root is None:
         root = SubtreeRoot(int(seed), 0, 0.0, float(w.sum()), None)
     rules = growth_rules(params, n_classes, root.total_weight, root.key, root.depth, root.bounds)
-    n_channels = 4 if is_regression(rules.criterion) else rules.n_classes + 1
+    regression = is_regression(rules.criterion)
+    n_channels = 3 + rules.n_classes if regression else rules.n_classes + 1
+    n_outputs = rules.n_classes if regression else 1  # targets a row (``NodeRows``)
     n_rows = len(sample_indices)
     sample_indices = np.ascontiguousarray(sample_indices, dtype=np.int64)
     # y and w in sample_indices order; the partition keeps them aligned with their rows.
-    node_y, node_w = workspace.node_y[:n_rows], workspace.node_w[:n_rows]
+    node_y, node_w = workspace.node_y[: n_rows * n_outputs], workspace.node_w[:n_rows]
     # mode="clip" (the indices are rows of y): with "raise" numpy fills a temporary first
-    np.take(np.asarray(y, dtype=np.float64), sample_indices, out=node_y, mode="clip")
+    y = np.asarray(y, dtype=np.float64)
+    np.take(y, sample_indices, axis=0, out=node_y.reshape((n_rows,) + y.shape[1:]), mode="clip")
     np.take(np.asarray(w, dtype=np.float64), sample_indices, out=node_w, mode="clip")
     codes = np.ascontiguousarray(codes, dtype=np.uint8)
     kept = workspace.buffers  # the search's scratch, kept from tree to tree (``buffers``)
@@ -1297,6 +1322,7 @@ def grow(
         node_codes,
         node_codes.view(np.uint64),
         code_rows > 0 and _n_words(codes.shape[1]) <= _ALL_ORDERED_MAX_WORDS,
+        n_outputs,
     )
     tables = bin_tables(bin_arrays)
     scratch = Scratch(
@@ -1313,7 +1339,7 @@ def grow(
         kept.zeros("grow.cuts", (N_CUT_ROWS, N_BIN_CODES)),
         RowBuffers(
             workspace.buffer[:n_rows],
-            workspace.y_buffer[:n_rows],
+            workspace.y_buffer[: n_rows * n_outputs],
             workspace.w_buffer[:n_rows],
             workspace.words_buffer[:code_rows],
         ),

@@ -1,7 +1,7 @@
 """Per-node, per-feature histograms of the node statistics (numba kernels).
 
 A histogram is a (N_BIN_CODES, n_channels) float64 array, one statistics row per bin code (see
-``criteria`` for the channel layout). A regression histogram leaves its fourth channel, the sum
+``criteria`` for the channel layout). A regression histogram leaves its last channel, the sum
 of w * y^2, at zero: the split search reads only n, w and w * y (``splitting.cut_score``), and
 the chosen split's improvement needs no more (``grower._record_split``).
 
@@ -57,11 +57,12 @@ def build_histogram(codes, f, sample_indices, start, stop, y, w, criterion, hist
         The feature.
     sample_indices : ndarray of int64
         Rows of the tree; the node owns the slice ``[start:stop]``.
-    y, w : ndarray of float64, shape (n_in_bag,)
+    y, w : ndarray of float64, shape (n_in_bag * n_outputs,) and (n_in_bag,)
         Class index (classification) or target (regression), and row weight, in the order of
         ``sample_indices`` (``y[i]`` belongs to row ``sample_indices[i]``): the partition
         moves them with the rows, so only the codes are gathered row by row (LightGBM's
-        "ordered gradients").
+        "ordered gradients"). With k target columns (``hist`` has 3 + k channels) a row's
+        targets are ``y[i * k : (i + 1) * k]``.
     criterion : int
         Selects the channel layout.
     hist : ndarray of float64, shape (N_BIN_CODES, n_channels)
@@ -85,7 +86,8 @@ def build_histogram(codes, f, sample_indices, start, stop, y, w, criterion, hist
     n_touched = u(0)
     # Every row's code is written to ``touched`` and the count moves on only at a first touch:
     # a branch on "first touch" is a coin flip in mid-size nodes.
-    if is_regression(criterion):
+    n_outputs = u(hist.shape[1] - 3)  # regression: the targets of a row (``criteria``)
+    if is_regression(criterion) and n_outputs == 1:
         for i in range(u(start), u(stop)):
             b = codes[u(sample_indices[i]), f]
             touched[n_touched] = b
@@ -93,6 +95,15 @@ def build_histogram(codes, f, sample_indices, start, stop, y, w, criterion, hist
             hist[b, 0] += 1.0
             hist[b, 1] += w[i]
             hist[b, 2] += w[i] * y[i]
+    elif is_regression(criterion):  # y holds each row's n_outputs targets in turn
+        for i in range(u(start), u(stop)):
+            b = codes[u(sample_indices[i]), f]
+            touched[n_touched] = b
+            n_touched += u(hist[b, 0] == 0.0) & u(b != MISSING_BIN)
+            hist[b, 0] += 1.0
+            hist[b, 1] += w[i]
+            for o in range(n_outputs):
+                hist[b, u(2) + o] += w[i] * y[i * n_outputs + o]
     elif hist.shape[1] == 3:  # two classes: y holds the signed weights
         for i in range(u(start), u(stop)):
             b = codes[u(sample_indices[i]), f]
@@ -156,7 +167,21 @@ def _fill_pair(node_codes, f0, f1, start, stop, y, w, criterion, first, second):
     """Add the rows ``[start:stop]`` to ``first`` by their code of feature ``f0`` and to
     ``second`` by their code of ``f1``, in one pass."""
     u = np.uint64  # unsigned positions (``build_histogram``)
-    if is_regression(criterion):
+    n_outputs = u(first.shape[1] - 3)  # regression: the targets of a row
+    if is_regression(criterion) and n_outputs > 1:
+        for i in range(u(start), u(stop)):
+            wi = w[i]
+            b0 = node_codes[i, f0]
+            b1 = node_codes[i, f1]
+            first[b0, 0] += 1.0
+            first[b0, 1] += wi
+            second[b1, 0] += 1.0
+            second[b1, 1] += wi
+            for o in range(n_outputs):
+                wy = wi * y[i * n_outputs + o]
+                first[b0, u(2) + o] += wy
+                second[b1, u(2) + o] += wy
+    elif is_regression(criterion):
         for i in range(u(start), u(stop)):
             wi = w[i]
             wy = wi * y[i]
@@ -185,7 +210,15 @@ def _fill_pair(node_codes, f0, f1, start, stop, y, w, criterion, first, second):
 def _fill_one(node_codes, f, start, stop, y, w, criterion, hist):
     """Add the rows ``[start:stop]`` to ``hist`` by their code of feature ``f``."""
     u = np.uint64  # unsigned positions (``build_histogram``)
-    if is_regression(criterion):
+    n_outputs = u(hist.shape[1] - 3)  # regression: the targets of a row
+    if is_regression(criterion) and n_outputs > 1:
+        for i in range(u(start), u(stop)):
+            b = node_codes[i, f]
+            hist[b, 0] += 1.0
+            hist[b, 1] += w[i]
+            for o in range(n_outputs):
+                hist[b, u(2) + o] += w[i] * y[i * n_outputs + o]
+    elif is_regression(criterion):
         for i in range(u(start), u(stop)):
             b = node_codes[i, f]
             hist[b, 0] += 1.0
@@ -278,12 +311,16 @@ def node_statistics(node_y, node_w, start, stop, criterion, stats_out):
     float
         The node impurity; for regression computed in two passes (mean, then deviations), which
         stays exact where ``E[y^2] - E[y]^2`` (Poisson: ``E[y ln y] - mean ln mean``) would
-        cancel.
+        cancel. With k target columns (``stats_out`` has 3 + k channels; a row's targets are
+        ``node_y[i * k : (i + 1) * k]``) the mean of the outputs' variances.
     """
     # Regression sums are kept in registers and written once: summed in place, each addition
     # waited for the store of the previous one. The same additions in the same order.
     u = np.uint64  # unsigned positions (``build_histogram``)
     n_rows = 0.0
+    n_outputs = u(stats_out.shape[0] - 3)  # regression: the targets of a row
+    if is_regression(criterion) and n_outputs > 1:
+        return _outputs_statistics(node_y, node_w, start, stop, n_outputs, stats_out)
     if is_regression(criterion):
         w_sum = 0.0
         wy_sum = 0.0
@@ -328,3 +365,30 @@ def node_statistics(node_y, node_w, start, stop, criterion, stats_out):
             stats_out[u(1) + u(node_y[i])] += node_w[i]
     stats_out[0] = n_rows
     return impurity(stats_out, criterion)
+
+
+@inlined_node_kernel
+def _outputs_statistics(node_y, node_w, start, stop, n_outputs, stats_out):
+    """``node_statistics`` of squared error with ``n_outputs`` > 1 target columns: the sums
+    ``[n, w, wy_1, ..., wy_k, sum_o wy_o^2]``, and the mean over the outputs of each one's
+    variance, each in two passes."""
+    u = np.uint64  # unsigned positions (``build_histogram``)
+    stats_out[:] = 0.0
+    for i in range(u(start), u(stop)):
+        stats_out[0] += 1.0
+        stats_out[1] += node_w[i]
+        for o in range(n_outputs):
+            y = node_y[i * n_outputs + o]
+            stats_out[u(2) + o] += node_w[i] * y
+            stats_out[u(2) + n_outputs] += node_w[i] * y * y
+    w_sum = stats_out[1]
+    if w_sum <= 0.0:
+        return 0.0
+    variances = 0.0
+    for o in range(n_outputs):
+        mean = stats_out[u(2) + o] / w_sum
+        deviation = 0.0
+        for i in range(u(start), u(stop)):
+            deviation += node_w[i] * (node_y[i * n_outputs + o] - mean) ** 2
+        variances += deviation / w_sum
+    return variances / np.float64(n_outputs)

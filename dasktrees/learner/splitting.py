@@ -94,6 +94,7 @@ def cut_score(prefix, missing, total, missing_left, criterion, parent_impurity, 
         entropy            sum_k l_k ln l_k - w_l ln w_l + (same right)  (= -ln 2 x weighted H)
         misclassification  max_k l_k + max_k r_k                        (= w - weighted error)
         squared_error      (wy_l)^2 / w_l + (wy_r)^2 / w_r              (= sum wy^2 - weighted SSE)
+                           (summed over the outputs with k target columns)
         poisson            wy_l ln mu_l + wy_r ln mu_r          (= sum wy ln y - weighted deviance)
         gain_ratio         the gain ratio itself
 
@@ -109,6 +110,14 @@ def cut_score(prefix, missing, total, missing_left, criterion, parent_impurity, 
         w_right = total[1] - w_left
         if w_left < min_weight_leaf or w_right < min_weight_leaf or _is_empty(w_left, w_right):
             return NO_SPLIT
+        n_outputs = prefix.shape[0] - 3
+        if n_outputs > 1:  # the outputs' proxies summed, as scikit-learn's
+            score = 0.0
+            for o in range(2, 2 + n_outputs):
+                s_left = prefix[o] + m * missing[o]
+                s_right = total[o] - s_left
+                score += s_left * s_left / w_left + s_right * s_right / w_right
+            return score
         s_left = prefix[2] + m * missing[2]
         s_right = total[2] - s_left
         if criterion == POISSON:
@@ -226,7 +235,12 @@ def scan_cuts(
     if (
         only_cut < 0
         and monotonic == 0
-        and (criterion == SQUARED_ERROR or (criterion == GINI and prefix.shape[0] == 3))
+        and prefix.shape[0] in (3, 4)  # one target column, or two classes
+        # (squared error of one target column, or two classes)
+        and (
+            (criterion == SQUARED_ERROR and prefix.shape[0] == 4)
+            or (criterion == GINI and prefix.shape[0] == 3)
+        )
     ):
         return _scan_two_channels(
             stats, order, n_bins, missing, total, criterion, min_samples_leaf, min_weight_leaf, cuts
@@ -600,8 +614,9 @@ def partition(
     rows : grower.NodeRows
         The node owns ``rows.sample_indices[start:stop]``. ``rows.codes`` is the binned training
         set (rows x features). ``rows.y`` and ``rows.w`` (targets and weights in
-        ``sample_indices`` order) are moved with their rows, so the children find theirs
-        contiguous. Keeping row order keeps the code gathers of the children cache friendly.
+        ``sample_indices`` order, ``rows.n_outputs`` targets a row) are moved with their rows,
+        so the children find theirs contiguous. Keeping row order keeps the code gathers of
+        the children cache friendly.
     start, stop : int
     rule : SplitRule
         The split.
@@ -650,6 +665,7 @@ def _partition(
     """``partition``, inlined into it twice (``move_rows`` constant in each copy)."""
     codes, node_codes, node_words = rows.codes, rows.node_codes, rows.node_words
     sample_indices, node_y, node_w = rows.sample_indices, rows.y, rows.w
+    n_outputs = np.uint64(rows.n_outputs)
     f = rule.feature
     # Unsigned positions: numba wraps a negative signed index around, at a few instructions for
     # every index of every row.
@@ -679,8 +695,14 @@ def _partition(
             row = sample_indices[i]
             sample_indices[n_left] = row
             buffers.rows[n_right] = row
-        node_y[n_left] = yi
-        buffers.y[n_right] = yi
+        if n_outputs == 1:
+            node_y[n_left] = yi
+            buffers.y[n_right] = yi
+        else:  # each of the row's targets: node_y[i * k : (i + 1) * k]
+            for o in range(n_outputs):
+                target = node_y[i * n_outputs + o]
+                node_y[n_left * n_outputs + o] = target
+                buffers.y[n_right * n_outputs + o] = target
         if not two_classes:  # else node_w is node_y
             wi = node_w[i]
             node_w[n_left] = wi
@@ -695,7 +717,11 @@ def _partition(
     for k in range(n_right):
         if move_rows:
             sample_indices[n_left + k] = buffers.rows[k]
-        node_y[n_left + k] = buffers.y[k]
+        if n_outputs == 1:
+            node_y[n_left + k] = buffers.y[k]
+        else:
+            for o in range(n_outputs):
+                node_y[(n_left + k) * n_outputs + o] = buffers.y[k * n_outputs + o]
         if not two_classes:
             node_w[n_left + k] = buffers.w[k]
     if move_codes:

@@ -162,7 +162,7 @@ class Tree:
 
     @property
     def n_values(self):
-        """Values per node: the number of classes, or 1."""
+        """Values per node: the number of classes, or of target columns (regression)."""
         state = self.shipped_state
         return (self.value if state is None else shipped_values(state)[0]).shape[1]
 
@@ -988,26 +988,35 @@ def pool_to_root(is_split, children_left, children_right, weight, value, impurit
         The tree's split nodes, as for ``sum_to_root``.
     weight : ndarray of float64, shape (n_nodes,)
         Every node's weight (``weighted_n_node_samples``).
-    value : ndarray of float64, shape (n_nodes, 1)
+    value : ndarray of float64, shape (n_nodes, k)
+        The means of k target columns (multi-output: each pooled, and the impurity the mean of
+        the outputs' variances).
     impurity : ndarray of float64, shape (n_nodes,)
         The leaves' rows are read, the split nodes' written.
     """
     splits = _split_ids(is_split, value.shape[0], children_left.shape[0])
+    n_outputs = value.shape[1]
     for j in range(splits.shape[0] - 1, -1, -1):
         i, left, right = splits[j], children_left[j], children_right[j]
         w_left, w_right = weight[left], weight[right]
         w = w_left + w_right
         if w > 0.0:
-            mean = (w_left * value[left, 0] + w_right * value[right, 0]) / w
-            d_left = value[left, 0] - mean
-            d_right = value[right, 0] - mean
-            spread = w_left * (impurity[left] + d_left * d_left)
-            spread += w_right * (impurity[right] + d_right * d_right)
+            # k target columns: each output's law, and their mean (the impurity's)
+            shift_left = 0.0
+            shift_right = 0.0
+            for o in range(n_outputs):
+                mean = (w_left * value[left, o] + w_right * value[right, o]) / w
+                d_left = value[left, o] - mean
+                d_right = value[right, o] - mean
+                shift_left += d_left * d_left
+                shift_right += d_right * d_right
+                value[i, o] = mean
+            spread = w_left * (impurity[left] + shift_left / n_outputs)
+            spread += w_right * (impurity[right] + shift_right / n_outputs)
             impurity[i] = spread / w
         else:
-            mean = 0.0
+            value[i, :] = 0.0
             impurity[i] = 0.0
-        value[i, 0] = mean
 
 
 @njit(cache=True, inline="always")
