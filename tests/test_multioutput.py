@@ -4,13 +4,24 @@ single target, bit for bit, its values repeated."""
 
 import pickle
 
+import dask.array as da
+import dask.dataframe as dd
 import numpy as np
 import pandas as pd
 import pytest
+from sklearn.datasets import make_regression
 from sklearn.exceptions import DataConversionWarning
+from sklearn.metrics import mean_squared_error, r2_score
 from sklearn.tree import DecisionTreeRegressor as SkTreeRegressor
 
-from dasktrees import DecisionTreeRegressor, RandomForestRegressor
+from dasktrees import (
+    DecisionTreeClassifier,
+    DecisionTreeRegressor,
+    ExtraTreesRegressor,
+    RandomForestClassifier,
+    RandomForestQuantileRegressor,
+    RandomForestRegressor,
+)
 from dasktrees.estimators.pruning import reduced_error_prune, select_ccp_alpha
 from dasktrees.export.text import export_text
 
@@ -184,6 +195,129 @@ def test_refusals():
     ]:
         with pytest.raises(ValueError, match=what + ".* needs a single output.* 2 target columns"):
             call()
-    # (forests and classifiers: not yet)
+    # (classifiers: not yet)
     with pytest.raises(ValueError, match="y should be a 1d array"):
-        RandomForestRegressor(n_estimators=2).fit(X, Y)
+        DecisionTreeClassifier().fit(X, (Y > 0).astype(int))
+
+
+# ---- forests -------------------------------------------------------------------------------
+
+
+def _same_forest(one, many, k):
+    assert many.n_outputs_ == k and len(many.estimators_) == len(one.estimators_)
+    for a, b in zip(one.estimators_, many.estimators_):
+        _same_tree(a, b, k)
+
+
+@pytest.mark.parametrize("cls", [RandomForestRegressor, ExtraTreesRegressor])
+def test_forest_of_a_repeated_target_is_the_single_target_forest(cls, client):
+    """Trees, predictions, out-of-bag predictions, score and curve, on the threads of this
+    process and on the session's cluster."""
+    rng = np.random.default_rng(2)
+    X = rng.normal(size=(1500, 5))
+    y = X[:, 0] * 2 + X[:, 1] ** 2 + rng.normal(size=len(X))
+    Y = np.column_stack([y, y])
+    settings = {"n_estimators": 12, "bootstrap": True, "oob_score": True, "random_state": 3}
+    one = cls(**settings).fit(X, y)
+    for where in (None, client):
+        many = cls(client=where, **settings).fit(X, Y)
+        _same_forest(one, many, 2)
+        np.testing.assert_array_equal(many.predict(X), np.column_stack([one.predict(X)] * 2))
+        np.testing.assert_array_equal(
+            many.oob_prediction_, np.column_stack([one.oob_prediction_] * 2)
+        )
+        assert many.oob_score_ == one.oob_score_
+        np.testing.assert_array_equal(many.oob_curve_, one.oob_curve_)
+
+
+def test_forest_out_of_bag_results_are_scikit_learns_metrics():
+    """oob_score_ is the R² averaged over the outputs (scikit-learn's uniform average), and
+    the curve's last point their mean squared error, of the out-of-bag predictions; a callable
+    score gets the (n, k) targets and predictions."""
+    X, Y = make_regression(n_samples=400, n_features=6, n_targets=3, random_state=0)
+    forest = RandomForestRegressor(n_estimators=30, oob_score=True, random_state=0).fit(X, Y)
+    scored = ~np.isnan(forest.oob_prediction_).any(axis=1)
+    assert forest.oob_prediction_.shape == Y.shape
+    np.testing.assert_allclose(
+        forest.oob_score_, r2_score(Y[scored], forest.oob_prediction_[scored]), rtol=1e-12
+    )
+    np.testing.assert_allclose(
+        forest.oob_curve_[-1],
+        mean_squared_error(Y[scored], forest.oob_prediction_[scored]),
+        rtol=1e-12,
+    )
+    scorer = RandomForestRegressor(n_estimators=30, oob_score=r2_score, random_state=0)
+    assert scorer.fit(X, Y).oob_score_ == pytest.approx(forest.oob_score_, rel=1e-12)
+    # each tree predicts its leaf's means, and the forest their mean
+    trees = np.mean([est.predict(X) for est in forest.estimators_], axis=0)
+    np.testing.assert_allclose(forest.predict(X), trees, rtol=1e-12)
+
+
+def test_forest_on_dask_input_and_cluster_is_the_local_forest(client):
+    X, Y = targets(7, n=1200, k=2)
+    settings = {"n_estimators": 8, "max_depth": 6, "random_state": 0}
+    local = RandomForestRegressor(**settings).fit(X, Y)
+    frame = dd.from_pandas(pd.DataFrame(X, columns=list("abcde")), npartitions=3)
+    targets_frame = dd.from_pandas(pd.DataFrame(Y, columns=["u", "v"]), npartitions=3)
+    for fitted in (
+        RandomForestRegressor(client=client, **settings).fit(X, Y),
+        RandomForestRegressor(client=client, **settings).fit(
+            da.from_array(X, chunks=(400, 5)), da.from_array(Y, chunks=(300, 2))
+        ),
+        RandomForestRegressor(client=client, **settings).fit(frame, targets_frame),
+    ):
+        assert fitted.mode_ != "distributed"
+        np.testing.assert_array_equal(fitted.predict(X), local.predict(X))
+    prediction = fitted.predict(frame)
+    assert isinstance(prediction, da.Array)
+    np.testing.assert_array_equal(client.compute(prediction, sync=True), local.predict(X))
+
+
+def test_forest_shap_and_export():
+    X, Y = targets(8, n=300, k=2)
+    forest = ExtraTreesRegressor(n_estimators=5, max_depth=5, random_state=0).fit(X, Y)
+    values = forest.shap_values(X[:10])
+    assert values.shape == (10, X.shape[1], 2)
+    np.testing.assert_allclose(
+        values.sum(axis=1) + forest.shap_expected_value_, forest.predict(X[:10]), atol=1e-9
+    )
+    exported = forest.to_sklearn()
+    assert exported.n_outputs_ == 2
+    np.testing.assert_array_equal(exported.predict(X), forest.predict(X))
+    again = pickle.loads(pickle.dumps(forest))
+    np.testing.assert_array_equal(again.predict(X), forest.predict(X))
+
+
+def test_forest_refusals(client):
+    X, Y = targets(0, n=200, k=2)
+    for forest, what in [
+        (RandomForestRegressor(n_estimators="auto"), "n_estimators='auto' takes one target"),
+        (RandomForestRegressor(prune="oob"), "prune='oob' takes one target"),
+        (RandomForestRegressor(aggregation="median"), "aggregation='median' takes one target"),
+        (RandomForestRegressor(mode="distributed"), "mode='distributed' takes one target"),
+        (
+            RandomForestRegressor(client=client, tree_storage="workers"),
+            "tree_storage='workers' takes one target",
+        ),
+        (RandomForestQuantileRegressor(), "predicts the quantiles of one target; y has 2"),
+        (RandomForestRegressor(criterion="poisson"), "criterion='poisson' takes one target"),
+        (RandomForestRegressor(categorical_features=[1]), r"features \[1\] are categorical"),
+    ]:
+        with pytest.raises(ValueError, match=what):
+            forest.fit(X, np.abs(Y))
+    forest = RandomForestRegressor(n_estimators=4, oob_score=True, random_state=0).fit(X, Y)
+    for call, what in [
+        (lambda: forest.predict(X, return_std=True), "return_std=True"),
+        (lambda: forest.predict_interval(X), "predict_interval"),
+        (lambda: forest.oob_permutation_importance(X, Y), "oob_permutation_importance"),
+        (lambda: forest.oob_impurity_importance(X, Y), "oob_impurity_importance"),
+        (lambda: forest.save("never-written"), r"save\(\)"),
+    ]:
+        with pytest.raises(ValueError, match=what + " needs a single output.* 2 target columns"):
+            call()
+    forest.set_params(warm_start=True, n_estimators=6)
+    with pytest.raises(ValueError, match="warm_start: y has 1 columns but the forest was fitted"):
+        forest.fit(X, Y[:, 0])
+    # a classifier's 2-d y: not yet
+    with pytest.raises(ValueError, match="y should be a 1d array"):
+        RandomForestClassifier(n_estimators=2).fit(X, (Y > 0).astype(int))

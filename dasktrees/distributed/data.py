@@ -44,7 +44,7 @@ class BinnedPartition(NamedTuple):
     """One block of binned training rows, as it sits on a worker."""
 
     codes: np.ndarray  # uint8 (n_rows, n_features)
-    y: np.ndarray  # float64 (n_rows,): class index or target
+    y: np.ndarray  # float64 (n_rows,): class index or target; (n_rows, k): k target columns
     w: np.ndarray  # float64 (n_rows,): sample_weight x class_weight
     first_row: int  # global id of the block's first row
 
@@ -59,6 +59,7 @@ class TrainingData:
     classes: np.ndarray  # None for regression
     is_dask: bool  # the input was a dask collection
     row_chunks: tuple  # rows per block, to build dask outputs aligned with the input
+    n_outputs: int = 1  # target columns (a regression's y may have several)
 
     @property
     def n_rows(self) -> int:
@@ -98,10 +99,10 @@ def input_blocks(
     is_dask : bool
     """
     if isinstance(X, dd.DataFrame):
-        if not isinstance(y, dd.Series) or y.npartitions != X.npartitions:
+        if not isinstance(y, (dd.Series, dd.DataFrame)) or y.npartitions != X.npartitions:
             raise TypeError(
-                "y: with a dask DataFrame X, y must be a dask Series with the same partitions "
-                "(for example a column of the same frame)"
+                "y: with a dask DataFrame X, y must be a dask Series (or a DataFrame of target "
+                "columns) with the same partitions (for example a column of the same frame)"
             )
         x_blocks, y_blocks = list(X.to_delayed()), list(y.to_delayed())
         lengths = np.array(client.compute(X.map_partitions(len), sync=True), dtype=np.int64)
@@ -116,7 +117,7 @@ def input_blocks(
         X = X.rechunk({1: -1})
         y = da.asarray(y)
         _check_lengths(X.shape[0], y, sample_weight)
-        y = y.rechunk((X.chunks[0],))
+        y = y.rechunk((X.chunks[0],) + y.shape[1:])  # (a 2-d y: all its columns a block)
         x_blocks = list(X.to_delayed()[:, 0])
         lengths = np.array(X.chunks[0], dtype=np.int64)
         meta = (  # sparse blocks: a sparse meta, which the bin mapper's checks recognise
@@ -127,7 +128,8 @@ def input_blocks(
         w_blocks = [None] * len(x_blocks)
         if sample_weight is not None:
             w_blocks = list(da.asarray(sample_weight).rechunk((X.chunks[0],)).to_delayed())
-        return x_blocks, list(y.to_delayed()), w_blocks, lengths, meta, True
+        y_blocks = y.to_delayed() if y.ndim == 1 else y.to_delayed()[:, 0]
+        return x_blocks, list(y_blocks), w_blocks, lengths, meta, True
     X = check_2d(X)
     n = X.shape[0]
     y = y.to_numpy() if isinstance(y, (pd.Series, pd.DataFrame)) else np.asarray(y)
@@ -210,23 +212,31 @@ def _fit_mapper(mapper, *pieces):
 
 
 def _block_labels(y, w, n_rows, is_classifier):
-    """Distinct labels (classification) or the smallest target and the targets' sum
-    (regression), and rows in the fit, of one block; checks y."""
-    y = check_target(y, n_rows, is_classifier)
+    """Distinct labels (classification) or the smallest target, the targets' sum and the
+    number of target columns (regression), and rows in the fit, of one block; checks y."""
+    y = check_target(y, n_rows, is_classifier, multi_output=not is_classifier)
     labels: Any
     if is_classifier:
         check_classification_targets(y)  # a continuous or infinite y is no class label
         labels = np.unique(y)
     else:
-        labels = (float(y.min()), float(y.sum())) if len(y) else (0.0, 0.0)
+        extremes = (float(y.min()), float(y.sum())) if len(y) else (0.0, 0.0)
+        labels = (*extremes, 1 if y.ndim == 1 else y.shape[1])
     n_in_fit = int(np.count_nonzero(_block_weights(w, n_rows) > 0))
     return labels, n_in_fit
 
 
 def _all_labels(is_classifier, poisson, *blocks):
-    """The classes (None for regression) and the number of rows in the fit, from every
-    block's ``_block_labels``; at least two rows must have a positive weight, and for the
-    Poisson criterion (``poisson``) y must be Poisson targets (``check_poisson_target``)."""
+    """The classes (None for regression), the number of rows in the fit and of target
+    columns, from every block's ``_block_labels``; at least two rows must have a positive
+    weight, and for the Poisson criterion (``poisson``) y must be Poisson targets
+    (``check_poisson_target``)."""
+    n_outputs = 1
+    if not is_classifier:
+        widths = sorted({b[0][2] for b in blocks})
+        if len(widths) > 1:
+            raise ValueError(f"y: its blocks have different numbers of columns, {widths}")
+        n_outputs = widths[0]
     if poisson:
         check_poisson_target(min(b[0][0] for b in blocks), sum(b[0][1] for b in blocks))
     n_in_fit = sum(n for _, n in blocks)
@@ -236,7 +246,7 @@ def _all_labels(is_classifier, poisson, *blocks):
         samples = "sample" if n_in_fit == 1 else "samples"
         raise ValueError(f"X has {n_in_fit} {samples} with positive weight; at least 2 are needed")
     classes = np.unique(np.concatenate([u for u, _ in blocks])) if is_classifier else None
-    return classes, n_in_fit
+    return classes, n_in_fit, n_outputs
 
 
 def _class_counts(y, classes):
@@ -248,15 +258,15 @@ def _bin_block(mapper, x, y, w, first_row, classes, class_weights):
     x = check_2d(x)
     n = x.shape[0]
     codes = mapper.transform(x)
-    y = np.asarray(y).ravel()
+    y = np.asarray(y)
     weights = _block_weights(w, n).copy()
     if classes is not None:
-        y_codes = np.searchsorted(classes, y)
+        y_codes = np.searchsorted(classes, y.ravel())
         if class_weights is not None:
             weights *= class_weights[y_codes]
         y = y_codes.astype(np.float64)
-    else:
-        y = y.astype(np.float64)
+    else:  # a 2-d y of one column (a dask one) as 1-d, several kept as rows of targets
+        y = np.ascontiguousarray(y[:, 0] if y.ndim == 2 and y.shape[1] == 1 else y, np.float64)
     return BinnedPartition(codes, y, weights, int(first_row))
 
 
@@ -313,7 +323,7 @@ def prepare(
             for yb, wb, n in zip(y_blocks, w_blocks, lengths)
         ),
     )
-    classes, n_in_fit = labels[0], labels[1]
+    classes, n_in_fit, n_outputs = labels[0], labels[1], labels[2]
     if not hasattr(mapper, "n_bins_non_missing_"):
         mapper._set_columns(meta)
         pieces = [
@@ -335,9 +345,10 @@ def prepare(
         dask.delayed(_bin_block)(mapper, xb, yb, wb, int(first), classes, class_weights)
         for xb, yb, wb, first in zip(x_blocks, y_blocks, w_blocks, offsets[:-1])
     ]
-    mapper, classes, *parts = client.compute([mapper, classes, *binned])
-    mapper, classes = client.gather([mapper, classes])
-    return TrainingData(parts, offsets, mapper, classes, is_dask, tuple(int(n) for n in lengths))
+    mapper, classes, n_outputs, *parts = client.compute([mapper, classes, n_outputs, *binned])
+    mapper, classes, n_outputs = client.gather([mapper, classes, n_outputs])
+    lengths = tuple(int(n) for n in lengths)
+    return TrainingData(parts, offsets, mapper, classes, is_dask, lengths, n_outputs)
 
 
 def _class_weight_vector(class_weight, classes, *counts):

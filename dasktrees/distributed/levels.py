@@ -132,11 +132,21 @@ def budget_override() -> int | None:
 
 def supports(spec) -> bool:
     """Whether distributed mode grows this forest's trees (``check_supports``)."""
-    return not spec.balanced_subsample
+    return not spec.balanced_subsample and not _several_targets(spec)
+
+
+def _several_targets(spec) -> bool:
+    """Whether the trees are a regression's on several target columns."""
+    return is_regression(spec.params.criterion) and spec.n_classes > 1
 
 
 def check_supports(spec) -> None:
     """A ``ValueError`` saying why, unless distributed mode grows this forest's trees."""
+    if _several_targets(spec):
+        raise ValueError(
+            f'mode="distributed" does not support y of {spec.n_classes} columns yet (its '
+            'summed histograms carry one target): use mode="replicated" or "sampled"'
+        )
     if not supports(spec):
         raise ValueError(
             'mode="distributed" does not support class_weight="balanced_subsample" (its '

@@ -90,8 +90,9 @@ def oob_block(
     votes : ndarray (n_rows, n_values)
     n_oob : ndarray (n_rows,)
     curve : list of (loss, n_scored) per tree so far; losses are misclassification counts or
-        exact sums of squared errors
-    y_sums : (exact sum of y, exact sum of y**2) over the scored rows (regression's R²)
+        exact sums of squared errors (a tuple of one a column for k target columns)
+    y_sums : (exact sum of y, exact sum of y**2) over the scored rows (regression's R²); k
+        such pairs for k target columns
     """
     forest = part.packed
     n = len(block.y)
@@ -116,10 +117,20 @@ def oob_block(
         if classification:
             errors, scored = misclassified(votes, n_oob, block.y)
             curve.append((int(errors), int(scored)))
-        else:
+        elif block.y.ndim == 1:
             scored = n_oob > 0
             loss = squared_error_sum(votes[:, 0], n_oob, block.y, scored)
             curve.append((loss, int(scored.sum())))
+        else:  # k target columns: one exact sum each
+            scored = n_oob > 0
+            loss = tuple(
+                squared_error_sum(votes[:, o], n_oob, block.y[:, o], scored)
+                for o in range(block.y.shape[1])
+            )
+            curve.append((loss, int(scored.sum())))
+    if block.y.ndim == 2:
+        sums = tuple(target_sums(column, n_oob > 0) for column in block.y.T)
+        return votes, n_oob, curve, sums
     return votes, n_oob, curve, target_sums(block.y, n_oob > 0)
 
 
@@ -219,6 +230,8 @@ def oob_estimates(
         results.append(result)
     summaries = client.gather([client.submit(_oob_summary, r) for r in results])
     n_trees, n_values = len(summaries[0][0]), summaries[0][2]
+    if not classification and n_values > 1:  # k target columns
+        return _outputs_estimates(client, draws, results, summaries, n_values)
     losses = [sum(block[0][t][0] for block in summaries) for t in range(n_trees)]
     scored = np.array([sum(block[0][t][1] for block in summaries) for t in range(n_trees)])
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -227,14 +240,7 @@ def oob_estimates(
         else:
             curve = np.array([from_exact(loss) for loss in losses]) / scored
     n_scored = scored[-1]
-    if n_scored < draws.rows.n_rows:
-        warnings.warn(
-            f"Some inputs do not have OOB scores: {draws.rows.n_rows - n_scored:,} of "
-            f"{draws.rows.n_rows:,} rows were drawn by every tree, and their out-of-bag values "
-            "are NaN (the score leaves them out). More trees leave every row out of some.",
-            UserWarning,
-            stacklevel=2,
-        )
+    _warn_unscored(draws, n_scored)
     y_sums = [sum(block[1][k] for block in summaries) for k in range(2)]
     score = scores_of(losses[-1:], n_scored, y_sums, classification)[0]
     decisions = [client.submit(_decision, r) for r in results]
@@ -246,6 +252,45 @@ def oob_estimates(
         ]
         scores = ConformalScores.from_sketches(client.gather(sketches), int(n_scored))
     return _row_output(client, draws.rows, decisions, n_values), float(score), curve, scores
+
+
+def _warn_unscored(draws: Draws, n_scored: int) -> None:
+    if n_scored < draws.rows.n_rows:
+        warnings.warn(
+            f"Some inputs do not have OOB scores: {draws.rows.n_rows - n_scored:,} of "
+            f"{draws.rows.n_rows:,} rows were drawn by every tree, and their out-of-bag values "
+            "are NaN (the score leaves them out). More trees leave every row out of some.",
+            UserWarning,
+            stacklevel=3,
+        )
+
+
+def _outputs_estimates(client, draws, results, summaries, n_outputs):
+    """``oob_estimates`` of a regression on ``n_outputs`` target columns, from its blocks'
+    results and summaries: the curve is the mean squared error over the outputs, the score
+    the mean of their R² (scikit-learn's ``uniform_average``); no conformity scores."""
+    n_trees = len(summaries[0][0])
+    losses = [
+        [sum(block[0][t][0][o] for block in summaries) for o in range(n_outputs)]
+        for t in range(n_trees)
+    ]
+    scored = np.array([sum(block[0][t][1] for block in summaries) for t in range(n_trees)])
+    with np.errstate(invalid="ignore", divide="ignore"):
+        curve = np.array([np.mean([from_exact(x) for x in loss]) for loss in losses]) / scored
+    n_scored = scored[-1]
+    _warn_unscored(draws, n_scored)
+    r2 = [
+        scores_of(
+            [losses[-1][o]],
+            n_scored,
+            [sum(block[1][o][k] for block in summaries) for k in range(2)],
+            False,
+        )[0]
+        for o in range(n_outputs)
+    ]
+    decisions = [client.submit(_decision, r) for r in results]
+    decision = _row_output(client, draws.rows, decisions, n_outputs)
+    return decision, float(np.mean(r2)), curve, None
 
 
 def _residual_sketch(decision: np.ndarray, block: BinnedPartition):

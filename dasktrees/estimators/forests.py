@@ -32,6 +32,7 @@ from ..core.params import (
     TREE_PARAMETERS,
     check_forest_params,
     check_monotonic_data,
+    check_multi_output,
     check_tree_params,
     friedman_as_squared_error,
     resolve_max_features,
@@ -128,6 +129,9 @@ class BaseForest(BaseEstimator):
         n_features = X.shape[1]
         names = [str(c) for c in X.columns] if hasattr(X, "columns") else None
         warm = self.warm_start and hasattr(self, "estimators_")
+        # (a classifier's 2-d y: refused as it is checked)
+        n_outputs = 1 if is_classifier else _target_columns(y)
+        self._check_outputs(n_outputs, warm)
         if warm:
             self._needs_one_fit("a warm start")
             if getattr(self, "prune", None) is not None:
@@ -151,7 +155,7 @@ class BaseForest(BaseEstimator):
         check_tree_params(self._tree_template(), 2, n_features, is_classifier, names)
         log = FitLog(self.verbose, type(self).__name__)
         with client_for(self._cluster() if warm else self.client) as client:
-            on_workers = self._stores_on_workers(client, warm)
+            on_workers = self._stores_on_workers(client, warm, n_outputs)
             mapper = (
                 self.bin_mapper_
                 if warm
@@ -179,8 +183,13 @@ class BaseForest(BaseEstimator):
             params = check_tree_params(
                 self._tree_template(), data.n_rows, n_features, is_classifier, names
             )
-            n_classes = len(data.classes) if is_classifier else 1
-            check_monotonic_data(params, data.bin_mapper.is_categorical_, n_classes, names)
+            is_categorical = data.bin_mapper.is_categorical_
+            check_multi_output(params, self.criterion, is_categorical, data.n_outputs, names)
+            # The values a node holds: classes, or target columns.
+            n_classes = len(data.classes) if is_classifier else data.n_outputs
+            check_monotonic_data(
+                params, is_categorical, len(data.classes) if is_classifier else 1, names
+            )
             spec = ForestSpec(
                 params=params,
                 bins=data.bin_mapper.kernel_arrays(),
@@ -301,14 +310,15 @@ class BaseForest(BaseEstimator):
                 truncation.truncate_trees(trees, family, float(cut), criterion, self.bin_mapper_)
             )
 
-    def _stores_on_workers(self, client, warm):
-        """Whether this fit keeps its trees on the workers (``tree_storage``): a warm start
-        keeps the storage of the trees it adds to."""
+    def _stores_on_workers(self, client, warm, n_outputs):
+        """Whether this fit keeps its trees on the workers (``tree_storage``), for a y of
+        ``n_outputs`` columns: a warm start keeps the storage of the trees it adds to."""
         if warm:
             return self._tree_shards is not None
         storage = self.tree_storage
-        # n_estimators="auto" checks its waves on the client ("workers" is refused with it).
-        if storage == "client" or self.n_estimators == "auto":
+        # n_estimators="auto" checks its waves on the client ("workers" is refused with it);
+        # so are a multi-output regression's trees kept, for now.
+        if storage == "client" or self.n_estimators == "auto" or n_outputs > 1:
             return False
         if is_in_process(client):
             if storage == "workers":
@@ -328,7 +338,7 @@ class BaseForest(BaseEstimator):
         if data.bin_mapper.feature_names_in_ is not None:
             self.feature_names_in_ = data.bin_mapper.feature_names_in_
         self.max_features_ = params.max_features
-        self.n_outputs_ = 1
+        self.n_outputs_ = data.n_outputs
         if is_classifier:
             self.classes_ = data.classes
             self.n_classes_ = len(data.classes)
@@ -396,8 +406,47 @@ class BaseForest(BaseEstimator):
         return skeleton
 
     def _n_values(self) -> int:
-        """Values a tree's leaf holds: the classes, or 1."""
-        return len(self.classes_) if hasattr(self, "classes_") else 1
+        """Values a tree's leaf holds: the classes, or the target columns (1 but for a
+        multi-output regression)."""
+        return len(self.classes_) if hasattr(self, "classes_") else self._n_outputs()
+
+    def _n_outputs(self) -> int:
+        """The target columns the forest was fitted on (a model of an earlier version: 1)."""
+        return getattr(self, "n_outputs_", 1)
+
+    def _check_outputs(self, n_outputs, warm):
+        """Refuse, before any work, what a regression on ``n_outputs`` target columns does not
+        take yet (docs/forests.md, "Several target columns"), and a warm start that would
+        change the number of columns."""
+        if warm and n_outputs != self._n_outputs():
+            raise ValueError(
+                f"warm_start: y has {n_outputs} columns but the forest was fitted on "
+                f"{self._n_outputs()}; fit without warm_start=True"
+            )
+        if n_outputs == 1:
+            return
+        refused = {
+            "n_estimators": self.n_estimators == "auto",
+            "prune": getattr(self, "prune", None) is not None,
+            "aggregation": getattr(self, "aggregation", "mean") != "mean",
+            "tree_storage": self.tree_storage == "workers",
+            "mode": self.mode == "distributed",
+        }
+        for name, value in refused.items():
+            if value:
+                raise ValueError(
+                    f"{name}={getattr(self, name)!r} takes one target; y has {n_outputs} "
+                    'columns (docs/forests.md, "Several target columns")'
+                )
+
+    def _needs_one_output(self, method):
+        """Refuse ``method`` on a forest fitted on several target columns."""
+        check_is_fitted(self, "estimators_")
+        if self._n_outputs() > 1:
+            raise ValueError(
+                f"{method} needs a single output; this {type(self).__name__} was fitted on "
+                f"{self.n_outputs_} target columns"
+            )
 
     def _cluster(self):
         """The client to run on: the shards' for a forest kept on the workers (a loaded one
@@ -557,7 +606,7 @@ class BaseForest(BaseEstimator):
         if hasattr(self, "feature_names_in_"):
             est.feature_names_in_ = self.feature_names_in_
         est.max_features_ = self.max_features_
-        est.n_outputs_ = 1
+        est.n_outputs_ = self._n_outputs()
         if hasattr(self, "classes_"):
             est.classes_ = self.classes_
             est.n_classes_ = self.n_classes_
@@ -638,6 +687,7 @@ class BaseForest(BaseEstimator):
         Bunch with ``importances_mean`` and ``importances_std`` (n_features,) and
         ``importances`` (n_features, n_estimators * n_repeats).
         """
+        self._needs_one_output("oob_permutation_importance")
         if not isinstance(n_repeats, numbers.Integral) or n_repeats < 1:
             raise ValueError(f"n_repeats must be an int >= 1, got {n_repeats!r}")
         permutation_seed = int(check_random_state(random_state).randint(np.iinfo(np.int32).max))
@@ -690,6 +740,7 @@ class BaseForest(BaseEstimator):
         standard deviation over trees, and ``importances`` (n_features, n_estimators), each
         tree's importances (0 for a tree without out-of-bag rows).
         """
+        self._needs_one_output("oob_impurity_importance")
         with self._training_blocks(X, y, sample_weight, "oob_impurity_importance") as (
             client,
             draws,
@@ -835,7 +886,8 @@ class BaseForest(BaseEstimator):
                 shards.client.gather(map_parts(shards.parts, expected_values, hard))
             )
         expected = per_tree.mean(axis=0)
-        return expected if hasattr(self, "classes_") else float(expected[0])
+        several = hasattr(self, "classes_") or self._n_outputs() > 1
+        return expected if several else float(expected[0])
 
     def _set_oob_on(self, X: Data, y: Data, sample_weight: Data | None = None) -> None:
         """The out-of-bag results (``oob_score_``, ``oob_curve_``, ``oob_decision_function_``
@@ -876,8 +928,10 @@ class BaseForest(BaseEstimator):
             the per-row out-of-bag estimates are not saved. A forest kept on the workers is
             saved from them, each shard a model directory of its own written by its worker
             (``path`` must be a directory the workers see); a merged forest (``merge_forests``)
-            is saved so too, each fit's trees with its own bins and seed.
+            is saved so too, each fit's trees with its own bins and seed. A forest on several
+            target columns is not written yet (pickle it).
         """
+        self._needs_one_output("save()")
         if self._tree_shards is not None or self._merged_sources() is not None:
             save_sharded(self, path)
         else:
@@ -1126,6 +1180,17 @@ def _check_distinct_seeds(sources: list[Source], method: str) -> None:
                 f"{method} of a merged forest need its fits drawn with distinct seeds: fits "
                 f"{seeds.index(seed)} and {k} have the same (fit them with other random_state)"
             )
+
+
+def _target_columns(y) -> int:
+    """The columns of a target ``y`` as given (numpy, pandas or dask), before it is checked:
+    1 for a 1-d y or one column."""
+    if isinstance(y, (pd.DataFrame, dd.DataFrame)):
+        return len(y.columns)
+    shape = getattr(y, "shape", None)
+    if shape is None:
+        shape = np.shape(y)
+    return int(shape[1]) if len(shape) == 2 else 1
 
 
 def _scored_rows(client, data, decision):
@@ -1389,13 +1454,16 @@ class _ForestRegressorMixin(RegressorMixin):
 
         Returns
         -------
-        prediction : ndarray (n_samples,), a dask array for dask input
-        std : the same, with ``return_std=True``
+        prediction : ndarray (n_samples,), or (n_samples, k) for a forest fitted on k target
+            columns; a dask array for dask input
+        std : the same, with ``return_std=True`` (one target column only)
         """
         if return_std:
+            self._needs_one_output("return_std=True")
             return self._mean_and_std(X)
         if self.aggregation == "mean":
-            return self._votes(X, SOFT)[:, 0]
+            votes = self._votes(X, SOFT)
+            return votes if self._n_outputs() > 1 else votes[:, 0]
         return self._by_rows(X, TreeValues(median_of_trees), 1)[:, 0]
 
     def _mean_and_std(self, X):
@@ -1422,13 +1490,14 @@ class _ForestRegressorMixin(RegressorMixin):
         decision, score, curve, scores = oob_estimates(
             client, draws, self._parts_on(client), lam, SOFT, False
         )
-        self.oob_prediction_ = decision[:, 0]
+        several = self._n_outputs() > 1  # k target columns: (n_rows, k) predictions
+        self.oob_prediction_ = decision if several else decision[:, 0]
         self.oob_curve_ = curve
         self.oob_score_ = score
         self.oob_interval_scores_ = scores
         if callable(self.oob_score):
             y_true, decision = _scored_rows(client, draws.rows, decision)
-            self.oob_score_ = self.oob_score(y_true, decision[:, 0])
+            self.oob_score_ = self.oob_score(y_true, decision if several else decision[:, 0])
 
     @uses_n_jobs
     def predict_interval(self, X: Data, coverage: float = 0.9) -> np.ndarray | da.Array:
@@ -1458,7 +1527,7 @@ class _ForestRegressorMixin(RegressorMixin):
         few out-of-bag rows for the coverage); a dask array for dask input.
         """
         coverage = check_coverage(coverage)
-        check_is_fitted(self, "estimators_")
+        self._needs_one_output("predict_interval")
         scores = getattr(self, "oob_interval_scores_", None)
         if scores is None:
             raise ValueError(

@@ -95,6 +95,14 @@ class _QuantileMixin(_QuantileBase):
     default_quantiles: float | Sequence[float]  # a parameter of both quantile forests
     leaf_targets_: LeafTargets | None
 
+    def _check_outputs(self, n_outputs, warm):
+        if n_outputs > 1:
+            raise ValueError(
+                f"{type(self).__name__} predicts the quantiles of one target; y has "
+                f"{n_outputs} columns: fit one forest per column"
+            )
+        super()._check_outputs(n_outputs, warm)
+
     def _after_growth(self, client, data, spec):
         shards = self._tree_shards
         if shards is None:

@@ -182,7 +182,7 @@ def forest_to_sklearn(forest: BaseEstimator) -> BaseEstimator:
     out.n_features_in_ = forest.n_features_in_
     if hasattr(forest, "feature_names_in_"):
         out.feature_names_in_ = forest.feature_names_in_
-    out.n_outputs_ = 1
+    out.n_outputs_ = getattr(forest, "n_outputs_", 1)
     if classifier:
         out.classes_ = forest.classes_
         out.n_classes_ = forest.n_classes_

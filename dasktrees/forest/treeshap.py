@@ -134,8 +134,8 @@ def add_shap_values(table, encoded, out, max_depth, parallel=True):
 def shaped(flat, n_features, n_values, is_classifier):
     """SHAP values from (n_samples, n_features * n_values) rows (what a forest computes block
     by block) to (n_samples, n_features) for a regressor or (n_samples, n_features, n_values)
-    for a classifier; numpy or dask."""
-    if not is_classifier:
+    for a classifier or a regressor on n_values target columns; numpy or dask."""
+    if not is_classifier and n_values == 1:
         return flat
     if isinstance(flat, da.Array):
         # What ``flat.map_blocks`` calls; dask types that method as a functools wrapper that

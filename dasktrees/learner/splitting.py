@@ -235,7 +235,6 @@ def scan_cuts(
     if (
         only_cut < 0
         and monotonic == 0
-        and prefix.shape[0] in (3, 4)  # one target column, or two classes
         # (squared error of one target column, or two classes)
         and (
             (criterion == SQUARED_ERROR and prefix.shape[0] == 4)
@@ -647,6 +646,8 @@ def partition(
     int
         The boundary: left rows are ``[start:boundary]``, right rows ``[boundary:stop]``.
     """
+    if rows.n_outputs > 1:  # its own pass: a test at every row cost the one-target growth
+        return _partition_targets(rows, start, stop, rule, ordered, move_codes, move_rows, buffers)
     # Two copies of the pass, each with ``move_rows`` a constant: tested at every row, it cost the
     # growth of trees that move their rows (docs/benchmarks.md).
     if move_rows:
@@ -665,7 +666,6 @@ def _partition(
     """``partition``, inlined into it twice (``move_rows`` constant in each copy)."""
     codes, node_codes, node_words = rows.codes, rows.node_codes, rows.node_words
     sample_indices, node_y, node_w = rows.sample_indices, rows.y, rows.w
-    n_outputs = np.uint64(rows.n_outputs)
     f = rule.feature
     # Unsigned positions: numba wraps a negative signed index around, at a few instructions for
     # every index of every row.
@@ -695,14 +695,8 @@ def _partition(
             row = sample_indices[i]
             sample_indices[n_left] = row
             buffers.rows[n_right] = row
-        if n_outputs == 1:
-            node_y[n_left] = yi
-            buffers.y[n_right] = yi
-        else:  # each of the row's targets: node_y[i * k : (i + 1) * k]
-            for o in range(n_outputs):
-                target = node_y[i * n_outputs + o]
-                node_y[n_left * n_outputs + o] = target
-                buffers.y[n_right * n_outputs + o] = target
+        node_y[n_left] = yi
+        buffers.y[n_right] = yi
         if not two_classes:  # else node_w is node_y
             wi = node_w[i]
             node_w[n_left] = wi
@@ -717,11 +711,7 @@ def _partition(
     for k in range(n_right):
         if move_rows:
             sample_indices[n_left + k] = buffers.rows[k]
-        if n_outputs == 1:
-            node_y[n_left + k] = buffers.y[k]
-        else:
-            for o in range(n_outputs):
-                node_y[(n_left + k) * n_outputs + o] = buffers.y[k * n_outputs + o]
+        node_y[n_left + k] = buffers.y[k]
         if not two_classes:
             node_w[n_left + k] = buffers.w[k]
     if move_codes:
@@ -735,4 +725,48 @@ def _partition(
         children[1, 0] = np.float64(n_right)
         children[1, 1] = right_0
         children[1, 2] = right_1
+    return np.int64(n_left)
+
+
+@node_kernel
+def _partition_targets(rows, start, stop, rule, ordered, move_codes, move_rows, buffers):
+    """``partition`` of the rows of a regression on k = ``rows.n_outputs`` > 1 target columns,
+    whose row i has its targets at ``rows.y[i * k : (i + 1) * k]``: the same moves, each row's
+    k targets moved together."""
+    codes, node_codes, node_words = rows.codes, rows.node_codes, rows.node_words
+    sample_indices, node_y, node_w = rows.sample_indices, rows.y, rows.w
+    k = np.uint64(rows.n_outputs)
+    u = np.uint64  # unsigned positions (``_partition``)
+    n_left = u(start)
+    n_right = u(0)
+    for i in range(u(start), u(stop)):
+        code = node_codes[i, rule.feature] if ordered else codes[u(sample_indices[i]), rule.feature]
+        left = goes_left(code, rule)
+        if move_rows:
+            row = sample_indices[i]
+            sample_indices[n_left] = row
+            buffers.rows[n_right] = row
+        for o in range(k):  # slots n_left * k + o <= i * k + o have been read
+            target = node_y[i * k + o]
+            node_y[n_left * k + o] = target
+            buffers.y[n_right * k + o] = target
+        wi = node_w[i]
+        node_w[n_left] = wi
+        buffers.w[n_right] = wi
+        if move_codes:
+            for c in range(node_words.shape[1]):
+                word = node_words[i, c]
+                node_words[n_left, c] = word
+                buffers.words[n_right, c] = word
+        n_left += left
+        n_right += u(1) - left
+    for j in range(n_right):
+        if move_rows:
+            sample_indices[n_left + j] = buffers.rows[j]
+        for o in range(k):
+            node_y[(n_left + j) * k + o] = buffers.y[j * k + o]
+        node_w[n_left + j] = buffers.w[j]
+        if move_codes:
+            for c in range(node_words.shape[1]):
+                node_words[n_left + j, c] = buffers.words[j, c]
     return np.int64(n_left)

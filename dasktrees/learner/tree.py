@@ -468,14 +468,14 @@ def shipped_values(state):
 
 
 def node_moments(state, weight=None):
-    """Every node's ``value`` (means, (n_nodes, 1)) and ``impurity`` of a shipped regressor's
-    state: its leaves', and its split nodes' pooled from them (``pool_to_root``) with the
-    nodes' weights (``node_weights(state)``, if the caller has them), or every node's as
-    shipped."""
+    """Every node's ``value`` (means, (n_nodes, k) for k target columns) and ``impurity`` of a
+    shipped regressor's state: its leaves', and its split nodes' pooled from them
+    (``pool_to_root``) with the nodes' weights (``node_weights(state)``, if the caller has
+    them), or every node's as shipped."""
     if "leaf_value" not in state:
         return state["value"], state["impurity"]
     is_split = np.unpackbits(state["is_split"], count=state["n_nodes"]).view(bool)
-    value = np.empty((state["n_nodes"], 1))
+    value = np.empty((state["n_nodes"], state["leaf_value"].shape[1]))
     impurity = np.empty(state["n_nodes"])
     value[~is_split] = state["leaf_value"]
     impurity[~is_split] = leaf_impurities(state)
