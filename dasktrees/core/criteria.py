@@ -85,12 +85,10 @@ def impurity(stats, criterion):
     if w <= 0.0:
         return 0.0
     if criterion == SQUARED_ERROR:
-        n_outputs = stats.shape[0] - 3
-        squared_means = 0.0
-        for o in range(n_outputs):
-            mean = stats[2 + o] / w
-            squared_means += mean * mean
-        return max((stats[2 + n_outputs] / w - squared_means) / n_outputs, 0.0)
+        if stats.shape[0] > 4:  # apart: a larger ``impurity`` cost every node of one target
+            return outputs_variance(stats, w)
+        mean = stats[2] / w
+        return max(stats[3] / w - mean * mean, 0.0)
     if criterion == POISSON:
         return poisson_deviance(w, stats[2], stats[3])
     result = 0.0
@@ -110,6 +108,18 @@ def impurity(stats, criterion):
                 p = stats[k] / w
                 result -= p * np.log(p) / _LOG2
     return result
+
+
+@njit(cache=True)
+def outputs_variance(stats, w):
+    """The mean of the weighted variances of k target columns, from their statistics
+    ``[n_rows, w, wy_1, ..., wy_k, sum_o wy_o^2]`` of weight ``w`` > 0."""
+    n_outputs = stats.shape[0] - 3
+    squared_means = 0.0
+    for o in range(n_outputs):
+        mean = stats[2 + o] / w
+        squared_means += mean * mean
+    return max((stats[2 + n_outputs] / w - squared_means) / n_outputs, 0.0)
 
 
 @njit(cache=True, inline="always")

@@ -553,10 +553,12 @@ def _open_node(
             share = min(max(share, lower), upper)
             values[node_id, 0] = w_node * (1.0 - share)
             values[node_id, 1] = w_node * share
-    else:  # the mean of each target column (n_classes of them, ``Rules``)
+    elif n_classes == 1:
+        mean = total[2] / w_node if w_node > 0.0 else 0.0
+        values[node_id, 0] = min(max(mean, lower), upper)
+    else:  # the mean of each target column (n_classes of them, ``Rules``; no constraints)
         for o in range(n_classes):
-            mean = total[2 + o] / w_node if w_node > 0.0 else 0.0
-            values[node_id, o] = min(max(mean, lower), upper)
+            values[node_id, o] = total[2 + o] / w_node if w_node > 0.0 else 0.0
     n_node = stop - start
     return not (
         depth >= max_depth
@@ -565,6 +567,24 @@ def _open_node(
         or w_node < 2 * min_weight_leaf
         or node_impurity <= EPSILON
     )
+
+
+@node_kernel
+def outputs_decrease(total, left, right, w_node, w_left, w_right):
+    """The decrease of w x impurity by a split of a node on k target columns (statistics of
+    3 + k channels): the mean over the outputs of each one's decrease, taken as
+    ``_record_split`` takes one target's (about the node's mean)."""
+    n_outputs = total.shape[0] - 3
+    decrease = 0.0
+    for o in range(2, 2 + n_outputs):
+        mean = total[o] / w_node
+        d_left = left[o] - w_left * mean
+        d_right = right[o] - w_right * mean
+        d_node = total[o] - w_node * mean
+        decrease += (
+            d_left * d_left / w_left + d_right * d_right / w_right - d_node * d_node / w_node
+        )
+    return decrease / n_outputs
 
 
 @inlined_node_kernel
@@ -596,22 +616,19 @@ def _record_split(
         right[c] = total[c] - left[c]
     w_left = stats_weight(left, criterion)
     w_right = stats_weight(right, criterion)
-    if criterion == SQUARED_ERROR:
+    if criterion == SQUARED_ERROR and total.shape[0] > 4:  # k target columns
+        improvement = outputs_decrease(total, left, right, w_node, w_left, w_right) / w_root
+    elif criterion == SQUARED_ERROR:
         # The decrease of w x variance is s_l^2 / w_l + s_r^2 / w_r - s^2 / w (s the sums of
         # w * y): no sum of w * y^2 per child, so the histograms need not carry one. The sums
         # are taken about the node's mean, or a large mean would cancel the decrease away.
-        # With k target columns, the mean of the outputs' decreases (the impurity's).
-        n_outputs = total.shape[0] - 3
-        decrease = 0.0
-        for o in range(2, 2 + n_outputs):
-            mean = total[o] / w_node
-            d_left = left[o] - w_left * mean
-            d_right = right[o] - w_right * mean
-            d_node = total[o] - w_node * mean
-            decrease += (
-                d_left * d_left / w_left + d_right * d_right / w_right - d_node * d_node / w_node
-            )
-        improvement = decrease / n_outputs / w_root
+        mean = total[2] / w_node
+        d_left = left[2] - w_left * mean
+        d_right = right[2] - w_right * mean
+        d_node = total[2] - w_node * mean
+        improvement = (
+            d_left * d_left / w_left + d_right * d_right / w_right - d_node * d_node / w_node
+        ) / w_root
     elif criterion == POISSON:
         # The decrease of w x mean deviance is s_l ln mu_l + s_r ln mu_r - s ln mu (the sums of
         # w y ln y cancel), taken as ratios of the children's means to the node's, which stay

@@ -57,12 +57,12 @@ def build_histogram(codes, f, sample_indices, start, stop, y, w, criterion, hist
         The feature.
     sample_indices : ndarray of int64
         Rows of the tree; the node owns the slice ``[start:stop]``.
-    y, w : ndarray of float64, shape (n_in_bag * n_outputs,) and (n_in_bag,)
+    y, w : ndarray of float64, shape (n_in_bag,)
         Class index (classification) or target (regression), and row weight, in the order of
         ``sample_indices`` (``y[i]`` belongs to row ``sample_indices[i]``): the partition
         moves them with the rows, so only the codes are gathered row by row (LightGBM's
         "ordered gradients"). With k target columns (``hist`` has 3 + k channels) a row's
-        targets are ``y[i * k : (i + 1) * k]``.
+        targets are ``y[i * k : (i + 1) * k]`` (``outputs_histogram``).
     criterion : int
         Selects the channel layout.
     hist : ndarray of float64, shape (N_BIN_CODES, n_channels)
@@ -76,6 +76,8 @@ def build_histogram(codes, f, sample_indices, start, stop, y, w, criterion, hist
         Number of non-missing codes met (the filled prefix of ``touched``), or -1 for a large
         node, whose record ``compact`` does not use.
     """
+    if is_regression(criterion) and hist.shape[1] > 4:  # k target columns
+        return outputs_histogram(codes, f, sample_indices, False, start, stop, y, w, hist, touched)
     # A large node fills most bins: its record is not used, and compact walks every bin. (Only
     # random splits fill a large node here: the best splitter's one-pass fill is
     # ``build_histograms``.)
@@ -86,8 +88,7 @@ def build_histogram(codes, f, sample_indices, start, stop, y, w, criterion, hist
     n_touched = u(0)
     # Every row's code is written to ``touched`` and the count moves on only at a first touch:
     # a branch on "first touch" is a coin flip in mid-size nodes.
-    n_outputs = u(hist.shape[1] - 3)  # regression: the targets of a row (``criteria``)
-    if is_regression(criterion) and n_outputs == 1:
+    if is_regression(criterion):
         for i in range(u(start), u(stop)):
             b = codes[u(sample_indices[i]), f]
             touched[n_touched] = b
@@ -95,15 +96,6 @@ def build_histogram(codes, f, sample_indices, start, stop, y, w, criterion, hist
             hist[b, 0] += 1.0
             hist[b, 1] += w[i]
             hist[b, 2] += w[i] * y[i]
-    elif is_regression(criterion):  # y holds each row's n_outputs targets in turn
-        for i in range(u(start), u(stop)):
-            b = codes[u(sample_indices[i]), f]
-            touched[n_touched] = b
-            n_touched += u(hist[b, 0] == 0.0) & u(b != MISSING_BIN)
-            hist[b, 0] += 1.0
-            hist[b, 1] += w[i]
-            for o in range(n_outputs):
-                hist[b, u(2) + o] += w[i] * y[i * n_outputs + o]
     elif hist.shape[1] == 3:  # two classes: y holds the signed weights
         for i in range(u(start), u(stop)):
             b = codes[u(sample_indices[i]), f]
@@ -144,6 +136,12 @@ def build_histograms(node_codes, features, n_features, start, stop, y, w, criter
     start, stop, y, w, criterion :
         As for ``build_histogram``.
     """
+    if is_regression(criterion) and hists.shape[2] > 4:  # k target columns
+        for j in range(n_features):  # (``features[:0]``: no record of the touched bins)
+            outputs_histogram(
+                node_codes, features[j], features, True, start, stop, y, w, hists[j], features[:0]
+            )
+        return
     for j in range(0, n_features - 1, 2):
         _fill_pair(
             node_codes,
@@ -167,21 +165,7 @@ def _fill_pair(node_codes, f0, f1, start, stop, y, w, criterion, first, second):
     """Add the rows ``[start:stop]`` to ``first`` by their code of feature ``f0`` and to
     ``second`` by their code of ``f1``, in one pass."""
     u = np.uint64  # unsigned positions (``build_histogram``)
-    n_outputs = u(first.shape[1] - 3)  # regression: the targets of a row
-    if is_regression(criterion) and n_outputs > 1:
-        for i in range(u(start), u(stop)):
-            wi = w[i]
-            b0 = node_codes[i, f0]
-            b1 = node_codes[i, f1]
-            first[b0, 0] += 1.0
-            first[b0, 1] += wi
-            second[b1, 0] += 1.0
-            second[b1, 1] += wi
-            for o in range(n_outputs):
-                wy = wi * y[i * n_outputs + o]
-                first[b0, u(2) + o] += wy
-                second[b1, u(2) + o] += wy
-    elif is_regression(criterion):
+    if is_regression(criterion):
         for i in range(u(start), u(stop)):
             wi = w[i]
             wy = wi * y[i]
@@ -210,15 +194,7 @@ def _fill_pair(node_codes, f0, f1, start, stop, y, w, criterion, first, second):
 def _fill_one(node_codes, f, start, stop, y, w, criterion, hist):
     """Add the rows ``[start:stop]`` to ``hist`` by their code of feature ``f``."""
     u = np.uint64  # unsigned positions (``build_histogram``)
-    n_outputs = u(hist.shape[1] - 3)  # regression: the targets of a row
-    if is_regression(criterion) and n_outputs > 1:
-        for i in range(u(start), u(stop)):
-            b = node_codes[i, f]
-            hist[b, 0] += 1.0
-            hist[b, 1] += w[i]
-            for o in range(n_outputs):
-                hist[b, u(2) + o] += w[i] * y[i * n_outputs + o]
-    elif is_regression(criterion):
+    if is_regression(criterion):
         for i in range(u(start), u(stop)):
             b = node_codes[i, f]
             hist[b, 0] += 1.0
@@ -234,6 +210,29 @@ def _fill_one(node_codes, f, start, stop, y, w, criterion, hist):
             b = node_codes[i, f]
             hist[b, 0] += 1.0
             hist[b, u(1) + u(y[i])] += w[i]
+
+
+@node_kernel
+def outputs_histogram(codes, f, sample_indices, ordered, start, stop, y, w, hist, touched):
+    """``build_histogram`` of a regression on k target columns (``hist`` of 3 + k channels, row
+    i's targets at ``y[i * k : (i + 1) * k]``), apart from the kernels of one target, whose
+    growth a larger body slowed. ``ordered``: ``codes`` are in node order, ``sample_indices``
+    not read. A ``touched`` of no entries records nothing (returns -1), as large nodes'
+    ``build_histograms``. The sums of each channel are added in row order, as the one-target
+    kernels add them."""
+    n_outputs = hist.shape[1] - 3
+    track = touched.shape[0] > 0 and stop - start <= TRACK_TOUCHED_BELOW
+    n_touched = 0
+    for i in range(start, stop):
+        b = codes[i, f] if ordered else codes[sample_indices[i], f]
+        if track and hist[b, 0] == 0.0 and b != MISSING_BIN:
+            touched[n_touched] = b
+            n_touched += 1
+        hist[b, 0] += 1.0
+        hist[b, 1] += w[i]
+        for o in range(n_outputs):
+            hist[b, 2 + o] += w[i] * y[i * n_outputs + o]
+    return n_touched if track else -1
 
 
 @inlined_node_kernel
@@ -318,9 +317,8 @@ def node_statistics(node_y, node_w, start, stop, criterion, stats_out):
     # waited for the store of the previous one. The same additions in the same order.
     u = np.uint64  # unsigned positions (``build_histogram``)
     n_rows = 0.0
-    n_outputs = u(stats_out.shape[0] - 3)  # regression: the targets of a row
-    if is_regression(criterion) and n_outputs > 1:
-        return _outputs_statistics(node_y, node_w, start, stop, n_outputs, stats_out)
+    if is_regression(criterion) and stats_out.shape[0] > 4:  # k target columns
+        return outputs_statistics(node_y, node_w, start, stop, stats_out)
     if is_regression(criterion):
         w_sum = 0.0
         wy_sum = 0.0
@@ -367,12 +365,14 @@ def node_statistics(node_y, node_w, start, stop, criterion, stats_out):
     return impurity(stats_out, criterion)
 
 
-@inlined_node_kernel
-def _outputs_statistics(node_y, node_w, start, stop, n_outputs, stats_out):
-    """``node_statistics`` of squared error with ``n_outputs`` > 1 target columns: the sums
-    ``[n, w, wy_1, ..., wy_k, sum_o wy_o^2]``, and the mean over the outputs of each one's
-    variance, each in two passes."""
+@node_kernel
+def outputs_statistics(node_y, node_w, start, stop, stats_out):
+    """``node_statistics`` of squared error on k > 1 target columns (``stats_out`` of 3 + k
+    channels): the sums ``[n, w, wy_1, ..., wy_k, sum_o wy_o^2]``, and the mean over the
+    outputs of each one's variance, each in two passes. Apart from ``node_statistics``, whose
+    growth a larger body slowed."""
     u = np.uint64  # unsigned positions (``build_histogram``)
+    n_outputs = u(stats_out.shape[0] - 3)
     stats_out[:] = 0.0
     for i in range(u(start), u(stop)):
         stats_out[0] += 1.0

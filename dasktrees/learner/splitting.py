@@ -646,7 +646,9 @@ def partition(
     int
         The boundary: left rows are ``[start:boundary]``, right rows ``[boundary:stop]``.
     """
-    if rows.n_outputs > 1:  # its own pass: a test at every row cost the one-target growth
+    # Its own pass, inlined: a test at every row, or a call taking ``rows``, cost the growth of
+    # one target (docs/benchmarks.md).
+    if rows.n_outputs > 1:
         return _partition_targets(rows, start, stop, rule, ordered, move_codes, move_rows, buffers)
     # Two copies of the pass, each with ``move_rows`` a constant: tested at every row, it cost the
     # growth of trees that move their rows (docs/benchmarks.md).
@@ -728,7 +730,7 @@ def _partition(
     return np.int64(n_left)
 
 
-@node_kernel
+@inlined_node_kernel
 def _partition_targets(rows, start, stop, rule, ordered, move_codes, move_rows, buffers):
     """``partition`` of the rows of a regression on k = ``rows.n_outputs`` > 1 target columns,
     whose row i has its targets at ``rows.y[i * k : (i + 1) * k]``: the same moves, each row's
