@@ -19,6 +19,7 @@ from dasktrees import (
     RandomForestClassifier,
     RandomForestRegressor,
 )
+from dasktrees.core.criteria import GINI
 from dasktrees.distributed import levels
 from dasktrees.distributed.levels import gathered_rows
 
@@ -384,6 +385,7 @@ def test_auto_mode_grows_across_workers_only_when_a_tree_does_not_fit(binary):
         balanced_subsample = False
 
         class params:
+            criterion = GINI
             max_leaf_nodes = 0
             constrained = False
 

@@ -346,16 +346,20 @@ def test_cut_score_orders_like_split_score(criterion):
     two_classes=st.booleans(),
     move_codes=st.booleans(),
     move_rows=st.booleans(),
+    n_outputs=st.sampled_from([1, 3]),
 )
 def test_partition_is_stable_and_complete(
-    seed, categorical, missing_left, two_classes, move_codes, move_rows
+    seed, categorical, missing_left, two_classes, move_codes, move_rows, n_outputs
 ):
     move_rows = move_rows or not move_codes  # rows that carry no codes carry their row index
+    n_outputs = 1 if two_classes else n_outputs  # k target columns: a row's k targets move
     codes, y, w, rows = random_node(seed, 400, 20, GINI, n_classes=2 if two_classes else 3)
+    # (k columns of targets: y, then its multiples, row i's at node_y[i * k : (i + 1) * k])
+    targets = y[:, None] * np.arange(1, n_outputs + 1)
     children = np.full((2, 3), -1.0)
     start, stop = 10, len(rows) - 5
     before = rows.copy()
-    node_y, node_w = y[rows], w[rows]
+    node_y, node_w = targets[rows].ravel(), w[rows]
     if two_classes:  # the kernels' two-class rows: one array, the signed weights
         node_y = node_w = signed_weights(node_y, node_w, np.empty(len(rows)))
     # Two features: the split's, and a second one the codes in node order carry along.
@@ -371,7 +375,14 @@ def test_partition_is_stable_and_complete(
         bitset[c >> 5] |= np.uint32(1 << (c & 31))
     n = len(rows)
     node_rows = NodeRows(
-        table, node_y, node_w, rows, node_codes, node_codes.view(np.uint64), not move_rows
+        table,
+        node_y,
+        node_w,
+        rows,
+        node_codes,
+        node_codes.view(np.uint64),
+        not move_rows,
+        n_outputs,
     )
     boundary = partition(
         node_rows,
@@ -383,7 +394,7 @@ def test_partition_is_stable_and_complete(
         move_rows,
         RowBuffers(
             np.empty(n, np.int64),
-            np.empty(n),
+            np.empty(n * n_outputs),
             np.empty(n),
             np.empty((len(node_codes), 1), np.uint64),
         ),
@@ -404,7 +415,7 @@ def test_partition_is_stable_and_complete(
     if two_classes:
         np.testing.assert_array_equal(node_y, np.where(y == 1, w, -w)[expected])
     else:
-        np.testing.assert_array_equal(node_y, y[expected])
+        np.testing.assert_array_equal(node_y, targets[expected].ravel())
         np.testing.assert_array_equal(node_w, w[expected])
     if move_codes:  # the codes moved with their rows, and only the node's
         np.testing.assert_array_equal(node_codes[start:stop, :2], table[expected[start:stop]])

@@ -1187,9 +1187,7 @@ def _target_columns(y) -> int:
     1 for a 1-d y or one column."""
     if isinstance(y, (pd.DataFrame, dd.DataFrame)):
         return len(y.columns)
-    shape = getattr(y, "shape", None)
-    if shape is None:
-        shape = np.shape(y)
+    shape = y.shape if is_dask_collection(y) else np.asarray(y).shape
     return int(shape[1]) if len(shape) == 2 else 1
 
 
@@ -1431,6 +1429,11 @@ class _ForestClassifierMixin(ClassifierMixin):
 
 
 class _ForestRegressorMixin(RegressorMixin):
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.target_tags.multi_output = True  # several target columns ("Several target columns")
+        return tags
+
     @uses_n_jobs
     def fit(self, X: Data, y: Data, sample_weight: Data | None = None) -> BaseForest:
         """Grow the forest on X and numeric targets y (numpy, pandas or dask)."""

@@ -95,6 +95,11 @@ class _QuantileMixin(_QuantileBase):
     default_quantiles: float | Sequence[float]  # a parameter of both quantile forests
     leaf_targets_: LeafTargets | None
 
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.target_tags.multi_output = False  # the quantiles of one target
+        return tags
+
     def _check_outputs(self, n_outputs, warm):
         if n_outputs > 1:
             raise ValueError(
