@@ -9,7 +9,7 @@ import dask.dataframe as dd
 import numpy as np
 import pandas as pd
 import pytest
-from sklearn.datasets import make_regression
+from sklearn.datasets import load_iris, make_regression
 from sklearn.exceptions import DataConversionWarning
 from sklearn.metrics import mean_squared_error, r2_score
 from sklearn.tree import DecisionTreeRegressor as SkTreeRegressor
@@ -321,3 +321,17 @@ def test_forest_refusals(client):
     # a classifier's 2-d y: not yet
     with pytest.raises(ValueError, match="y should be a 1d array"):
         RandomForestClassifier(n_estimators=2).fit(X, (Y > 0).astype(int))
+
+
+def test_forest_out_of_bag_prediction_of_integer_targets_is_its_trees_mean():
+    """scikit-learn's check of integer multi-output targets (read as a regression, not as
+    classes), with our in-bag rows (``estimators_samples_``) in place of its bootstrap
+    indices: each row's out-of-bag prediction is the mean of the trees that left it out."""
+    X = load_iris().data
+    Y = np.random.RandomState(42).randint(0, 10, size=(len(X), 2))
+    forest = RandomForestRegressor(n_estimators=30, oob_score=True, random_state=0).fit(X, Y)
+    in_bag = forest.estimators_samples_
+    for i in range(0, len(X), 7):
+        left_out = [t for t, rows in enumerate(in_bag) if i not in rows]
+        trees = [forest.estimators_[t].predict(X[i : i + 1])[0] for t in left_out]
+        np.testing.assert_allclose(forest.oob_prediction_[i], np.mean(trees, axis=0), rtol=1e-12)

@@ -123,11 +123,11 @@ def oob_block(
             curve.append((loss, int(scored.sum())))
         else:  # k target columns: one exact sum each
             scored = n_oob > 0
-            loss = tuple(
+            each = tuple(
                 squared_error_sum(votes[:, o], n_oob, block.y[:, o], scored)
                 for o in range(block.y.shape[1])
             )
-            curve.append((loss, int(scored.sum())))
+            curve.append((each, int(scored.sum())))
     if block.y.ndim == 2:
         sums = tuple(target_sums(column, n_oob > 0) for column in block.y.T)
         return votes, n_oob, curve, sums
