@@ -928,10 +928,8 @@ class BaseForest(BaseEstimator):
             the per-row out-of-bag estimates are not saved. A forest kept on the workers is
             saved from them, each shard a model directory of its own written by its worker
             (``path`` must be a directory the workers see); a merged forest (``merge_forests``)
-            is saved so too, each fit's trees with its own bins and seed. A forest on several
-            target columns is not written yet (pickle it).
+            is saved so too, each fit's trees with its own bins and seed.
         """
-        self._needs_one_output("save()")
         if self._tree_shards is not None or self._merged_sources() is not None:
             save_sharded(self, path)
         else:

@@ -246,10 +246,8 @@ class BaseDecisionTree(BaseEstimator):
         ----------
         path : str or os.PathLike
             Directory to create (an existing model directory there is replaced). The format,
-            a JSON manifest and ``.npz`` arrays, is described in docs/models.md. A tree on
-            several target columns is not written yet (pickle it).
+            a JSON manifest and ``.npz`` arrays, is described in docs/models.md.
         """
-        self._needs_one_output("save()")
         save_model(self, path)
 
 

@@ -278,14 +278,20 @@ def _check_contents(manifest: Manifest, where: str) -> None:
     if names is not None and len(names) != n_features:
         raise ValueError(f"{where}: {len(names)} feature_names for {n_features} features")
     _check_bins(manifest["bins"], n_features, f"{where}: bins")
+    n_outputs = manifest["fitted"]["n_outputs_"]
+    if n_outputs < 1 or (kind[1] == "classification" and n_outputs != 1):
+        raise ValueError(
+            f"{where}: fitted: n_outputs_ is {n_outputs}; a {kind[1]} model has "
+            + ("one output" if kind[1] == "classification" else "at least one")
+        )
     if kind[1] == "classification":
         classes = manifest["classes"]
         _check_fields(classes, _CLASSES_FIELDS, f"{where}: classes")
         n_values = len(decode_classes(classes, f"{where}: classes"))
     elif manifest["classes"] is not None:
         raise ValueError(f"{where}: a regressor has no classes")
-    else:
-        n_values = 1
+    else:  # a leaf's mean of each target column
+        n_values = n_outputs
     _check_trees_entry(manifest["trees"], is_forest, n_values, f"{where}: trees")
     for name, entry in manifest["arrays"].items():
         _check_fields(entry, _ARRAY_FIELDS, f"{where}: arrays: {name!r}")
