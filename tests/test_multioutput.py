@@ -364,3 +364,19 @@ def test_model_files_keep_every_output(tmp_path, client):
     rewrite_manifest(tmp_path / "classifier", two_outputs)
     with pytest.raises(ValueError, match="n_outputs_ is 2; a classification model has one output"):
         dasktrees.load(tmp_path / "classifier")
+
+
+def test_merged_forests_of_several_columns():
+    """Two forests of the same k columns merge into the forest of all their trees (its
+    out-of-bag results computed again on the rows); other k are refused."""
+    X, Y = targets(10, n=400, k=2)
+    a = RandomForestRegressor(n_estimators=6, random_state=1).fit(X, Y)
+    b = RandomForestRegressor(n_estimators=4, random_state=2).fit(X, Y)
+    merged = dasktrees.merge_forests([a, b], X=X, y=Y)
+    assert merged.n_outputs_ == 2 and merged.oob_prediction_.shape == Y.shape
+    np.testing.assert_allclose(
+        merged.predict(X), (6 * a.predict(X) + 4 * b.predict(X)) / 10, rtol=1e-12
+    )
+    single = RandomForestRegressor(n_estimators=4, random_state=2).fit(X, Y[:, 0])
+    with pytest.raises(ValueError, match="fitted on 2 and 1 target columns"):
+        dasktrees.merge_forests([a, single])

@@ -151,6 +151,11 @@ def _check_compatible(first: BaseForest, other: BaseForest, k: int) -> None:
     listed = [None if n is None else [str(c) for c in n] for n in names]
     if listed[0] != listed[1]:
         raise ValueError(f"forests 0 and {k} were fitted on columns of other names")
+    outputs = [getattr(f, "n_outputs_", 1) for f in (first, other)]
+    if outputs[0] != outputs[1]:
+        raise ValueError(
+            f"forests 0 and {k} were fitted on {outputs[0]} and {outputs[1]} target columns"
+        )
     if hasattr(first, "classes_") and not _equal(first.classes_, other.classes_):
         raise ValueError(
             f"forests 0 and {k} have other classes: {list(first.classes_)} and "
