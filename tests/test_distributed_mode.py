@@ -375,6 +375,7 @@ def test_auto_mode_grows_across_workers_only_when_a_tree_does_not_fit(binary):
 
     class Data:
         n_rows = 10_000_000
+        n_outputs = 1
 
         class bin_mapper:
             n_features_in_ = 50

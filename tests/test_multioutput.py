@@ -380,3 +380,37 @@ def test_merged_forests_of_several_columns():
     single = RandomForestRegressor(n_estimators=4, random_state=2).fit(X, Y[:, 0])
     with pytest.raises(ValueError, match="fitted on 2 and 1 target columns"):
         dasktrees.merge_forests([a, single])
+
+
+def test_a_tree_of_several_columns_grows_within_its_planned_memory():
+    """The memory plan's bytes a row (``levels.bytes_per_gathered_row``, which the replicated
+    and sampled modes' choice reads) counts every target column: a full-depth tree on four
+    columns of distinct targets (a node for nearly every row) peaks within it."""
+    import tracemalloc
+
+    from dasktrees import BinMapper
+    from dasktrees.core.params import check_tree_params
+    from dasktrees.distributed import levels
+    from dasktrees.learner.grower import grow_tree
+
+    rng = np.random.default_rng(13)
+    n, n_features, k = 60_000, 8, 4
+    X = rng.normal(size=(n, n_features)).astype(np.float32)
+    Y = np.ascontiguousarray(X[:, :k] + rng.logistic(size=(n, k)))
+    mapper = BinMapper(random_state=0).fit(X)
+    params = check_tree_params(DecisionTreeRegressor(), n, n_features, False)
+    w = rng.poisson(1.0, n).astype(np.float64)
+    rows = np.flatnonzero(w > 0)
+    codes, targets, weights = mapper.transform(X)[rows], Y[rows], w[rows]
+    handed = codes.nbytes + targets.nbytes + weights.nbytes
+    grow_tree(codes[:50], targets[:50], weights[:50], mapper.kernel_arrays(), params, k, 0)
+    tracemalloc.start()
+    try:
+        grow_tree(codes, targets, weights, mapper.kernel_arrays(), params, k, 0)
+        peak = tracemalloc.get_traced_memory()[1] + handed
+    finally:
+        tracemalloc.stop()
+    estimate = levels.bytes_per_gathered_row(n_features, k, n_targets=k) * len(rows)
+    one_target = levels.bytes_per_gathered_row(n_features, k) * len(rows)
+    assert peak <= 1.05 * estimate, (peak, estimate)
+    assert estimate - one_target >= 2 * 8 * (k - 1) * len(rows)  # the targets, twice

@@ -186,18 +186,21 @@ class LevelPlan:
         return histogram_copies(self.threads) * self.round_histogram_bytes
 
 
-def bytes_per_gathered_row(n_features: int, n_values: int, constrained: bool = False) -> int:
+def bytes_per_gathered_row(
+    n_features: int, n_values: int, constrained: bool = False, n_targets: int = 1
+) -> int:
     """What a subtree task holds at most per row it grows on, while it grows: the blocks'
-    pieces and their stack (codes, target, weight), the grower's workspace
+    pieces and their stack (codes, ``n_targets`` targets, weight), the grower's workspace
     (``grower.Workspace.for_rows``: row buffers, codes in node order, room for two node records
     a row, with their value bounds under monotonic constraints: ``constrained``) and the
     records grown so far (a tree on n distinct rows has at most 2 n - 1 nodes). Pickling the
     records for the client comes after the workspace and the stack are freed: the pieces and
     two copies of the records, less than this."""
     words = max(1, -(-n_features // 8))
-    rows = 2 * (n_features + 16)
+    rows = 2 * (n_features + 8 * n_targets + 8)
     node = NODE_DTYPE.itemsize + 8 * n_values + 8 + (24 if constrained else 0)
-    workspace = 7 * 8 + 16 * words + 2 * node
+    # (the targets and their partition buffer: n_targets each; five more arrays of 8 bytes)
+    workspace = 5 * 8 + 16 * n_targets + 16 * words + 2 * node
     records = 2 * (NODE_DTYPE.itemsize + 8 * n_values)
     return rows + workspace + records
 

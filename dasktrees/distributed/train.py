@@ -260,16 +260,20 @@ def choose_mode(mode: str, data: TrainingData, spec: ForestSpec, workers: dict) 
 def _tree_row_bytes(data: TrainingData, spec: ForestSpec) -> float:
     """A tree's growth per in-bag row (``levels.bytes_per_gathered_row``)."""
     return levels.bytes_per_gathered_row(
-        data.bin_mapper.n_features_in_, max(1, spec.n_classes), spec.params.constrained
+        data.bin_mapper.n_features_in_,
+        max(1, spec.n_classes),
+        spec.params.constrained,
+        data.n_outputs,
     )
 
 
 def replicated_bytes(data: TrainingData, spec: ForestSpec) -> float:
-    """A replicated tree task's memory: the stacked binned table (codes, target, weight,
+    """A replicated tree task's memory: the stacked binned table (codes, targets, weight,
     count, row weight) and a tree's growth on its in-bag rows."""
     n_features = data.bin_mapper.n_features_in_
     in_bag = levels.estimate_tree_rows(data.n_rows, spec.lam)
-    return data.n_rows * (n_features + 32) + in_bag * _tree_row_bytes(data, spec)
+    table = n_features + 8 * data.n_outputs + 24
+    return data.n_rows * table + in_bag * _tree_row_bytes(data, spec)
 
 
 def sampled_bytes(data: TrainingData, spec: ForestSpec) -> float:
