@@ -223,6 +223,17 @@ def check_target(y, n_samples, is_classifier, multi_output=False):
     return y
 
 
+def check_single_output(estimator, what):
+    """Refuse ``what`` on a fitted ``estimator`` (a tree or a forest) of several target
+    columns."""
+    n_outputs = getattr(estimator, "n_outputs_", 1)
+    if n_outputs > 1:
+        raise ValueError(
+            f"{what} needs a single output; this {type(estimator).__name__} was fitted on "
+            f"{n_outputs} target columns"
+        )
+
+
 def check_poisson_target(y_min, y_sum):
     """The Poisson criterion's conditions on y, given its smallest value and its sum: no
     negative value, and a positive sum (scikit-learn's checks, in its words)."""

@@ -117,21 +117,20 @@ def oob_block(
         if classification:
             errors, scored = misclassified(votes, n_oob, block.y)
             curve.append((int(errors), int(scored)))
-        elif block.y.ndim == 1:
+        else:
             scored = n_oob > 0
-            loss = squared_error_sum(votes[:, 0], n_oob, block.y, scored)
+            loss: int | tuple[int, ...]
+            if block.y.ndim == 1:
+                loss = squared_error_sum(votes[:, 0], n_oob, block.y, scored)
+            else:  # k target columns: one exact sum each
+                loss = tuple(
+                    squared_error_sum(votes[:, o], n_oob, block.y[:, o], scored)
+                    for o in range(block.y.shape[1])
+                )
             curve.append((loss, int(scored.sum())))
-        else:  # k target columns: one exact sum each
-            scored = n_oob > 0
-            each = tuple(
-                squared_error_sum(votes[:, o], n_oob, block.y[:, o], scored)
-                for o in range(block.y.shape[1])
-            )
-            curve.append((each, int(scored.sum())))
-    if block.y.ndim == 2:
-        sums = tuple(target_sums(column, n_oob > 0) for column in block.y.T)
-        return votes, n_oob, curve, sums
-    return votes, n_oob, curve, target_sums(block.y, n_oob > 0)
+    if block.y.ndim == 1:
+        return votes, n_oob, curve, target_sums(block.y, n_oob > 0)
+    return votes, n_oob, curve, tuple(target_sums(column, n_oob > 0) for column in block.y.T)
 
 
 def squared_error_sum(
@@ -230,22 +229,31 @@ def oob_estimates(
         results.append(result)
     summaries = client.gather([client.submit(_oob_summary, r) for r in results])
     n_trees, n_values = len(summaries[0][0]), summaries[0][2]
-    if not classification and n_values > 1:  # k target columns
-        return _outputs_estimates(client, draws, results, summaries, n_values)
-    losses = [sum(block[0][t][0] for block in summaries) for t in range(n_trees)]
+    several = not classification and n_values > 1  # k target columns: exact sums of each
     scored = np.array([sum(block[0][t][1] for block in summaries) for t in range(n_trees)])
-    with np.errstate(invalid="ignore", divide="ignore"):
-        if classification:
-            curve = np.array(losses, dtype=np.float64) / scored
-        else:
-            curve = np.array([from_exact(loss) for loss in losses]) / scored
     n_scored = scored[-1]
-    _warn_unscored(draws, n_scored)
-    y_sums = [sum(block[1][k] for block in summaries) for k in range(2)]
-    score = scores_of(losses[-1:], n_scored, y_sums, classification)[0]
+    if n_scored < draws.rows.n_rows:
+        warnings.warn(
+            f"Some inputs do not have OOB scores: {draws.rows.n_rows - n_scored:,} of "
+            f"{draws.rows.n_rows:,} rows were drawn by every tree, and their out-of-bag values "
+            "are NaN (the score leaves them out). More trees leave every row out of some.",
+            UserWarning,
+            stacklevel=2,
+        )
+    if several:
+        curve, score = _outputs_curve_and_score(summaries, scored, n_values)
+    else:
+        losses = [sum(block[0][t][0] for block in summaries) for t in range(n_trees)]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            if classification:
+                curve = np.array(losses, dtype=np.float64) / scored
+            else:
+                curve = np.array([from_exact(loss) for loss in losses]) / scored
+        y_sums = [sum(block[1][k] for block in summaries) for k in range(2)]
+        score = scores_of(losses[-1:], n_scored, y_sums, classification)[0]
     decisions = [client.submit(_decision, r) for r in results]
     scores = None
-    if not classification:
+    if not classification and not several:
         sketches = [
             client.submit(_residual_sketch, d, block, pure=False)
             for d, block in zip(decisions, draws.rows.parts)
@@ -254,43 +262,27 @@ def oob_estimates(
     return _row_output(client, draws.rows, decisions, n_values), float(score), curve, scores
 
 
-def _warn_unscored(draws: Draws, n_scored: int) -> None:
-    if n_scored < draws.rows.n_rows:
-        warnings.warn(
-            f"Some inputs do not have OOB scores: {draws.rows.n_rows - n_scored:,} of "
-            f"{draws.rows.n_rows:,} rows were drawn by every tree, and their out-of-bag values "
-            "are NaN (the score leaves them out). More trees leave every row out of some.",
-            UserWarning,
-            stacklevel=3,
-        )
-
-
-def _outputs_estimates(client, draws, results, summaries, n_outputs):
-    """``oob_estimates`` of a regression on ``n_outputs`` target columns, from its blocks'
-    results and summaries: the curve is the mean squared error over the outputs, the score
-    the mean of their R² (scikit-learn's ``uniform_average``); no conformity scores."""
-    n_trees = len(summaries[0][0])
+def _outputs_curve_and_score(summaries, scored, n_outputs):
+    """The out-of-bag curve and score of a regression on ``n_outputs`` target columns, from
+    its blocks' summaries (``_oob_summary``: exact sums of each column) and the rows scored
+    after each tree: the mean squared error over the outputs, and the mean of their R²
+    (scikit-learn's ``uniform_average``)."""
     losses = [
         [sum(block[0][t][0][o] for block in summaries) for o in range(n_outputs)]
-        for t in range(n_trees)
+        for t in range(len(scored))
     ]
-    scored = np.array([sum(block[0][t][1] for block in summaries) for t in range(n_trees)])
     with np.errstate(invalid="ignore", divide="ignore"):
         curve = np.array([np.mean([from_exact(x) for x in loss]) for loss in losses]) / scored
-    n_scored = scored[-1]
-    _warn_unscored(draws, n_scored)
     r2 = [
         scores_of(
             [losses[-1][o]],
-            n_scored,
+            scored[-1],
             [sum(block[1][o][k] for block in summaries) for k in range(2)],
             False,
         )[0]
         for o in range(n_outputs)
     ]
-    decisions = [client.submit(_decision, r) for r in results]
-    decision = _row_output(client, draws.rows, decisions, n_outputs)
-    return decision, float(np.mean(r2)), curve, None
+    return curve, np.mean(r2)
 
 
 def _residual_sketch(decision: np.ndarray, block: BinnedPartition):

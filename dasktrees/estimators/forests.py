@@ -38,7 +38,12 @@ from ..core.params import (
     resolve_max_features,
 )
 from ..core.threads import uses_n_jobs
-from ..core.validation import check_2d, check_predict_columns, reject_sparse_target
+from ..core.validation import (
+    check_2d,
+    check_predict_columns,
+    check_single_output,
+    reject_sparse_target,
+)
 from ..distributed import reductions
 from ..distributed.client import client_for, find_client, is_in_process
 from ..distributed.convergence import WAVE, ConvergenceMonitor
@@ -442,11 +447,7 @@ class BaseForest(BaseEstimator):
     def _needs_one_output(self, method):
         """Refuse ``method`` on a forest fitted on several target columns."""
         check_is_fitted(self, "estimators_")
-        if self._n_outputs() > 1:
-            raise ValueError(
-                f"{method} needs a single output; this {type(self).__name__} was fitted on "
-                f"{self.n_outputs_} target columns"
-            )
+        check_single_output(self, method)
 
     def _cluster(self):
         """The client to run on: the shards' for a forest kept on the workers (a loaded one

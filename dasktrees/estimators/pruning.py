@@ -18,10 +18,10 @@ from sklearn.base import clone, is_classifier
 from sklearn.metrics import check_scoring
 from sklearn.model_selection import KFold
 from sklearn.utils import Bunch
-from sklearn.utils.validation import column_or_1d
+from sklearn.utils.validation import check_is_fitted, column_or_1d
 
 from ..core.dtypes import TREE_LEAF
-from ..core.validation import check_2d
+from ..core.validation import check_2d, check_single_output
 from ..distributed.client import find_client
 from ..learner.cost_complexity import (
     n_steps,
@@ -252,7 +252,8 @@ def reduced_error_prune(
     A new fitted estimator of the same class and parameters, whose ``tree_`` is the pruned
     subtree of ``tree_estimator.tree_`` (refitting it would grow the unpruned tree again).
     """
-    tree_estimator._needs_one_output("reduced_error_prune")
+    check_is_fitted(tree_estimator, "tree_")
+    check_single_output(tree_estimator, "reduced_error_prune")
     tree = tree_estimator.tree_
     paths = tree.decision_path(tree_estimator._encode(X_val))
     target = column_or_1d(y_val)

@@ -161,15 +161,6 @@ class BaseDecisionTree(BaseEstimator):
         est = clone(self).set_params(ccp_alpha=0.0).fit(X, y, sample_weight=sample_weight)
         return pruning_path(est.tree_)
 
-    def _needs_one_output(self, what):
-        """Refuse ``what`` on a tree fitted on several target columns."""
-        check_is_fitted(self, "tree_")
-        if self.n_outputs_ > 1:
-            raise ValueError(
-                f"{what} needs a single output; this {type(self).__name__} was fitted on "
-                f"{self.n_outputs_} target columns"
-            )
-
     def _encode(self, X):
         check_is_fitted(self, "tree_")
         X = check_2d(X)
@@ -389,8 +380,8 @@ class DecisionTreeRegressor(RegressorMixin, BaseDecisionTree):
     ``y`` may have k target columns (multi-output regression, as scikit-learn's): one tree
     predicts them all, its splits chosen by the mean of the outputs' squared errors, and
     ``predict`` returns (n_samples, k). Such a tree takes no Poisson criterion, monotonic
-    constraints or categorical features, and is not yet written to a model file or exported
-    as text (docs/trees.md, "Several target columns").
+    constraints or categorical features, and is not exported as text (docs/trees.md,
+    "Several target columns").
     """
 
     def __init__(

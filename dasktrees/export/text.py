@@ -24,6 +24,7 @@ from sklearn.base import BaseEstimator
 from sklearn.utils.validation import check_is_fitted
 
 from ..core.dtypes import TREE_LEAF
+from ..core.validation import check_single_output
 from ..learner.binning import BinMapper
 from ..learner.tree import Tree
 from ..modelfile.format import estimator_kind
@@ -475,11 +476,7 @@ def _source(
         )
     if isinstance(decimals, bool) or not isinstance(decimals, numbers.Integral) or decimals < 0:
         raise ValueError(f"decimals must be an int >= 0, got {decimals!r}")
-    if getattr(fitted, "n_outputs_", 1) > 1:
-        raise ValueError(
-            f"a text export needs a single output; this {type(estimator).__name__} was fitted "
-            f"on {fitted.n_outputs_} target columns"
-        )
+    check_single_output(estimator, "a text export")
     return _Source(
         tree=fitted.tree_.expanded(),
         mapper=fitted.bin_mapper_,
