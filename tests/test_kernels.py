@@ -238,6 +238,7 @@ def test_scan_finds_the_brute_force_best_split(seed, n_bins, criterion, min_samp
         np.inf,
         np.zeros(n_channels),
         np.zeros((N_CUT_ROWS, N_BIN_CODES)),
+        1,
     )
     expected = brute_force_best(
         stats, order, n_bins, missing, total, criterion, parent_impurity, min_samples_leaf
@@ -264,7 +265,7 @@ def first_best_by_cut_score(stats, order, n_bins, missing, total, criterion, msl
             n_left = prefix[0] + missing[0] if missing_left else prefix[0]
             if n_left < msl or total[0] - n_left < msl:
                 continue
-            score = cut_score(prefix, missing, total, missing_left, criterion, 0.0, mwl)
+            score = cut_score(prefix, missing, total, missing_left, criterion, 0.0, mwl, 1)
             if score > best[0]:
                 best = (score, j, missing_left)
     return best
@@ -309,6 +310,7 @@ def test_two_channel_scan_gives_the_general_scans_numbers(criterion, seed):
         np.inf,
         np.zeros(stats.shape[1]),
         np.zeros((N_CUT_ROWS, N_BIN_CODES)),
+        1,
     )
     expected = first_best_by_cut_score(stats, order, n_bins, missing, total, criterion, msl, mwl)
     assert found == expected
@@ -327,7 +329,9 @@ def test_cut_score_orders_like_split_score(criterion):
             continue
         prefix = naive_stats(y[left], w[left], criterion)
         exact.append(split_score(prefix, total - prefix, criterion, parent_impurity))
-        proxy.append(cut_score(prefix, np.zeros(4), total, False, criterion, parent_impurity, 0.0))
+        proxy.append(
+            cut_score(prefix, np.zeros(4), total, False, criterion, parent_impurity, 0.0, 1)
+        )
     exact, proxy = np.array(exact), np.array(proxy)
     assert (proxy > NO_SPLIT).all()
     # Wherever two candidates differ by more than rounding, both scores order them alike.

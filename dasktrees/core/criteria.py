@@ -3,13 +3,18 @@
 A node's (or a candidate child's) statistics are one float64 vector, laid out by task:
 
     classification  [n_rows, w_class_0, w_class_1, ..., w_class_{K-1}]
+                    [n_rows, block_1, ..., block_k]   (k outputs, K channels a block)
     squared error   [n_rows, w, w * y, w * y**2]
                     [n_rows, w, w * y_1, ..., w * y_k, sum_o w * y_o**2]   (k outputs)
     Poisson         [n_rows, w, w * y, w * y ln y]
 
 where w sums the row weights (sample_weight x class_weight x bootstrap count). With k target
 columns (multi-output regression, squared error only) a node's impurity is the mean of its
-outputs' variances, as scikit-learn's; for k = 1 the layouts coincide. Every impurity is
+outputs' variances, as scikit-learn's; for k = 1 the layouts coincide. With k class columns
+each output has a block of K = max(2, most classes of an output) channels, its class weights
+(an output of fewer classes leaves the rest of its block at zero): the node's weight is the
+first block's sum (each block sums to it), its impurity the mean of the blocks', as
+scikit-learn's; the functions that read blocks take ``n_outputs``. Every impurity is
 computed from such a vector, so histograms, split scans and node statistics share one code path.
 Entropies are in bits, as in ID3, C4.5 and scikit-learn. Formulas and sources:
 docs/algorithms.md.
@@ -50,18 +55,22 @@ def is_regression(criterion):
 
 
 @njit(cache=True, inline="always")
-def stats_weight(stats, criterion):
-    """Total weight w of a statistics vector (see the module docstring for the layout)."""
+def stats_weight(stats, criterion, n_outputs=1):
+    """Total weight w of a statistics vector (see the module docstring for the layout): with
+    ``n_outputs`` class columns, the first block's sum."""
     if is_regression(criterion):
         return stats[1]
+    stop = stats.shape[0]
+    if n_outputs > 1:  # (a test, not a division, for one column: this runs at every node)
+        stop = 1 + (stop - 1) // n_outputs
     total = 0.0
-    for k in range(1, stats.shape[0]):
+    for k in range(1, stop):
         total += stats[k]
     return total
 
 
 @njit(cache=True)
-def impurity(stats, criterion):
+def impurity(stats, criterion, n_outputs=1):
     """Impurity of the rows summarised by ``stats``.
 
     Parameters
@@ -73,17 +82,21 @@ def impurity(stats, criterion):
     criterion : int
         One of GINI, ENTROPY, GAIN_RATIO (node impurity is the entropy), MISCLASSIFICATION,
         SQUARED_ERROR, POISSON.
+    n_outputs : int, default=1
+        Class columns of a classification's statistics, each a block of its channels.
 
     Returns
     -------
     float
-        Gini index, entropy in bits, misclassification rate, weighted variance (the mean of the
-        outputs' variances) or mean half Poisson deviance (``poisson_deviance``); 0 for an
-        empty node.
+        Gini index, entropy in bits, misclassification rate (the mean of the outputs'),
+        weighted variance (the mean of the outputs' variances) or mean half Poisson deviance
+        (``poisson_deviance``); 0 for an empty node.
     """
-    w = stats_weight(stats, criterion)
+    w = stats_weight(stats, criterion, n_outputs)
     if w <= 0.0:
         return 0.0
+    if n_outputs > 1 and not is_regression(criterion):
+        return outputs_class_impurity(stats[1:], w, criterion, n_outputs)
     if criterion == SQUARED_ERROR:
         if stats.shape[0] > 4:  # apart: a larger ``impurity`` cost every node of one target
             return outputs_variance(stats, w)
@@ -120,6 +133,34 @@ def outputs_variance(stats, w):
         mean = stats[2 + o] / w
         squared_means += mean * mean
     return max((stats[2 + n_outputs] / w - squared_means) / n_outputs, 0.0)
+
+
+@njit(cache=True)
+def outputs_class_impurity(weights, w, criterion, n_outputs):
+    """The mean over ``n_outputs`` class columns of each one's impurity, from their class
+    weights or fractions ``weights`` (blocks of equal size, one an output) and the node's
+    weight ``w`` > 0 (1 for fractions): scikit-learn's impurity of a multi-output node."""
+    block = weights.shape[0] // n_outputs
+    total = 0.0
+    for o in range(n_outputs):
+        result = 0.0
+        if criterion == GINI:
+            result = 1.0
+            for k in range(o * block, (o + 1) * block):
+                p = weights[k] / w
+                result -= p * p
+        elif criterion == MISCLASSIFICATION:
+            p_max = 0.0
+            for k in range(o * block, (o + 1) * block):
+                p_max = max(p_max, weights[k] / w)
+            result = 1.0 - p_max
+        else:  # ENTROPY
+            for k in range(o * block, (o + 1) * block):
+                if weights[k] > 0.0:
+                    p = weights[k] / w
+                    result -= p * np.log(p) / _LOG2
+        total += result
+    return total / n_outputs
 
 
 @njit(cache=True, inline="always")

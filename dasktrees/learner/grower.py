@@ -139,6 +139,9 @@ class Rules(NamedTuple):
     # int8 (n_features,): each feature's monotonic constraint (1, -1, 0), or no entries when
     # no feature has one (``_node_bounds``)
     monotonic: np.ndarray
+    # Target columns: k of a multi-output tree (regression: ``n_classes``; classification: its
+    # statistics are k blocks of ``n_classes // k`` class channels, ``criteria``), else 1.
+    n_outputs: int
 
 
 class Scratch(NamedTuple):
@@ -313,7 +316,7 @@ def find_split(rows, start, stop, node_impurity, tables, rules, scratch, ordered
     """
     codes, y, w, sample_indices = rows.codes, rows.y, rows.w, rows.sample_indices
     criterion, random_splitter = rules.criterion, rules.random_splitter
-    max_features = rules.max_features
+    max_features, n_outputs = rules.max_features, rules.n_outputs
     state, candidates, features = scratch.state, scratch.candidates, scratch.features
     hist, ibuf = scratch.hist, scratch.ibuf
     n_features = candidates.shape[0]
@@ -339,7 +342,9 @@ def find_split(rows, start, stop, node_impurity, tables, rules, scratch, ordered
             f = features[k]
             features[k] = features[d]
             features[d] = f
-        build_histograms(rows.node_codes, features, n_first, start, stop, y, w, criterion, hist)
+        build_histograms(
+            rows.node_codes, features, n_first, start, stop, y, w, criterion, hist, n_outputs
+        )
     while n_drawn < n_features and (n_drawn < max_features or n_nonconstant == 0):
         if n_drawn < n_first:
             f = features[n_drawn]
@@ -358,7 +363,17 @@ def find_split(rows, start, stop, node_impurity, tables, rules, scratch, ordered
                 continue
             filled = hist[0]
             n_touched = build_histogram(
-                node_codes, f, row_of, start, stop, y, w, criterion, filled, ibuf[_TOUCHED]
+                node_codes,
+                f,
+                row_of,
+                start,
+                stop,
+                y,
+                w,
+                criterion,
+                filled,
+                ibuf[_TOUCHED],
+                n_outputs,
             )
         best, nonconstant = _evaluate_feature(
             f, filled, n_touched, node_impurity, best, tables, rules, scratch, lower, upper
@@ -453,6 +468,7 @@ def _evaluate_feature(
             upper,
             vec[_PREFIX],
             scratch.cuts,
+            rules.n_outputs,
         )
         if score > best.score:
             best_left = vec[_BEST_LEFT]
@@ -466,8 +482,9 @@ def _evaluate_feature(
             if vec[_MISSING, 0] == 0.0:
                 # No missing value reached this node: at predict time missing values
                 # follow the heavier child.
-                w_left = stats_weight(best_left, criterion)
-                missing_left = w_left >= stats_weight(vec[_TOTAL], criterion) - w_left
+                w_left = stats_weight(best_left, criterion, rules.n_outputs)
+                w_node = stats_weight(vec[_TOTAL], criterion, rules.n_outputs)
+                missing_left = w_left >= w_node - w_left
             bin_threshold = bins[order[position]]
             if not is_categorical[f]:
                 if position == n_touched - 1:  # split on missingness: all values left
@@ -525,7 +542,7 @@ def _open_node(
     min_samples_split, min_samples_leaf = rules.min_samples_split, rules.min_samples_leaf
     min_weight_leaf = rules.min_weight_leaf
     classification = not is_regression(criterion)
-    w_node = stats_weight(total, criterion)
+    w_node = stats_weight(total, criterion, rules.n_outputs)
     record = nodes[node_id]
     record["feature"] = TREE_UNDEFINED
     record["bin_threshold"] = 0
@@ -609,13 +626,14 @@ def _record_split(
     ibuf, vec = scratch.ibuf, scratch.vec
     if split.score == NO_SPLIT:
         return n_bitsets, False
-    w_node = stats_weight(total, criterion)
+    n_outputs = rules.n_outputs
+    w_node = stats_weight(total, criterion, n_outputs)
     left = vec[_BEST_LEFT]
     right = vec[_RIGHT]
     for c in range(total.shape[0]):  # not ``total - left``: no temporary array per node
         right[c] = total[c] - left[c]
-    w_left = stats_weight(left, criterion)
-    w_right = stats_weight(right, criterion)
+    w_left = stats_weight(left, criterion, n_outputs)
+    w_right = stats_weight(right, criterion, n_outputs)
     if criterion == SQUARED_ERROR and total.shape[0] > 4:  # k target columns
         improvement = outputs_decrease(total, left, right, w_node, w_left, w_right) / w_root
     elif criterion == SQUARED_ERROR:
@@ -640,8 +658,8 @@ def _record_split(
     else:
         improvement = (w_node / w_root) * (
             node_impurity
-            - w_left / w_node * impurity(left, criterion)
-            - w_right / w_node * impurity(right, criterion)
+            - w_left / w_node * impurity(left, criterion, n_outputs)
+            - w_right / w_node * impurity(right, criterion, n_outputs)
         )
     if improvement + EPSILON < min_impurity_decrease:
         return n_bitsets, False
@@ -862,10 +880,10 @@ def _node_capacity(n_rows, max_depth, min_samples_leaf, max_leaf_nodes):
     return 2 * leaves - 1
 
 
-def _targets_a_row(n_values, params):
+def _targets_a_row(n_values, params, n_outputs=1):
     """``NodeRows.n_outputs`` of a tree whose nodes hold ``n_values`` values under
-    ``params``: its target columns for regression, else one class index."""
-    return n_values if is_regression(params.criterion) else 1
+    ``params``: its target columns for regression, else its ``n_outputs`` class columns."""
+    return n_values if is_regression(params.criterion) else n_outputs
 
 
 class Workspace(NamedTuple):
@@ -900,13 +918,14 @@ class Workspace(NamedTuple):
         )
 
     @classmethod
-    def for_rows(cls, n_rows, n_values, n_features, params):
+    def for_rows(cls, n_rows, n_values, n_features, params, n_outputs=1):
         """Room for any tree on up to ``n_rows`` rows of ``n_features`` features under
-        ``params`` (``GrowthParams``)."""
+        ``params`` (``GrowthParams``), its nodes holding ``n_values`` values, of ``n_outputs``
+        class columns (classification)."""
         n_rows = max(1, int(n_rows))
         capacity = cls._capacity(n_rows, params)
         code_rows = _ordered_rows(n_rows)
-        n_targets = n_rows * _targets_a_row(n_values, params)
+        n_targets = n_rows * _targets_a_row(n_values, params, n_outputs)
         return cls(
             np.empty(capacity, dtype=NODE_DTYPE),  # every field of a node is set by _open_node
             np.empty((capacity, n_values)),
@@ -924,11 +943,11 @@ class Workspace(NamedTuple):
             Buffers(),
         )
 
-    def fits(self, n_rows, n_values, n_features, params):
+    def fits(self, n_rows, n_values, n_features, params, n_outputs=1):
         """Whether a tree on ``n_rows`` rows under ``params`` fits in this workspace."""
         return (
             self.buffer.shape[0] >= n_rows
-            and self.node_y.shape[0] >= n_rows * _targets_a_row(n_values, params)
+            and self.node_y.shape[0] >= n_rows * _targets_a_row(n_values, params, n_outputs)
             and self.nodes.shape[0] >= self._capacity(n_rows, params)
             and self.values.shape[1] == n_values
             and self.words_buffer.shape[1] == _n_words(n_features)
@@ -1143,11 +1162,13 @@ def _grow_nodes(
                     total[c] = vec[_LEFT_CHILD + side, c]
                 child_impurity = impurity(total, criterion)
             else:
-                child_impurity = node_statistics(node_y, node_w, lo, hi, criterion, total)
+                child_impurity = node_statistics(
+                    node_y, node_w, lo, hi, criterion, total, rules.n_outputs
+                )
             if node_id < 0:
                 key = rules.root_key
                 if w_root == 0.0:  # else the root of a subtree, weighed by its whole tree's
-                    w_root = stats_weight(total, criterion)
+                    w_root = stats_weight(total, criterion, rules.n_outputs)
             else:
                 key = child_key(scratch.node_keys[node_id], side)
             scratch.node_keys[child] = key
@@ -1212,10 +1233,12 @@ class SubtreeRoot(NamedTuple):
     bounds: tuple[float, float] = (-np.inf, np.inf)
 
 
-def growth_rules(params, n_classes, total_weight, root_key, root_depth, root_bounds=None):
+def growth_rules(
+    params, n_classes, total_weight, root_key, root_depth, root_bounds=None, n_outputs=1
+):
     """The ``Rules`` of a tree under ``params`` (``GrowthParams``) on rows weighing
-    ``total_weight`` in all, its root's random key, depth and bounds (default infinite) given,
-    with the types the loop kernel was compiled for."""
+    ``total_weight`` in all, its root's random key, depth and bounds (default infinite) and its
+    target columns given, with the types the loop kernel was compiled for."""
     lower, upper = (-np.inf, np.inf) if root_bounds is None else root_bounds
     return Rules(
         int(params.criterion),
@@ -1234,6 +1257,7 @@ def growth_rules(params, n_classes, total_weight, root_key, root_depth, root_bou
         float(lower),
         float(upper),
         monotonic_constraints(params),
+        int(n_outputs),
     )
 
 
@@ -1263,8 +1287,9 @@ def grow(
     ----------
     codes : ndarray of uint8, shape (n_rows, n_features)
     y : ndarray of float64, shape (n_rows,) or (n_rows, k)
-        Class index (classification) or target (regression); k target columns for a
-        multi-output regression (squared error).
+        Class index (classification) or target (regression); k columns for a multi-output
+        tree (squared error, or a classification whose class indices are each below
+        ``n_classes // k``).
     w : ndarray of float64, shape (n_rows,)
         Weights, positive on the rows of ``sample_indices``.
     sample_indices : ndarray of int64, shape (n_in_bag,)
@@ -1274,7 +1299,8 @@ def grow(
         The resolved tree parameters; ``max_leaf_nodes`` 0 grows depth-first with no limit, else
         best-first up to that many leaves.
     n_classes : int
-        The values a node holds: the number of classes, or of target columns (regression).
+        The values a node holds: the number of classes (k x K for k class columns, K =
+        the block size of ``criteria``), or of target columns (regression).
     seed : int
         Seed of the feature draws and random cuts.
     candidates : ndarray of int64
@@ -1304,17 +1330,23 @@ def grow(
     # compiled for, so that no other input compiles it again.
     if root is None:
         root = SubtreeRoot(int(seed), 0, 0.0, float(w.sum()), None)
-    rules = growth_rules(params, n_classes, root.total_weight, root.key, root.depth, root.bounds)
+    y = np.asarray(y, dtype=np.float64)
+    n_outputs = 1 if y.ndim == 1 else y.shape[1]  # targets a row (``NodeRows``)
+    rules = growth_rules(
+        params, n_classes, root.total_weight, root.key, root.depth, root.bounds, n_outputs
+    )
     regression = is_regression(rules.criterion)
     n_channels = 3 + rules.n_classes if regression else rules.n_classes + 1
-    n_outputs = rules.n_classes if regression else 1  # targets a row (``NodeRows``)
     n_rows = len(sample_indices)
     sample_indices = np.ascontiguousarray(sample_indices, dtype=np.int64)
     # y and w in sample_indices order; the partition keeps them aligned with their rows.
     node_y, node_w = workspace.node_y[: n_rows * n_outputs], workspace.node_w[:n_rows]
     # mode="clip" (the indices are rows of y): with "raise" numpy fills a temporary first
-    y = np.asarray(y, dtype=np.float64)
     np.take(y, sample_indices, axis=0, out=node_y.reshape((n_rows,) + y.shape[1:]), mode="clip")
+    if n_outputs > 1 and not regression:
+        # Each class column's codes become its channels (less the row count's) of the node
+        # statistics: output o's class c is channel 1 + o * K + c, K classes a block.
+        node_y.reshape(n_rows, n_outputs)[:] += np.arange(n_outputs) * (n_classes // n_outputs)
     np.take(np.asarray(w, dtype=np.float64), sample_indices, out=node_w, mode="clip")
     codes = np.ascontiguousarray(codes, dtype=np.uint8)
     kept = workspace.buffers  # the search's scratch, kept from tree to tree (``buffers``)
@@ -1591,10 +1623,11 @@ def _grow_records(codes, y, weights, bin_arrays, params, n_classes, seed, candid
         sample_indices = workspace.rows[: _positive_rows(weights, workspace.rows)]
     else:
         sample_indices = np.flatnonzero(weights > 0).astype(np.int64, copy=False)
-    # A node holds n_classes values, or 1 for regression (n_classes is then 1).
+    # A node holds n_classes values: classes, or target columns (regression).
     n_rows, n_features = len(sample_indices), codes.shape[1]
-    if workspace is None or not workspace.fits(n_rows, n_classes, n_features, params):
-        workspace = Workspace.for_rows(n_rows, n_classes, n_features, params)
+    n_outputs = 1 if np.ndim(y) == 1 else np.shape(y)[1]
+    if workspace is None or not workspace.fits(n_rows, n_classes, n_features, params, n_outputs):
+        workspace = Workspace.for_rows(n_rows, n_classes, n_features, params, n_outputs)
     return grow(
         codes,
         y,
@@ -1618,14 +1651,16 @@ def grow_tree(
     Parameters
     ----------
     codes : ndarray of uint8, shape (n_rows, n_features)
-    y : ndarray of float64, shape (n_rows,)
-        Class index (classification) or target (regression).
+    y : ndarray of float64, shape (n_rows,) or (n_rows, k)
+        Class index (classification) or target (regression), of each of k target columns
+        (``grow``).
     weights : ndarray of float64, shape (n_rows,)
         Row weights; rows of weight zero (e.g. out of the bootstrap sample) are left out.
     bin_arrays : binning.BinArrays
     params : _params.GrowthParams
     n_classes : int
-        Number of classes, 1 for regression.
+        Values a node holds: classes (k blocks of as many for k class columns), or target
+        columns (regression).
     seed : int
         Seed of the feature draws and random cuts.
     candidates : ndarray of int64, optional
@@ -1638,7 +1673,12 @@ def grow_tree(
         codes, y, weights, bin_arrays, params, n_classes, seed, candidates, workspace
     )
     tree = Tree.from_growth(
-        *records, bin_arrays.thresholds, codes.shape[1], params.criterion, params.own_moments
+        *records,
+        bin_arrays.thresholds,
+        codes.shape[1],
+        params.criterion,
+        params.own_moments,
+        class_columns(y, params),
     )
     if params.ccp_alpha > 0.0:
         tree = prune_cost_complexity(tree, params.ccp_alpha)
@@ -1663,4 +1703,11 @@ def grow_tree_state(
         None if workspace is None else workspace.buffers,
         depth_first=params.max_leaf_nodes == 0,  # the frontier a stack (``grow``)
         exact=params.own_moments,  # impurities shipped as grown
+        n_outputs=class_columns(y, params),
     )
+
+
+def class_columns(y, params):
+    """The class columns of a classification's targets ``y`` (its blocks of values, ``Tree``);
+    1 for a regression, whose k columns ``value`` says."""
+    return 1 if is_regression(params.criterion) or np.ndim(y) == 1 else np.shape(y)[1]

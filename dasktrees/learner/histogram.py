@@ -45,7 +45,9 @@ def signed_weights(y, w, out):
 
 
 @node_kernel
-def build_histogram(codes, f, sample_indices, start, stop, y, w, criterion, hist, touched):
+def build_histogram(
+    codes, f, sample_indices, start, stop, y, w, criterion, hist, touched, n_outputs=1
+):
     """Add the rows ``sample_indices[start:stop]`` to ``hist`` by their code of feature ``f``.
 
     Parameters
@@ -77,7 +79,14 @@ def build_histogram(codes, f, sample_indices, start, stop, y, w, criterion, hist
         node, whose record ``compact`` does not use.
     """
     if is_regression(criterion) and hist.shape[1] > 4:  # k target columns
-        return outputs_histogram(codes, f, sample_indices, False, start, stop, y, w, hist, touched)
+        k = hist.shape[1] - 3
+        return outputs_histogram(
+            codes, f, sample_indices, False, start, stop, y, w, k, False, hist, touched
+        )
+    if n_outputs > 1:  # k class columns
+        return outputs_histogram(
+            codes, f, sample_indices, False, start, stop, y, w, n_outputs, True, hist, touched
+        )
     # A large node fills most bins: its record is not used, and compact walks every bin. (Only
     # random splits fill a large node here: the best splitter's one-pass fill is
     # ``build_histograms``.)
@@ -114,7 +123,9 @@ def build_histogram(codes, f, sample_indices, start, stop, y, w, criterion, hist
 
 
 @node_kernel
-def build_histograms(node_codes, features, n_features, start, stop, y, w, criterion, hists):
+def build_histograms(
+    node_codes, features, n_features, start, stop, y, w, criterion, hists, n_outputs=1
+):
     """Fill ``hists[j]`` as ``build_histogram`` fills one histogram, for each of the features
     ``features[:n_features]`` of a large node, whose codes are in node order
     (``grower.NodeRows.node_codes``). The features are filled two at a time, each pair in one
@@ -136,10 +147,23 @@ def build_histograms(node_codes, features, n_features, start, stop, y, w, criter
     start, stop, y, w, criterion :
         As for ``build_histogram``.
     """
-    if is_regression(criterion) and hists.shape[2] > 4:  # k target columns
+    regression = is_regression(criterion)
+    if (regression and hists.shape[2] > 4) or n_outputs > 1:  # k target or class columns
+        k = hists.shape[2] - 3 if regression else n_outputs
         for j in range(n_features):  # (``features[:0]``: no record of the touched bins)
             outputs_histogram(
-                node_codes, features[j], features, True, start, stop, y, w, hists[j], features[:0]
+                node_codes,
+                features[j],
+                features,
+                True,
+                start,
+                stop,
+                y,
+                w,
+                k,
+                not regression,
+                hists[j],
+                features[:0],
             )
         return
     for j in range(0, n_features - 1, 2):
@@ -213,14 +237,16 @@ def _fill_one(node_codes, f, start, stop, y, w, criterion, hist):
 
 
 @node_kernel
-def outputs_histogram(codes, f, sample_indices, ordered, start, stop, y, w, hist, touched):
-    """``build_histogram`` of a regression on k target columns (``hist`` of 3 + k channels, row
-    i's targets at ``y[i * k : (i + 1) * k]``), apart from the kernels of one target, whose
-    growth a larger body slowed. ``ordered``: ``codes`` are in node order, ``sample_indices``
-    not read. A ``touched`` of no entries records nothing (returns -1), as large nodes'
-    ``build_histograms``. The sums of each channel are added in row order, as the one-target
-    kernels add them."""
-    n_outputs = hist.shape[1] - 3
+def outputs_histogram(
+    codes, f, sample_indices, ordered, start, stop, y, w, n_outputs, classification, hist, touched
+):
+    """``build_histogram`` of k = ``n_outputs`` target columns (``hist`` of 3 + k channels) or,
+    with ``classification``, class columns (the blocks of ``criteria``; a row's targets are
+    then its channels less one, ``grower.grow``): row i's targets are ``y[i * k : (i + 1) *
+    k]``. Apart from the kernels of one target, whose growth a larger body slowed.
+    ``ordered``: ``codes`` are in node order, ``sample_indices`` not read. A ``touched`` of no
+    entries records nothing (returns -1), as large nodes' ``build_histograms``. The sums of
+    each channel are added in row order, as the one-target kernels add them."""
     track = touched.shape[0] > 0 and stop - start <= TRACK_TOUCHED_BELOW
     n_touched = 0
     for i in range(start, stop):
@@ -229,9 +255,13 @@ def outputs_histogram(codes, f, sample_indices, ordered, start, stop, y, w, hist
             touched[n_touched] = b
             n_touched += 1
         hist[b, 0] += 1.0
-        hist[b, 1] += w[i]
-        for o in range(n_outputs):
-            hist[b, 2 + o] += w[i] * y[i * n_outputs + o]
+        if classification:
+            for o in range(n_outputs):
+                hist[b, np.uint64(1) + np.uint64(y[i * n_outputs + o])] += w[i]
+        else:
+            hist[b, 1] += w[i]
+            for o in range(n_outputs):
+                hist[b, 2 + o] += w[i] * y[i * n_outputs + o]
     return n_touched if track else -1
 
 
@@ -295,7 +325,7 @@ def compact(hist, touched, n_touched, n_bins_f, bins_out, stats_out, missing_out
 
 
 @node_kernel
-def node_statistics(node_y, node_w, start, stop, criterion, stats_out):
+def node_statistics(node_y, node_w, start, stop, criterion, stats_out, n_outputs=1):
     """Statistics vector of the node's rows (layout in ``criteria``).
 
     Parameters
@@ -319,6 +349,13 @@ def node_statistics(node_y, node_w, start, stop, criterion, stats_out):
     n_rows = 0.0
     if is_regression(criterion) and stats_out.shape[0] > 4:  # k target columns
         return outputs_statistics(node_y, node_w, start, stop, stats_out)
+    if n_outputs > 1:  # k class columns: each row adds its weight to one channel a block
+        stats_out[:] = 0.0
+        for i in range(u(start), u(stop)):
+            stats_out[0] += 1.0
+            for o in range(n_outputs):
+                stats_out[u(1) + u(node_y[i * n_outputs + o])] += node_w[i]
+        return impurity(stats_out, criterion, n_outputs)
     if is_regression(criterion):
         w_sum = 0.0
         wy_sum = 0.0

@@ -83,7 +83,9 @@ def _xlogx(x):
 
 
 @njit(cache=True, inline="always")
-def cut_score(prefix, missing, total, missing_left, criterion, parent_impurity, min_weight_leaf):
+def cut_score(
+    prefix, missing, total, missing_left, criterion, parent_impurity, min_weight_leaf, n_outputs
+):
     """Score of one cut, computed from the running prefix without building child vectors.
 
     The left child is ``prefix`` (plus ``missing`` when ``missing_left``), the right child the
@@ -98,7 +100,9 @@ def cut_score(prefix, missing, total, missing_left, criterion, parent_impurity, 
         poisson            wy_l ln mu_l + wy_r ln mu_r          (= sum wy ln y - weighted deviance)
         gain_ratio         the gain ratio itself
 
-    with mu the children's means. Returns NO_SPLIT when a child's weight is below
+    with mu the children's means; with ``n_outputs`` class columns (statistics of one block of
+    class channels an output, ``criteria``) the outputs' proxies summed, as scikit-learn's
+    (``outputs_cut_score``). Returns NO_SPLIT when a child's weight is below
     ``min_weight_leaf`` or zero, and for Poisson when a child's sum of w * y is zero (up to
     rounding): its mean would be zero.
     This runs for every cut of every candidate feature of every node: it must stay a few flops
@@ -126,6 +130,8 @@ def cut_score(prefix, missing, total, missing_left, criterion, parent_impurity, 
                 return NO_SPLIT
             return s_left * np.log(s_left / w_left) + s_right * np.log(s_right / w_right)
         return s_left * s_left / w_left + s_right * s_right / w_right
+    if n_outputs > 1:
+        return outputs_cut_score(prefix, missing, total, m, criterion, n_outputs, min_weight_leaf)
     w_left = 0.0
     w_right = 0.0
     acc_left = 0.0
@@ -157,6 +163,46 @@ def cut_score(prefix, missing, total, missing_left, criterion, parent_impurity, 
     if info <= 0.0:
         return NO_SPLIT
     return (parent_impurity + entropy_proxy / _LN2 / (w_left + w_right)) / info
+
+
+@njit(cache=True, _nrt=False, error_model="numpy")
+def outputs_cut_score(prefix, missing, total, m, criterion, n_outputs, min_weight_leaf):
+    """``cut_score`` of a classification on ``n_outputs`` > 1 class columns (gini, entropy or
+    misclassification; ``m`` 1.0 when the missing rows go left): the outputs' proxies summed,
+    each about the children's weights, the first block's sums (every block sums to them).
+    Apart from ``cut_score``: a larger inlined body would be compiled into every scan."""
+    block = (prefix.shape[0] - 1) // n_outputs
+    w_left = 0.0
+    w_right = 0.0
+    for c in range(1, 1 + block):
+        lc = prefix[c] + m * missing[c]
+        w_left += lc
+        w_right += total[c] - lc
+    if w_left < min_weight_leaf or w_right < min_weight_leaf or _is_empty(w_left, w_right):
+        return NO_SPLIT
+    score = 0.0
+    for o in range(n_outputs):
+        acc_left = 0.0
+        acc_right = 0.0
+        for c in range(1 + o * block, 1 + (o + 1) * block):
+            lc = prefix[c] + m * missing[c]
+            rc = total[c] - lc
+            if criterion == GINI:
+                acc_left += lc * lc
+                acc_right += rc * rc
+            elif criterion == MISCLASSIFICATION:
+                acc_left = max(acc_left, lc)
+                acc_right = max(acc_right, rc)
+            else:
+                acc_left += _xlogx(lc)
+                acc_right += _xlogx(rc)
+        if criterion == GINI:
+            score += acc_left / w_left + acc_right / w_right
+        elif criterion == MISCLASSIFICATION:
+            score += acc_left + acc_right
+        else:
+            score += acc_left - _xlogx(w_left) + acc_right - _xlogx(w_right)
+    return score
 
 
 @njit(cache=True, inline="always")
@@ -200,6 +246,7 @@ def scan_cuts(
     upper,
     prefix,
     cuts,
+    n_outputs,
 ):
     """Best cut of the bins ``stats[order[0]], ..., stats[order[n_bins - 1]]``.
 
@@ -222,6 +269,8 @@ def scan_cuts(
         Scratch space.
     cuts : ndarray of float64, shape (N_CUT_ROWS, N_BIN_CODES)
         Scratch space.
+    n_outputs : int
+        Class columns of a classification (blocks of channels, ``criteria``); else 1.
 
     Returns
     -------
@@ -272,6 +321,7 @@ def scan_cuts(
                     criterion,
                     parent_impurity,
                     min_weight_leaf,
+                    n_outputs,
                 )
                 if score > best_score and (
                     monotonic == 0

@@ -5,7 +5,7 @@ from numba import njit, prange
 from scipy import sparse
 
 from ..core.bitsets import bitset_has
-from ..core.criteria import class_impurity, is_regression
+from ..core.criteria import class_impurity, is_regression, outputs_class_impurity
 from ..core.dtypes import (
     BITSET_DTYPE,
     BITSET_WORDS,
@@ -43,7 +43,8 @@ class Tree:
     node i when its feature value is missing and ``missing_go_to_left[i]``, when the feature is
     categorical and its category code is in ``categorical_bitsets[bitset_idx[i]]``, or when it is
     numeric and ``x <= threshold[i]``. Unlike scikit-learn's ``tree_.value``, ``value`` has no
-    output axis: ``(n_nodes, n_classes)`` or ``(n_nodes, 1)``.
+    output axis: ``(n_nodes, n_classes)``, ``(n_nodes, k)`` for k target columns (regression),
+    or ``(n_nodes, k * K)`` for k class columns (their fractions in blocks of K, ``criteria``).
     """
 
     def __init__(self, n_features, **arrays):
@@ -55,7 +56,9 @@ class Tree:
             setattr(self, name, arrays[name])
 
     @classmethod
-    def from_growth(cls, nodes, values, bitsets, thresholds, n_features, criterion, exact=False):
+    def from_growth(
+        cls, nodes, values, bitsets, thresholds, n_features, criterion, exact=False, n_outputs=1
+    ):
         """Build a Tree from the grower's records.
 
         ``thresholds`` is the (n_features, N_BIN_CODES) table of raw split values
@@ -65,7 +68,8 @@ class Tree:
         tree's split nodes' own means and impurities rather than pool them from the leaves
         (``GrowthParams.own_moments``: monotonic constraints clip the leaves' values, and
         Poisson deviances do not pool as variances); ``wire.encode`` ships such a tree's every
-        node.
+        node. ``n_outputs``: the class columns of a classifier, whose fractions are taken block by
+        block.
         """
         if len(bitsets) == 0:  # one all-zero row, so that kernels can always index the table
             bitsets = np.zeros((1, BITSET_WORDS), dtype=BITSET_DTYPE)
@@ -97,7 +101,7 @@ class Tree:
             )
         elif not regression:
             value = np.empty(values.shape)
-            class_fractions(values, value, np.empty(len(values)))
+            class_fractions(values, value, np.empty(len(values)), n_outputs)
         return cls(
             n_features, categorical_bitsets=np.ascontiguousarray(bitsets), value=value, **arrays
         )
@@ -302,7 +306,9 @@ class Tree:
                 impurity = state.get("impurity")  # shipped when not derived (``wire.encode``)
                 if impurity is None:
                     impurity = np.empty(len(w))
-                    node_class_impurities(value, w, state["criterion"], impurity)
+                    node_class_impurities(
+                        value, w, state["criterion"], impurity, state.get("n_outputs", 1)
+                    )
             else:
                 w = node_weights(state)
                 impurity = node_moments(state, w)[1]
@@ -389,7 +395,11 @@ def expand_shipped(shipped, thresholds):
     if criterion is not None and "impurity" not in state:  # else shipped (``wire.encode``)
         state["impurity"] = np.empty(len(state["n_node_samples"]))
         node_class_impurities(
-            state["value"], state["weighted_n_node_samples"], criterion, state["impurity"]
+            state["value"],
+            state["weighted_n_node_samples"],
+            criterion,
+            state["impurity"],
+            shipped.get("n_outputs", 1),
         )
     return state
 
@@ -397,6 +407,7 @@ def expand_shipped(shipped, thresholds):
 # What a shipped state holds besides the arrays ``expand_shipped`` gives back as they are.
 _NOT_IN_ARRAYS = (
     "wire",
+    "n_outputs",
     "max_depth",
     "n_nodes",
     "weighted_class_counts",
@@ -538,7 +549,7 @@ def value_and_weight(state):
         return node_moments(state, weight)[0], weight
     counts = node_counts(state)
     value, weight = np.empty(counts.shape), np.empty(len(counts))
-    class_fractions(counts, value, weight)
+    class_fractions(counts, value, weight, state.get("n_outputs", 1))
     return value, weight
 
 
@@ -829,14 +840,20 @@ def _split_thresholds(thresholds, feature, bin_threshold, bitset_idx, out):
 
 
 @njit(cache=True, nogil=True)
-def node_class_impurities(value, weighted_n_node_samples, criterion, out):
-    """Each node's impurity from its class fractions and weight (``criteria.class_impurity``)."""
+def node_class_impurities(value, weighted_n_node_samples, criterion, out, n_outputs=1):
+    """Each node's impurity from its class fractions and weight (``criteria.class_impurity``;
+    with ``n_outputs`` class columns, the mean of their blocks', ``outputs_class_impurity``)."""
     for i in range(value.shape[0]):
-        out[i] = class_impurity(value[i], weighted_n_node_samples[i], criterion)
+        if n_outputs == 1:
+            out[i] = class_impurity(value[i], weighted_n_node_samples[i], criterion)
+        elif weighted_n_node_samples[i] > 0.0:
+            out[i] = outputs_class_impurity(value[i], 1.0, criterion, n_outputs)
+        else:
+            out[i] = 0.0
 
 
 @njit(cache=True, nogil=True)
-def class_fractions(counts, value, weight):
+def class_fractions(counts, value, weight, n_outputs=1):
     """Each node's weight and class fractions from its weighted class counts
     (``node_class_fractions``).
 
@@ -847,9 +864,17 @@ def class_fractions(counts, value, weight):
         Written: the class fractions.
     weight : ndarray of float64, shape (n_nodes,)
         Written: the node weights.
+    n_outputs : int, default=1
+        Class columns: the counts are that many blocks (``criteria``), each made fractions of
+        its own sum; a node's weight is the first block's.
     """
+    block = counts.shape[1] // n_outputs
     for i in range(counts.shape[0]):
-        weight[i] = node_class_fractions(counts[i], value[i])
+        weight[i] = node_class_fractions(counts[i, :block], value[i, :block])
+        for o in range(1, n_outputs):
+            node_class_fractions(
+                counts[i, o * block : (o + 1) * block], value[i, o * block : (o + 1) * block]
+            )
 
 
 @njit(cache=True, inline="always")

@@ -55,9 +55,11 @@ def encode(
     buffers=None,
     depth_first=False,
     exact=False,
+    n_outputs=1,
 ):
     """The shipped state of the tree ``Tree.from_growth(nodes, values, bitsets, thresholds,
-    n_features, criterion)`` would build (``grower.grow`` records, ``criterion`` the tree's).
+    n_features, criterion, exact, n_outputs)`` would build (``grower.grow`` records,
+    ``criterion`` the tree's).
 
     A classifier ships its nodes' weighted class counts instead of their fractions and weights,
     which the client derives from them bit for bit (``tree.class_fractions``); of its leaves
@@ -71,7 +73,8 @@ def encode(
     not checked again. ``exact`` (``GrowthParams.own_moments``: monotonic constraints, whose
     clipped values do not give the nodes' impurities, or Poisson deviances, which do not pool as
     variances): every node's impurity shipped as grown, and a regressor's every node's
-    mean (``Tree.from_growth``'s ``exact``).
+    mean (``Tree.from_growth``'s ``exact``). ``n_outputs``: a classifier's class columns,
+    kept in the state (``"n_outputs"``) when more than one.
     """
     is_split = scratch_array(buffers, "is_split", len(nodes), bool)
     # The split fields have room for every node; the first n_split are written.
@@ -122,7 +125,15 @@ def encode(
     else:
         _put_summable(state, kinds, compact, "weighted_class_counts", values, buffers)
         state["criterion"] = criterion
+        _put_outputs(state, n_outputs)
     return state
+
+
+def _put_outputs(state, n_outputs):
+    """Keep a classifier's ``n_outputs`` class columns in its state, when more than one: a
+    single-output state stays as it was."""
+    if n_outputs > 1:
+        state["n_outputs"] = int(n_outputs)
 
 
 def _put_split_fields(state, compact, n_features, bitsets, buffers=None, depth_first=False):
@@ -284,13 +295,14 @@ SUMMABLE = {
 }
 
 
-def state_of(tree, criterion, class_counts=None):
+def state_of(tree, criterion, class_counts=None, n_outputs=1):
     """The ``encode`` state of a fitted ``tree`` (criterion ``criterion``): a shipped tree's
     own, or that of a tree with its arrays (a single tree, a pruned one), whose raw thresholds
     and classification impurities are the ones ``encode`` drops as derived. A classifier's
     ``class_counts`` (n_nodes, n_classes), its nodes' weighted class counts, are shipped
     instead of its fractions and weights, as ``encode`` ships them (the fractions derived from
-    them are ``tree.value`` when they are the counts it was made from)."""
+    them are ``tree.value`` when they are the counts it was made from). ``n_outputs``: a
+    classifier's class columns."""
     if tree.shipped_state is not None:
         return tree.shipped_state
     is_split = tree.children_left != TREE_LEAF
@@ -306,6 +318,8 @@ def state_of(tree, criterion, class_counts=None):
     n_node_samples = tree.n_node_samples.astype(_count_dtype(tree.n_node_samples))
     kinds = _node_kinds(is_split)
     _put_summable(state, kinds, compact, "n_node_samples", n_node_samples)
+    if not is_regression(criterion):
+        _put_outputs(state, n_outputs)
     if not is_regression(criterion) and class_counts is not None:
         _put_summable(state, kinds, compact, "weighted_class_counts", class_counts)
         state["criterion"] = criterion
@@ -324,7 +338,9 @@ def _with_own_impurities(state, tree, criterion):
     """A classifier's ``state`` with the tree's impurities when its class fractions do not
     give them (monotonic constraints clip the fractions, not the impurities)."""
     derived = np.empty(tree.node_count)
-    node_class_impurities(tree.value, tree.weighted_n_node_samples, criterion, derived)
+    node_class_impurities(
+        tree.value, tree.weighted_n_node_samples, criterion, derived, state.get("n_outputs", 1)
+    )
     if not np.array_equal(derived, tree.impurity):
         state["impurity"] = tree.impurity
     return state
