@@ -207,8 +207,13 @@ PARAMETERS: dict[str, Rule] = {
     ),
     # classifiers ("balanced_subsample": forests only)
     "class_weight": Rule(
-        'a dict, "balanced", "balanced_subsample" or None',
-        lambda v: v is None or isinstance(v, dict) or v in ("balanced", "balanced_subsample"),
+        'a dict, a list of dicts (one per column of y), "balanced", "balanced_subsample" or None',
+        lambda v: (
+            v is None
+            or isinstance(v, dict)
+            or (isinstance(v, list) and all(isinstance(d, dict) for d in v))
+            or v in ("balanced", "balanced_subsample")
+        ),
     ),
 }
 
@@ -437,8 +442,9 @@ def check_multi_output(
     params: GrowthParams, criterion: str, is_categorical, n_outputs: int, names=None
 ) -> None:
     """Refuse what a tree on ``n_outputs`` > 1 target columns cannot take: the Poisson
-    criterion, monotonic constraints (scikit-learn refuses them too) and categorical features,
-    whose categories are ordered by one target's means. ``names``: the features' names, for
+    criterion and the gain ratio, monotonic constraints (scikit-learn refuses them too) and
+    categorical features, whose categories are ordered by one target's means or one class's
+    share. ``names``: the features' names, for
     the message."""
     if n_outputs <= 1:
         return
@@ -446,6 +452,11 @@ def check_multi_output(
         raise ValueError(
             f"criterion='poisson' takes one target; y has {n_outputs} columns: use "
             "'squared_error', or fit one model per column"
+        )
+    if criterion == "gain_ratio":
+        raise ValueError(
+            f"criterion='gain_ratio' divides one target's entropy gain by the split information; "
+            f"y has {n_outputs} columns: use 'entropy', 'log_loss', 'gini' or 'misclassification'"
         )
     if np.asarray(params.monotonic, dtype=np.int8).any():
         raise ValueError(
@@ -457,8 +468,8 @@ def check_multi_output(
         label = [str(names[j]) if names is not None else int(j) for j in categorical]
         raise ValueError(
             f"features {label} are categorical, and y has {n_outputs} columns: a split orders "
-            "categories by one target's means. Encode them as numbers, or fit one model per "
-            "column"
+            "categories by one target's means or one class's share. Encode them as numbers, or "
+            "fit one model per column"
         )
 
 

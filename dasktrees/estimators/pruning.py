@@ -20,6 +20,7 @@ from sklearn.model_selection import KFold
 from sklearn.utils import Bunch
 from sklearn.utils.validation import check_is_fitted, column_or_1d
 
+from ..core import class_outputs
 from ..core.dtypes import TREE_LEAF
 from ..core.validation import check_2d, check_single_output
 from ..distributed.client import find_client
@@ -212,10 +213,14 @@ def _fold_errors(template, alphas, scoring, X, y, train, test):
 
 
 def _error(est, nodes, y):
-    """Misclassification rate (classifiers) or mean squared error (regressors; averaged over
-    the target columns of a multi-output tree) of predicting the value of ``nodes[i]`` of
-    ``est.tree_`` for target ``y[i]``."""
+    """Misclassification rate (classifiers: of rows with any class column wrong, scikit-learn's
+    subset accuracy, on several) or mean squared error (regressors; averaged over the target
+    columns of a multi-output tree) of predicting the value of ``nodes[i]`` of ``est.tree_``
+    for target ``y[i]``."""
     value = est.tree_.value[nodes]
+    if is_classifier(est) and getattr(est, "n_outputs_", 1) > 1:
+        wrong = class_outputs.column_labels(value, est.classes_) != np.asarray(y)
+        return float(np.mean(wrong.any(axis=1)))
     if is_classifier(est):
         return float(np.mean(est.classes_.take(np.argmax(value, axis=1)) != y))
     return float(np.mean((np.reshape(y, value.shape) - value) ** 2))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -14,6 +15,7 @@ from sklearn.utils.class_weight import compute_sample_weight
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_consistent_length, check_is_fitted, validate_data
 
+from ..core import class_outputs
 from ..core.params import (
     check_monotonic_data,
     check_multi_output,
@@ -90,8 +92,7 @@ class BaseDecisionTree(BaseEstimator):
         n_samples, n_features = X.shape
         if n_samples < 2:
             raise ValueError(f"X has {n_samples} sample; at least 2 are needed to fit a tree")
-        # (regression only, for now: a classifier's 2-d y is refused with scikit-learn's words)
-        y = check_target(y, n_samples, is_classifier, multi_output=not is_classifier)
+        y = check_target(y, n_samples, is_classifier, multi_output=True)
         check_consistent_length(X, y)
         n_outputs = 1 if y.ndim == 1 else y.shape[1]
         names = getattr(self, "feature_names_in_", None)
@@ -99,13 +100,21 @@ class BaseDecisionTree(BaseEstimator):
         if not is_classifier and self.criterion == "poisson":
             check_poisson_target(y.min(), y.sum())
         weights = check_sample_weight(sample_weight, n_samples)
+        n_values = n_outputs  # what a node holds: target columns, or classes
         if is_classifier:
             check_classification_targets(y)
-            self.classes_, y_codes = np.unique(y, return_inverse=True)
-            self.n_classes_ = len(self.classes_)
+            n_classes: Any
+            if n_outputs == 1:
+                self.classes_, y_codes = np.unique(y, return_inverse=True)
+                n_classes = n_values = len(self.classes_)
+                y_fit = y_codes.astype(np.float64)
+            else:  # as scikit-learn's: a list of classes, an array of their counts
+                self.classes_, y_fit = class_outputs.encode_columns(y)
+                n_classes = np.array([len(c) for c in self.classes_], dtype=np.intp)
+                n_values = n_outputs * class_outputs.block_size(n_classes)
+            self.n_classes_ = n_classes
             if self.class_weight is not None:
                 weights = weights * compute_sample_weight(self.class_weight, y)
-            y_fit = y_codes.astype(np.float64)
         else:
             y_fit = y
         seed = int(check_random_state(self.random_state).randint(np.iinfo(np.int32).max))
@@ -121,23 +130,17 @@ class BaseDecisionTree(BaseEstimator):
             categorical_features=self.categorical_features,
             random_state=seed,
         ).fit(X_in_fit, row_ids=in_fit)
-        check_monotonic_data(
-            params, self.bin_mapper_.is_categorical_, self.n_classes_ if is_classifier else 1, names
-        )
         check_multi_output(
             params, self.criterion, self.bin_mapper_.is_categorical_, n_outputs, names
+        )
+        check_monotonic_data(
+            params, self.bin_mapper_.is_categorical_, n_values if is_classifier else 1, names
         )
         codes = self.bin_mapper_.transform(X)
         self.max_features_ = params.max_features
         self.n_outputs_ = n_outputs
         self.tree_ = grow_tree(
-            codes,
-            y_fit,
-            weights,
-            self.bin_mapper_.kernel_arrays(),
-            params,
-            self.n_classes_ if is_classifier else n_outputs,
-            seed,
+            codes, y_fit, weights, self.bin_mapper_.kernel_arrays(), params, n_values, seed
         )
         return self
 
@@ -213,21 +216,25 @@ class BaseDecisionTree(BaseEstimator):
         Returns
         -------
         ndarray of shape (n_samples, n_features) for a regressor ((n_samples, n_features, k)
-        on k target columns) and (n_samples, n_features, n_classes) for a classifier; with
-        ``shap_expected_value_`` each row sums to its prediction (class probabilities for a
-        classifier).
+        on k target columns) and (n_samples, n_features, n_classes) for a classifier (on k
+        class columns, a list of k such arrays); with ``shap_expected_value_`` each row sums
+        to its prediction (class probabilities for a classifier).
         """
         encoded = self._encode(X)
         values = treeshap.shap_values(treeshap.explained_table([self.tree_]), encoded)
+        if hasattr(self, "classes_") and self.n_outputs_ > 1:
+            return class_outputs.column_blocks(values, self.n_classes_)
         return values if hasattr(self, "classes_") or self.n_outputs_ > 1 else values[:, :, 0]
 
     @property
     def shap_expected_value_(self) -> float | np.ndarray:
         """What the SHAP values add to: the leaves' values weighted by their training cover (a
         float for a regressor, ndarray (k,) on k target columns, ndarray (n_classes,) for a
-        classifier)."""
+        classifier, a list of k such arrays on k class columns)."""
         check_is_fitted(self, "tree_")
         expected = treeshap.explained_table([self.tree_]).expected_values()[0]
+        if hasattr(self, "classes_") and self.n_outputs_ > 1:
+            return class_outputs.column_blocks(expected, self.n_classes_)
         return expected if hasattr(self, "classes_") or self.n_outputs_ > 1 else float(expected[0])
 
     def save(self, path: str | os.PathLike) -> None:
@@ -342,6 +349,12 @@ class DecisionTreeClassifier(ClassifierMixin, BaseDecisionTree):
         )
         self.class_weight = class_weight
 
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.target_tags.multi_output = True  # several class columns, multilabel ones among them
+        tags.classifier_tags.multi_label = True
+        return tags
+
     @uses_n_jobs
     def fit(
         self, X: ArrayLike, y: ArrayLike, sample_weight: ArrayLike | None = None
@@ -350,22 +363,29 @@ class DecisionTreeClassifier(ClassifierMixin, BaseDecisionTree):
         return self._fit(X, y, sample_weight, is_classifier=True)
 
     @uses_n_jobs
-    def predict_proba(self, X: ArrayLike) -> np.ndarray:
+    def predict_proba(self, X: ArrayLike) -> np.ndarray | list[np.ndarray]:
         """Class probabilities: weighted class fractions of each sample's leaf,
-        shape (n_samples, n_classes)."""
+        shape (n_samples, n_classes); on k class columns a list of k such arrays."""
         encoded = self._encode(X)
-        return self.tree_.predict(encoded)
+        proba = self.tree_.predict(encoded)
+        return (
+            proba if self.n_outputs_ == 1 else class_outputs.column_blocks(proba, self.n_classes_)
+        )
 
     @uses_n_jobs
-    def predict_log_proba(self, X: ArrayLike) -> np.ndarray:
+    def predict_log_proba(self, X: ArrayLike) -> np.ndarray | list[np.ndarray]:
         """Logarithm of ``predict_proba``."""
-        return log_proba(self.predict_proba(X))
+        proba = self.predict_proba(X)
+        return log_proba(proba) if self.n_outputs_ == 1 else [log_proba(p) for p in proba]
 
     @uses_n_jobs
     def predict(self, X: ArrayLike) -> np.ndarray:
-        """Most probable class of each sample."""
+        """Most probable class of each sample: shape (n_samples,), or (n_samples, k) on k class
+        columns (of the first column's classes' dtype, as scikit-learn's)."""
         leaves = self.apply(X)
-        node_class = np.argmax(self.tree_.value, axis=1)  # per node, cheaper than per sample
+        if self.n_outputs_ > 1:  # per node, cheaper than per sample
+            return class_outputs.column_labels(self.tree_.value, self.classes_)[leaves]
+        node_class = np.argmax(self.tree_.value, axis=1)
         return self.classes_.take(node_class[leaves])
 
 

@@ -24,6 +24,8 @@ Two differences need care:
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import sklearn.ensemble
 import sklearn.tree
@@ -172,8 +174,13 @@ def forest_to_sklearn(forest: BaseEstimator) -> BaseEstimator:
     # the forest's tree parameters (BaseEnsemble._make_estimator).
     out.estimator_ = out.estimator
     tree_params = {name: getattr(out, name) for name in out.estimator_params}
-    # scikit-learn's forests fit their trees on class indices, and so do ours.
-    tree_classes = np.arange(forest.n_classes_, dtype=np.float64) if classifier else None
+    # scikit-learn's forests fit their trees on class indices, and so do ours (a list of each
+    # column's for several class columns).
+    tree_classes: Any = None
+    if classifier and isinstance(forest.classes_, list):
+        tree_classes = [np.arange(len(c), dtype=np.float64) for c in forest.classes_]
+    elif classifier:
+        tree_classes = np.arange(forest.n_classes_, dtype=np.float64)
     out.estimators_ = []
     for est in forest.estimators_:
         tree = clone(out.estimator_).set_params(**tree_params)
@@ -221,21 +228,24 @@ def _set_tree(out, estimator, tree, classes, votes=False):
     ``votes``, each node's value is the one-hot vote for its majority class)."""
     n_values = tree.n_values
     n_outputs = getattr(estimator, "n_outputs_", 1)
-    out.tree_ = _sklearn_tree(tree.expanded(), n_values, votes, n_outputs)
+    columns = [len(c) for c in classes] if isinstance(classes, list) else None
+    out.tree_ = _sklearn_tree(tree.expanded(), n_values, votes, n_outputs, columns)
     out.n_features_in_ = tree.n_features
     out.max_features_ = estimator.max_features_
     out.n_outputs_ = n_outputs
     if classes is not None:
         out.classes_ = classes
-        out.n_classes_ = n_values
+        out.n_classes_ = n_values if columns is None else np.array(columns, dtype=np.intp)
 
 
-def _sklearn_tree(tree, n_values, votes=False, n_outputs=1):
+def _sklearn_tree(tree, n_values, votes=False, n_outputs=1, column_classes=None):
     """Our ``tree.Tree`` as a ``sklearn.tree._tree.Tree``.
 
     ``value`` gains scikit-learn's output axis: (node_count, 1, n_classes) class fractions, as
     scikit-learn stores them since 1.4, or (node_count, 1, 1) means, or (node_count, k, 1) the
-    means of a regression tree's ``n_outputs`` = k target columns; with ``votes``, one-hot votes
+    means of a regression tree's ``n_outputs`` = k target columns, or (node_count, k, the most
+    classes of a column) the fractions of k class columns of ``column_classes`` classes each
+    (our blocks, ``class_outputs``, cut to scikit-learn's width); with ``votes``, one-hot votes
     for each node's majority class (the first of equal ones, as our hard vote).
     """
     nodes = np.zeros(tree.node_count, dtype=NODE_DTYPE)
@@ -249,9 +259,15 @@ def _sklearn_tree(tree, n_values, votes=False, n_outputs=1):
     nodes["weighted_n_node_samples"] = tree.weighted_n_node_samples
     nodes["missing_go_to_left"] = tree.missing_go_to_left
     value = one_hot_votes(tree.value) if votes else tree.value
-    # (k target columns: one "class" each, scikit-learn's regression layout)
-    shape = (n_outputs, 1) if n_outputs > 1 else (1, n_values)
-    out = SkTree(tree.n_features, np.full(shape[0], shape[1], dtype=np.intp), shape[0])
+    if column_classes is not None:  # k class columns: the blocks, cut to the widest column
+        width = max(column_classes)
+        value = value.reshape(tree.node_count, n_outputs, -1)[:, :, :width]
+        n_classes = np.array(column_classes, dtype=np.intp)
+        shape = (n_outputs, width)
+    else:  # (k target columns: one "class" each, scikit-learn's regression layout)
+        shape = (n_outputs, 1) if n_outputs > 1 else (1, n_values)
+        n_classes = np.full(shape[0], shape[1], dtype=np.intp)
+    out = SkTree(tree.n_features, n_classes, shape[0])
     out.__setstate__(
         {
             "max_depth": tree.max_depth,
