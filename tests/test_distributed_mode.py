@@ -383,6 +383,7 @@ def test_auto_mode_grows_across_workers_only_when_a_tree_does_not_fit(binary):
     class Spec:
         lam = 1.0
         n_classes = 2
+        n_outputs = 1
         balanced_subsample = False
 
         class params:

@@ -25,6 +25,7 @@ from scipy.sparse import csr_matrix, issparse
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import column_or_1d
 
+from ..core import class_outputs
 from ..core.validation import (
     NOTHING_TO_FIT,
     check_2d,
@@ -56,10 +57,20 @@ class TrainingData:
     parts: list  # futures of BinnedPartition, in row order
     offsets: np.ndarray  # int64 (n_parts + 1,)
     bin_mapper: BinMapper
-    classes: np.ndarray  # None for regression
+    classes: Any  # ndarray; a list of them, one per column, for k class columns; None: regression
     is_dask: bool  # the input was a dask collection
     row_chunks: tuple  # rows per block, to build dask outputs aligned with the input
-    n_outputs: int = 1  # target columns (a regression's y may have several)
+    n_outputs: int = 1  # target columns
+
+    @property
+    def n_values(self) -> int:
+        """Values a tree's node holds: classes (k blocks of K for k class columns,
+        ``class_outputs``), or target columns (regression)."""
+        if self.classes is None:
+            return self.n_outputs
+        if self.n_outputs == 1:
+            return len(self.classes)
+        return self.n_outputs * class_outputs.block_size([len(c) for c in self.classes])
 
     @property
     def n_rows(self) -> int:
@@ -212,13 +223,14 @@ def _fit_mapper(mapper, *pieces):
 
 
 def _block_labels(y, w, n_rows, is_classifier):
-    """Distinct labels (classification) or the smallest target, the targets' sum and the
-    number of target columns (regression), and rows in the fit, of one block; checks y."""
-    y = check_target(y, n_rows, is_classifier, multi_output=not is_classifier)
+    """Distinct labels (classification: a list of each column's for k class columns) or the
+    smallest target, the targets' sum and the number of target columns (regression), and rows
+    in the fit, of one block; checks y."""
+    y = check_target(y, n_rows, is_classifier, multi_output=True)
     labels: Any
     if is_classifier:
         check_classification_targets(y)  # a continuous or infinite y is no class label
-        labels = np.unique(y)
+        labels = np.unique(y) if y.ndim == 1 else [np.unique(column) for column in y.T]
     else:
         extremes = (float(y.min()), float(y.sum())) if len(y) else (0.0, 0.0)
         labels = (*extremes, 1 if y.ndim == 1 else y.shape[1])
@@ -231,12 +243,13 @@ def _all_labels(is_classifier, poisson, *blocks):
     columns, from every block's ``_block_labels``; at least two rows must have a positive
     weight, and for the Poisson criterion (``poisson``) y must be Poisson targets
     (``check_poisson_target``)."""
-    n_outputs = 1
-    if not is_classifier:
+    if is_classifier:  # one array of labels, or a list of each column's
+        widths = sorted({len(b[0]) if isinstance(b[0], list) else 1 for b in blocks})
+    else:
         widths = sorted({b[0][2] for b in blocks})
-        if len(widths) > 1:
-            raise ValueError(f"y: its blocks have different numbers of columns, {widths}")
-        n_outputs = widths[0]
+    if len(widths) > 1:
+        raise ValueError(f"y: its blocks have different numbers of columns, {widths}")
+    n_outputs = widths[0]
     if poisson:
         check_poisson_target(min(b[0][0] for b in blocks), sum(b[0][1] for b in blocks))
     n_in_fit = sum(n for _, n in blocks)
@@ -245,12 +258,20 @@ def _all_labels(is_classifier, poisson, *blocks):
     if n_in_fit < 2:
         samples = "sample" if n_in_fit == 1 else "samples"
         raise ValueError(f"X has {n_in_fit} {samples} with positive weight; at least 2 are needed")
-    classes = np.unique(np.concatenate([u for u, _ in blocks])) if is_classifier else None
+    classes: Any = None
+    if is_classifier and n_outputs == 1:
+        classes = np.unique(np.concatenate([u for u, _ in blocks]))
+    elif is_classifier:
+        classes = [np.unique(np.concatenate([u[o] for u, _ in blocks])) for o in range(n_outputs)]
     return classes, n_in_fit, n_outputs
 
 
 def _class_counts(y, classes):
-    return np.bincount(np.searchsorted(classes, y), minlength=len(classes))
+    """Rows of each class in a block's labels ``y``; a list, one per column, for k columns."""
+    if isinstance(classes, list):
+        y = np.asarray(y).reshape(len(y), -1)
+        return [_class_counts(y[:, o], c) for o, c in enumerate(classes)]
+    return np.bincount(np.searchsorted(classes, np.ravel(y)), minlength=len(classes))
 
 
 def _bin_block(mapper, x, y, w, first_row, classes, class_weights):
@@ -260,7 +281,16 @@ def _bin_block(mapper, x, y, w, first_row, classes, class_weights):
     codes = mapper.transform(x)
     y = np.asarray(y)
     weights = _block_weights(w, n).copy()
-    if classes is not None:
+    if isinstance(classes, list):  # k class columns: (n, k) codes, weights the columns' product
+        y = y.reshape(n, -1)
+        codes_y = np.empty(y.shape)
+        for o, classes_o in enumerate(classes):
+            column_codes = np.searchsorted(classes_o, y[:, o])
+            if class_weights is not None:
+                weights *= class_weights[o][column_codes]
+            codes_y[:, o] = column_codes
+        y = codes_y
+    elif classes is not None:
         y_codes = np.searchsorted(classes, y.ravel())
         if class_weights is not None:
             weights *= class_weights[y_codes]
@@ -353,7 +383,29 @@ def prepare(
 
 def _class_weight_vector(class_weight, classes, *counts):
     """Weight of each class: scikit-learn's "balanced" (n / (K * count_k)) or a dict, from each
-    block's class counts."""
+    block's class counts; for k class columns (``classes`` a list) a list of each column's,
+    from "balanced" or a list of k dicts, as scikit-learn's ``compute_sample_weight``."""
+    if isinstance(classes, list):
+        if isinstance(class_weight, dict) or (
+            isinstance(class_weight, list) and len(class_weight) != len(classes)
+        ):
+            given = "a dict" if isinstance(class_weight, dict) else f"{len(class_weight)} dicts"
+            raise ValueError(
+                f"class_weight: y has {len(classes)} columns, so it takes a list of as many "
+                f'dicts (one per column) or "balanced"; got {given}'
+            )
+        weights = class_weight if isinstance(class_weight, list) else [class_weight] * len(classes)
+        return [
+            _class_weight_vector(w, c, *(block[o] for block in counts))
+            for o, (w, c) in enumerate(zip(weights, classes))
+        ]
+    if isinstance(class_weight, list):
+        if len(class_weight) != 1:
+            raise ValueError(
+                f"class_weight: a list of {len(class_weight)} dicts is for as many columns of y, "
+                "which has one"
+            )
+        class_weight = class_weight[0]
     totals = np.sum(counts, axis=0)
     if class_weight == "balanced":
         return totals.sum() / (len(classes) * np.maximum(totals, 1))

@@ -136,15 +136,16 @@ def supports(spec) -> bool:
 
 
 def _several_targets(spec) -> bool:
-    """Whether the trees are a regression's on several target columns."""
-    return is_regression(spec.params.criterion) and spec.n_classes > 1
+    """Whether the trees are on several target columns (a regression's, or class columns)."""
+    return (is_regression(spec.params.criterion) and spec.n_classes > 1) or spec.n_outputs > 1
 
 
 def check_supports(spec) -> None:
     """A ``ValueError`` saying why, unless distributed mode grows this forest's trees."""
     if _several_targets(spec):
+        n_columns = spec.n_outputs if spec.n_outputs > 1 else spec.n_classes
         raise ValueError(
-            f'mode="distributed" does not support y of {spec.n_classes} columns yet (its '
+            f'mode="distributed" does not support y of {n_columns} columns yet (its '
             'summed histograms carry one target): use mode="replicated" or "sampled"'
         )
     if not supports(spec):

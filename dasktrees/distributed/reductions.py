@@ -35,7 +35,7 @@ from ..forest.packing import PackedForest
 from ..forest.parts import ForestPart
 from ..forest.quantiles import LeafTargets, joined, predict_quantiles
 from ..forest.routing import leaves_of_codes
-from ..forest.voting import add_oob_votes, misclassified, tree_loss
+from ..forest.voting import add_oob_votes, misclassified, misclassified_columns, tree_loss
 from ..learner.sampling import tree_counts
 from ..learner.tree import goes_left_binned
 from .client import Client, Future, is_in_process, sending_large_data
@@ -115,7 +115,9 @@ def oob_block(
             n_oob,
         )
         if classification:
-            errors, scored = misclassified(votes, n_oob, block.y)
+            errors, scored = (misclassified if block.y.ndim == 1 else misclassified_columns)(
+                votes, n_oob, block.y
+            )
             curve.append((int(errors), int(scored)))
         else:
             scored = n_oob > 0
@@ -130,6 +132,8 @@ def oob_block(
             curve.append((loss, int(scored.sum())))
     if block.y.ndim == 1:
         return votes, n_oob, curve, target_sums(block.y, n_oob > 0)
+    if classification:  # k class columns (the sums of y are regression's R²)
+        return votes, n_oob, curve, (0, 0)
     return votes, n_oob, curve, tuple(target_sums(column, n_oob > 0) for column in block.y.T)
 
 

@@ -47,11 +47,18 @@ class ForestSpec:
 
     params: GrowthParams
     bins: BinArrays
-    n_classes: int  # 1 for regression
+    n_classes: int  # values a node holds: classes, or target columns (regression)
     seed: int
     lam: float  # Poisson mean of the row counts; 0: every count is 1
     n_features_tree: int  # features per tree (random subspace); n_features: all
     balanced_subsample: bool
+    # The classes of each of k class columns (multi-output classification); empty otherwise.
+    column_classes: tuple[int, ...] = ()
+
+    @property
+    def n_outputs(self) -> int:
+        """Class columns of a classification: k of a multi-output one, else 1."""
+        return max(1, len(self.column_classes))
 
 
 # Called with (trees grown, trees to grow) each time a tree task's trees reach the client.
@@ -105,10 +112,11 @@ def _grow_one(spec, tree, codes, y, weights, counts, workspace):
     ``workspace`` (``grower.Workspace``: one for all the trees of a task); returns its compact
     state (``grower.grow_tree_state``)."""
     if spec.balanced_subsample:
-        classes = y.astype(np.int64)
-        in_bag = np.bincount(classes, weights=counts, minlength=spec.n_classes)
-        balance = counts.sum() / (spec.n_classes * np.maximum(in_bag, 1.0))
-        weights = weights * balance[classes]
+        if spec.column_classes:  # k class columns: the product of their balances
+            for o, n_classes in enumerate(spec.column_classes):
+                weights = weights * _in_bag_balance(y[:, o], counts, n_classes)
+        else:
+            weights = weights * _in_bag_balance(y, counts, spec.n_classes)
     candidates = tree_subspace(spec.seed, tree, codes.shape[1], spec.n_features_tree)
     return grow_tree_state(
         codes,
@@ -123,10 +131,19 @@ def _grow_one(spec, tree, codes, y, weights, counts, workspace):
     )
 
 
+def _in_bag_balance(y, counts, n_classes):
+    """Each row's weight under ``class_weight="balanced_subsample"``: scikit-learn's balance
+    ``n / (K n_k)`` of the in-bag rows (drawn ``counts`` times) of its class in ``y``."""
+    classes = y.astype(np.int64)
+    in_bag = np.bincount(classes, weights=counts, minlength=n_classes)
+    balance = counts.sum() / (n_classes * np.maximum(in_bag, 1.0))
+    return balance[classes]
+
+
 def _workspace(spec, n_rows, n_features):
-    """Growth buffers for trees on up to ``n_rows`` rows (``n_classes`` is 1 for regression,
-    as is the number of values a regression node holds)."""
-    return Workspace.for_rows(n_rows, spec.n_classes, n_features, spec.params)
+    """Growth buffers for trees on up to ``n_rows`` rows, of ``spec.n_classes`` values a node
+    (classes, or target columns)."""
+    return Workspace.for_rows(n_rows, spec.n_classes, n_features, spec.params, spec.n_outputs)
 
 
 def _shipped(states: list[dict], ship: bool) -> np.ndarray | list[dict]:

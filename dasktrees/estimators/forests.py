@@ -28,6 +28,7 @@ from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin, clone
 from sklearn.utils import Bunch, check_random_state
 from sklearn.utils.validation import check_is_fitted, validate_data
 
+from ..core import class_outputs
 from ..core.params import (
     TREE_PARAMETERS,
     check_forest_params,
@@ -134,8 +135,7 @@ class BaseForest(BaseEstimator):
         n_features = X.shape[1]
         names = [str(c) for c in X.columns] if hasattr(X, "columns") else None
         warm = self.warm_start and hasattr(self, "estimators_")
-        # (a classifier's 2-d y: refused as it is checked)
-        n_outputs = 1 if is_classifier else _target_columns(y)
+        n_outputs = _target_columns(y)
         self._check_outputs(n_outputs, warm)
         if warm:
             self._needs_one_fit("a warm start")
@@ -190,15 +190,14 @@ class BaseForest(BaseEstimator):
             )
             is_categorical = data.bin_mapper.is_categorical_
             check_multi_output(params, self.criterion, is_categorical, data.n_outputs, names)
-            # The values a node holds: classes, or target columns.
-            n_classes = len(data.classes) if is_classifier else data.n_outputs
             check_monotonic_data(
-                params, is_categorical, len(data.classes) if is_classifier else 1, names
+                params, is_categorical, data.n_values if is_classifier else 1, names
             )
+            several_columns = is_classifier and data.n_outputs > 1
             spec = ForestSpec(
                 params=params,
                 bins=data.bin_mapper.kernel_arrays(),
-                n_classes=n_classes,
+                n_classes=data.n_values,  # what a node holds: classes, or target columns
                 seed=self._seed,
                 lam=sampling_rate(self.bootstrap, self.max_samples, data.n_rows),
                 n_features_tree=(
@@ -209,6 +208,7 @@ class BaseForest(BaseEstimator):
                     )
                 ),
                 balanced_subsample=class_weight == "balanced_subsample",
+                column_classes=(tuple(len(c) for c in data.classes) if several_columns else ()),
             )
             if self.n_estimators == "auto":
                 if on_workers:  # a warm start of a forest on the workers
@@ -335,6 +335,8 @@ class BaseForest(BaseEstimator):
         return True
 
     def _set_fitted(self, data, params, new_trees, warm, is_classifier):
+        if warm and not isinstance(new_trees, TreeShards) and not new_trees:
+            return  # no tree added: the forest stays as it is, where it is
         self.bin_mapper_ = data.bin_mapper
         self._n_rows = data.n_rows
         # For local input validate_data set the two below already, to the same values; a dask
@@ -344,11 +346,10 @@ class BaseForest(BaseEstimator):
             self.feature_names_in_ = data.bin_mapper.feature_names_in_
         self.max_features_ = params.max_features
         self.n_outputs_ = data.n_outputs
-        if is_classifier:
+        if is_classifier:  # lists for k class columns, as scikit-learn's
             self.classes_ = data.classes
-            self.n_classes_ = len(data.classes)
-        if warm and not isinstance(new_trees, TreeShards) and not new_trees:
-            return  # no tree added: the trees stay as they are, where they are
+            several = isinstance(data.classes, list)
+            self.n_classes_ = [len(c) for c in data.classes] if several else len(data.classes)
         if isinstance(new_trees, TreeShards):
             existing = self._tree_shards
             shards = join_shards([existing, new_trees]) if warm and existing else new_trees
@@ -411,19 +412,25 @@ class BaseForest(BaseEstimator):
         return skeleton
 
     def _n_values(self) -> int:
-        """Values a tree's leaf holds: the classes, or the target columns (1 but for a
-        multi-output regression)."""
-        return len(self.classes_) if hasattr(self, "classes_") else self._n_outputs()
+        """Values a tree's leaf holds: the classes (blocks of them for k class columns,
+        ``class_outputs``), or the target columns (1 but for a multi-output regression)."""
+        if not hasattr(self, "classes_"):
+            return self._n_outputs()
+        if self._n_outputs() == 1:
+            return len(self.classes_)
+        return self._n_outputs() * class_outputs.block_size(self.n_classes_)
 
     def _n_outputs(self) -> int:
         """The target columns the forest was fitted on (a model of an earlier version: 1)."""
         return getattr(self, "n_outputs_", 1)
 
     def _check_outputs(self, n_outputs, warm):
-        """Refuse, before any work, what a regression on ``n_outputs`` target columns does not
+        """Refuse, before any work, what a forest on ``n_outputs`` target columns does not
         take yet (docs/forests.md, "Several target columns"), and a warm start that would
-        change the number of columns."""
-        if warm and n_outputs != self._n_outputs():
+        change the number of columns of its trees or out-of-bag results (one that adds
+        neither only warns, as scikit-learn's)."""
+        adds = warm and (self.n_estimators != len(self.estimators_) or bool(self.oob_score))
+        if adds and n_outputs != self._n_outputs():
             raise ValueError(
                 f"warm_start: y has {n_outputs} columns but the forest was fitted on "
                 f"{self._n_outputs()}; fit without warm_start=True"
@@ -436,6 +443,7 @@ class BaseForest(BaseEstimator):
             "aggregation": getattr(self, "aggregation", "mean") != "mean",
             "tree_storage": self.tree_storage == "workers",
             "mode": self.mode == "distributed",
+            "voting": getattr(self, "voting", "soft") == "hard",
         }
         for name, value in refused.items():
             if value:
@@ -608,9 +616,12 @@ class BaseForest(BaseEstimator):
             est.feature_names_in_ = self.feature_names_in_
         est.max_features_ = self.max_features_
         est.n_outputs_ = self._n_outputs()
-        if hasattr(self, "classes_"):
+        if hasattr(self, "classes_"):  # (a tree's n_classes_ is an array for k class columns)
             est.classes_ = self.classes_
-            est.n_classes_ = self.n_classes_
+            several = isinstance(self.n_classes_, list)
+            est.n_classes_ = (
+                np.array(self.n_classes_, dtype=np.intp) if several else self.n_classes_
+            )
         return est
 
     @property
@@ -870,7 +881,10 @@ class BaseForest(BaseEstimator):
             parts, max_depth = map_parts(shards.parts, explained, hard), shards.max_depth
         op = ShapValues(self.n_estimators_, max_depth, self.n_features_in_, n_values)
         flat = self._by_rows(X, op, self.n_features_in_ * n_values, parts=parts)
-        return treeshap.shaped(flat, self.n_features_in_, n_values, hasattr(self, "classes_"))
+        values = treeshap.shaped(flat, self.n_features_in_, n_values, hasattr(self, "classes_"))
+        if hasattr(self, "classes_") and self._n_outputs() > 1:
+            return class_outputs.column_blocks(values, self.n_classes_)
+        return values
 
     @property
     def shap_expected_value_(self) -> float | np.ndarray:
@@ -887,6 +901,8 @@ class BaseForest(BaseEstimator):
                 shards.client.gather(map_parts(shards.parts, expected_values, hard))
             )
         expected = per_tree.mean(axis=0)
+        if hasattr(self, "classes_") and self._n_outputs() > 1:
+            return class_outputs.column_blocks(expected, self.n_classes_)
         several = hasattr(self, "classes_") or self._n_outputs() > 1
         return expected if several else float(expected[0])
 
@@ -1233,6 +1249,25 @@ def _plus_minus(values, q):
     return np.stack([values - q, values + q], axis=1)
 
 
+def _log_proba(proba):
+    """``log_proba`` of a forest's probabilities, numpy or dask."""
+    if isinstance(proba, da.Array):
+        # What ``proba.map_blocks`` calls; dask types that method as a functools wrapper that
+        # mypy cannot call as a method.
+        return da.map_blocks(log_proba, proba, dtype=proba.dtype)
+    return log_proba(proba)
+
+
+def _classes_by_column(decision, n_outputs):
+    """Out-of-bag decisions of k class columns, (n_samples, k * K) in blocks, as scikit-learn's
+    (n_samples, K, k), K the most classes of a column (a column of fewer has zeros for the
+    others); numpy or dask."""
+    size = decision.shape[1] // n_outputs
+    if isinstance(decision, da.Array):
+        return decision.reshape((decision.shape[0], n_outputs, size)).transpose((0, 2, 1))
+    return decision.reshape(len(decision), n_outputs, size).transpose(0, 2, 1)
+
+
 def _most_probable(classes, proba):
     return classes.take(np.argmax(proba, axis=1))
 
@@ -1374,6 +1409,13 @@ REGRESSION_CRITERION_DOC = """
 
 
 class _ForestClassifierMixin(ClassifierMixin):
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        # several class columns ("Several target columns"), multilabel ones among them
+        tags.target_tags.multi_output = True
+        tags.classifier_tags.multi_label = True
+        return tags
+
     @uses_n_jobs
     def fit(self, X: Data, y: Data, sample_weight: Data | None = None) -> BaseForest:
         """Grow the forest on X and class labels y (numpy, pandas or dask)."""
@@ -1383,23 +1425,37 @@ class _ForestClassifierMixin(ClassifierMixin):
         return SOFT if self.voting == "soft" else HARD
 
     @uses_n_jobs
-    def predict_proba(self, X: Data) -> np.ndarray | da.Array:
-        """Mean class probability over trees (soft) or share of tree votes (hard)."""
-        return self._votes(X, self._voting_code())
+    def predict_proba(self, X: Data) -> Any:
+        """Mean class probability over trees (soft) or share of tree votes (hard): (n_samples,
+        n_classes), or on k class columns a list of k such arrays (as scikit-learn's)."""
+        proba = self._votes(X, self._voting_code())
+        if self._n_outputs() > 1:
+            return class_outputs.column_blocks(proba, self.n_classes_)
+        return proba
 
     @uses_n_jobs
-    def predict_log_proba(self, X: Data) -> np.ndarray | da.Array:
+    def predict_log_proba(self, X: Data) -> Any:
         """Logarithm of ``predict_proba`` (minus infinity where it is 0, without a warning)."""
         proba = self.predict_proba(X)
-        if isinstance(proba, da.Array):
-            # What ``proba.map_blocks`` calls; dask types that method as a functools wrapper
-            # that mypy cannot call as a method.
-            return da.map_blocks(log_proba, proba, dtype=proba.dtype)
-        return log_proba(proba)
+        if isinstance(proba, list):
+            return [_log_proba(p) for p in proba]
+        return _log_proba(proba)
 
     @uses_n_jobs
     def predict(self, X: Data) -> np.ndarray | da.Array:
-        """The class with the largest mean probability (soft) or most votes (hard)."""
+        """The class with the largest mean probability (soft) or most votes (hard): (n_samples,),
+        or (n_samples, k) on k class columns (of the first column's classes' dtype, as
+        scikit-learn's)."""
+        if self._n_outputs() > 1:
+            votes = self._votes(X, self._voting_code())
+            if isinstance(votes, da.Array):
+                return da.map_blocks(
+                    partial(class_outputs.column_labels, classes=self.classes_),
+                    votes,
+                    chunks=(votes.chunks[0], (self._n_outputs(),)),
+                    dtype=self.classes_[0].dtype,
+                )
+            return class_outputs.column_labels(votes, self.classes_)
         proba = self.predict_proba(X)
         if isinstance(proba, da.Array):
             # da.map_blocks, not the method: as in predict_log_proba. The classes only go with
@@ -1416,15 +1472,24 @@ class _ForestClassifierMixin(ClassifierMixin):
         decision, score, curve, _ = oob_estimates(
             client, draws, self._parts_on(client), lam, self._voting_code(), True
         )
-        self.oob_decision_function_ = decision
+        n_outputs = self._n_outputs()
+        # k class columns: (n_samples, K, k), as scikit-learn's (each column a block of K)
+        self.oob_decision_function_ = (
+            decision if n_outputs == 1 else _classes_by_column(decision, n_outputs)
+        )
         self.oob_curve_ = curve
         self.oob_score_ = score
         if callable(self.oob_score):
             y_true, decision = _scored_rows(client, draws.rows, decision)
-            self.oob_score_ = self.oob_score(
-                self.classes_.take(y_true.astype(np.int64)),
-                self.classes_.take(np.argmax(decision, axis=1)),
-            )
+            if n_outputs == 1:
+                labels = self.classes_.take(y_true.astype(np.int64))
+                predicted = self.classes_.take(np.argmax(decision, axis=1))
+            else:
+                labels = np.column_stack(
+                    [c.take(y_true[:, o].astype(np.int64)) for o, c in enumerate(self.classes_)]
+                )
+                predicted = class_outputs.column_labels(decision, self.classes_)
+            self.oob_score_ = self.oob_score(labels, predicted)
 
 
 class _ForestRegressorMixin(RegressorMixin):

@@ -183,6 +183,8 @@ def _check_compatible(first: BaseForest, other: BaseForest, k: int) -> None:
 
 
 def _equal(a, b) -> bool:
+    if isinstance(a, list) and isinstance(b, list):  # several class columns' classes
+        return len(a) == len(b) and all(_equal(x, y) for x, y in zip(a, b))
     if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
         a, b = np.asarray(a), np.asarray(b)
         return a.shape == b.shape and bool(np.all(a == b))

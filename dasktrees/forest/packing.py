@@ -46,6 +46,7 @@ from ..learner.tree import (
     node_class_fractions,
     packed_bit,
     shipped_values,
+    value_and_weight,
 )
 from .routing import SOFT, TREE_VALUE
 from .voting import by_row_chunks, vote_rows
@@ -114,8 +115,11 @@ class PackedForest:
                 "a forest of more than 2**31 - 1 split nodes or leaves cannot be packed"
             )
         self.nodes = np.empty(n_splits.sum(), dtype=PACKED_NODE_DTYPE)
+        # (Not the counts of k class columns: a leaf's fractions are taken block by block.)
         self.leaf_counts = all(
-            s is not None and s.get("leaf_class_counts", np.empty(0)).dtype in _PACKABLE_COUNTS
+            s is not None
+            and s.get("leaf_class_counts", np.empty(0)).dtype in _PACKABLE_COUNTS
+            and "n_outputs" not in s
             for s in states
         )
         # What the trees hold of their leaves that the forest holds as it is, the trees then
@@ -149,6 +153,8 @@ class PackedForest:
                 _pack_depth_first(*fields, *starts, self.nodes)
                 if not shared:
                     value, kind = shipped_values(state)
+                    if "n_outputs" in state:  # k class columns: fractions block by block
+                        value, kind = value_and_weight(state)[0], NODE_VALUES
                     _write_leaves(
                         state["is_split"], value, kind, n_nodes[t], leaf_starts[t], written
                     )

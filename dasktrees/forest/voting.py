@@ -196,6 +196,25 @@ def misclassified(votes, n_oob, y):
     return errors, scored
 
 
+@njit(cache=True, nogil=True)
+def misclassified_columns(votes, n_oob, y):
+    """``misclassified`` of k class columns (``y`` (n_rows, k) class indices, ``votes`` k
+    blocks of K classes): a row is misclassified when any column's voted class is not its own
+    (scikit-learn's subset accuracy)."""
+    n_outputs = y.shape[1]
+    size = votes.shape[1] // n_outputs
+    errors = 0.0
+    scored = 0.0
+    for i in range(votes.shape[0]):
+        if n_oob[i] > 0.0:
+            scored += 1.0
+            for o in range(n_outputs):
+                if np.argmax(votes[i, o * size : (o + 1) * size]) != np.int64(y[i, o]):
+                    errors += 1.0
+                    break
+    return errors, scored
+
+
 def one_hot_votes(values):
     """Each row's vote for its class of largest value, one-hot (the first of equal ones), as
     HARD voting counts a tree's vote from its leaf: ndarray of float64, the shape of
