@@ -14,6 +14,7 @@ from typing import Any, NoReturn
 
 import numpy as np
 
+from ..core import class_outputs
 from ..core.dtypes import BITSET_WORDS, MAX_BINS, TREE_LEAF
 from ..learner.tree import depth_first_children, fill_depths, split_fields
 from ..learner.wire import SUMMABLE, feature_dtype
@@ -103,6 +104,17 @@ _NAMES = (
 _OBJECT_OR_NULL = ("null or an object", lambda v: v is None or isinstance(v, dict))
 
 
+# A classifier's classes: one object, or a list of them, one per class column.
+_CLASSES_ENTRY = (
+    "null, an object, or a list of objects (one per class column)",
+    lambda v: (
+        v is None
+        or isinstance(v, dict)
+        or (isinstance(v, list) and all(isinstance(x, dict) for x in v))
+    ),
+)
+
+
 _SCORE = (
     'a number, "nan", "inf" or "-inf"',
     lambda v: (is_scalar(v) and not isinstance(v, (bool, str))) or v in ("nan", "inf", "-inf"),
@@ -117,7 +129,7 @@ _MANIFEST_FIELDS = {
     "params": _OBJECT,
     "fitted": _OBJECT,
     "feature_names": _NAMES,
-    "classes": _OBJECT_OR_NULL,
+    "classes": _CLASSES_ENTRY,
     "bins": _OBJECT,
     "trees": _OBJECT,
     "arrays": _OBJECT,
@@ -279,15 +291,21 @@ def _check_contents(manifest: Manifest, where: str) -> None:
         raise ValueError(f"{where}: {len(names)} feature_names for {n_features} features")
     _check_bins(manifest["bins"], n_features, f"{where}: bins")
     n_outputs = manifest["fitted"]["n_outputs_"]
-    if n_outputs < 1 or (kind[1] == "classification" and n_outputs != 1):
-        raise ValueError(
-            f"{where}: fitted: n_outputs_ is {n_outputs}; a {kind[1]} model has "
-            + ("one output" if kind[1] == "classification" else "at least one")
-        )
+    if n_outputs < 1:
+        raise ValueError(f"{where}: fitted: n_outputs_ is {n_outputs}; a model has at least one")
     if kind[1] == "classification":
-        classes = manifest["classes"]
-        _check_fields(classes, _CLASSES_FIELDS, f"{where}: classes")
-        n_values = len(decode_classes(classes, f"{where}: classes"))
+        classes = decode_class_columns(manifest["classes"], f"{where}: classes")
+        columns = len(classes) if isinstance(classes, list) else 1
+        if n_outputs != columns:
+            raise ValueError(
+                f"{where}: fitted: n_outputs_ is {n_outputs}, but the classes are of {columns} "
+                "column(s)"
+            )
+        n_values = (
+            n_outputs * class_outputs.block_size([len(c) for c in classes])
+            if isinstance(classes, list)
+            else len(classes)
+        )
     elif manifest["classes"] is not None:
         raise ValueError(f"{where}: a regressor has no classes")
     else:  # a leaf's mean of each target column
@@ -333,8 +351,27 @@ def _check_trees_entry(trees: Manifest, is_forest: bool, n_values: int, where: s
     if trees["n_values"] != n_values:
         raise ValueError(
             f"{where}: n_values is {trees['n_values']}, expected {n_values} "
-            "(the number of classes, 1 for a regressor)"
+            "(the classes, blocks of them for several class columns, or the target columns)"
         )
+
+
+def decode_class_columns(classes: Any, where: str) -> np.ndarray | list[np.ndarray]:
+    """A classifier's ``classes`` entry: one column's classes, or the list of each column's
+    for several class columns (a list of two or more entries), each checked."""
+    if isinstance(classes, list):
+        if len(classes) < 2:
+            raise ValueError(
+                f"{where}: a list of {len(classes)} entries; several class columns have two or "
+                "more, one column an object"
+            )
+        return [_decode_column(c, f"{where}[{o}]") for o, c in enumerate(classes)]
+    return _decode_column(classes, where)
+
+
+def _decode_column(classes: Any, where: str) -> np.ndarray:
+    """One column's ``classes`` entry, checked."""
+    _check_fields(classes, _CLASSES_FIELDS, where)
+    return decode_classes(classes, where)
 
 
 def decode_classes(classes: Manifest, where: str) -> np.ndarray:

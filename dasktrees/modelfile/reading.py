@@ -33,6 +33,7 @@ from .integrity import (
     check_leaf_targets,
     check_numbers,
     check_shipped_trees,
+    decode_class_columns,
     decode_classes,
     expected_dtypes,
     expected_shapes,
@@ -66,7 +67,11 @@ def describe(path: str | os.PathLike, estimators: Mapping[str, type]) -> dict[st
         "parameters": params,
         "features": manifest["feature_names"]
         or [f"x{i}" for i in range(manifest["fitted"]["n_features_in_"])],
-        "classes": classes["values"] if classes is not None else None,
+        "classes": (
+            [c["values"] for c in classes]
+            if isinstance(classes, list)
+            else (classes["values"] if classes is not None else None)
+        ),
         "trees": manifest["trees"]["n_trees"],
         "nodes": sum(manifest["trees"]["node_counts"]),
         "size_bytes": sum(f.stat().st_size for f in directory.iterdir() if f.is_file()),
@@ -116,7 +121,8 @@ def load(path: str | os.PathLike, estimators: Mapping[str, type]) -> Any:
     mapper = _build_bin_mapper(manifest["bins"], arrays["bin_edges"], arrays["bin_values"])
     trees = manifest["trees"]
     structure = check_shipped_trees(arrays, trees, mapper.is_categorical_, npz)
-    fitted_trees = _shipped_trees(arrays, trees, structure, mapper, _criterion(manifest))
+    columns = manifest["fitted"]["n_outputs_"] if manifest["classes"] is not None else 1
+    fitted_trees = _shipped_trees(arrays, trees, structure, mapper, _criterion(manifest), columns)
     n_leaves = sum(trees["node_counts"]) - sum(trees["split_counts"])
     leaf_targets = None
     if manifest["estimator"] in QUANTILE_FORESTS:
@@ -156,9 +162,11 @@ def _shipped_trees(
     structure: tuple[np.ndarray, np.ndarray],
     mapper: BinMapper,
     criterion: int,
+    class_columns: int = 1,
 ) -> list[Tree]:
     """The trees of a file, each kept in its shipped state (``Tree.shipped``): views of the
-    concatenated arrays, but for each tree's bits and depth."""
+    concatenated arrays, but for each tree's bits and depth; a classifier's of several
+    ``class_columns`` say so in their state (``wire.encode``)."""
     is_split, depth = structure
     counts = {
         "nodes": trees["node_counts"],
@@ -203,6 +211,8 @@ def _shipped_trees(
                 state[name] = arrays[name][cut[part_of.get(name, "nodes")]]
         if not is_regression(criterion):
             state["criterion"] = criterion
+        if class_columns > 1:
+            state["n_outputs"] = class_columns
         state["max_depth"] = int(depth[cut["nodes"]].max())
         state["n_nodes"] = trees["node_counts"][t]
         state["wire"] = True
@@ -252,7 +262,12 @@ def _build_estimator(
         setattr(estimator, name, float(value) if name in OOB_SCORES else value)
     if manifest["feature_names"] is not None:
         estimator.feature_names_in_ = np.asarray(manifest["feature_names"], dtype=object)
-    if manifest["classes"] is not None:
+    if isinstance(manifest["classes"], list):  # several class columns, as scikit-learn's
+        estimator.classes_ = decode_class_columns(manifest["classes"], MANIFEST)
+        n_classes = [len(c) for c in estimator.classes_]
+        is_tree = ESTIMATOR_KINDS[manifest["estimator"]][0] == "tree"
+        estimator.n_classes_ = np.array(n_classes, dtype=np.intp) if is_tree else n_classes
+    elif manifest["classes"] is not None:
         estimator.classes_ = decode_classes(manifest["classes"], MANIFEST)
         estimator.n_classes_ = len(estimator.classes_)
     estimator.bin_mapper_ = mapper

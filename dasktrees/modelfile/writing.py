@@ -87,7 +87,9 @@ def _describe(estimator: Any) -> tuple[Manifest, Arrays]:
     check_is_fitted(estimator, "estimators_" if is_forest else "tree_")
     trees = [est.tree_ for est in estimator.estimators_] if is_forest else [estimator.tree_]
     criterion = _criterion(estimator)
-    states = [state_of(tree, criterion) for tree in trees]
+    # a classifier's class columns (kept in each state, ``wire.state_of``; not in the file)
+    columns = getattr(estimator, "n_outputs_", 1) if hasattr(estimator, "classes_") else 1
+    states = [state_of(tree, criterion, n_outputs=columns) for tree in trees]
     arrays = _tree_arrays(states)
     bins, arrays["bin_edges"], arrays["bin_values"] = _describe_bins(estimator.bin_mapper_)
     if hasattr(estimator, "oob_curve_"):
@@ -304,10 +306,13 @@ def _describe_bins(mapper: BinMapper) -> tuple[Manifest, np.ndarray, np.ndarray]
     return entry, np.concatenate(edges), np.concatenate(values)
 
 
-def _describe_classes(classes: np.ndarray | None) -> Manifest | None:
-    """Classes as JSON values plus their dtype, so that ints stay ints and strings strings."""
+def _describe_classes(classes: Any) -> Any:
+    """Classes as JSON values plus their dtype, so that ints stay ints and strings strings;
+    a list of such objects, one a column, for several class columns."""
     if classes is None:
         return None
+    if isinstance(classes, list):
+        return [_describe_classes(c) for c in classes]
     if classes.dtype.kind not in "biufUO":
         raise TypeError(f"classes_ of dtype {classes.dtype} cannot be stored in a model file")
     values = [to_json(c, "a class", scalar=True) for c in classes.tolist()]
