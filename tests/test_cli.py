@@ -1190,3 +1190,113 @@ def test_poisson_counts_in_an_experiment_file(capsys, tmp_path, client):
     assert set(metrics["test"]) == {"r2", "poisson_deviance"}
     assert 0.0 < metrics["test"]["poisson_deviance"] < 2.0
     assert dasktrees.load(run_dir / "model").criterion == "poisson"
+
+
+def test_several_target_columns_in_an_experiment_file(capsys, tmp_path, client):
+    """``data.target`` as a list of class columns: one forest predicts them all, its test
+    accuracy the subset accuracy of the same forest fitted directly; ``dasktrees predict``
+    writes each column's prediction and probabilities. A list of numeric columns fits a
+    regression of several outputs, its metrics averaged over them."""
+    from sklearn.datasets import make_multilabel_classification
+    from sklearn.metrics import r2_score
+
+    X, Y = make_multilabel_classification(n_samples=600, n_features=6, n_classes=3, random_state=0)
+    frame = pd.DataFrame(X, columns=[f"x{j}" for j in range(6)])
+    frame[["a", "b", "c"]] = np.where(Y == 1, "yes", "no")
+    frame["u"], frame["v"] = X[:, 0] * 2.0 + Y[:, 0], X[:, 1] - X[:, 2]
+    frame.to_parquet(tmp_path / "labels.parquet")
+    settings = [
+        f"data.train={tmp_path / 'labels.parquet'}",
+        "data.drop=[u, v]",
+        "model.task=null",
+        "model.params={n_estimators: 10}",
+        "evaluation.metrics=null",
+        "evaluation.permutation_importance=false",
+    ]
+    code, out, err = run_quickstart(
+        capsys, client, tmp_path / "run", *settings, "data.target=[a, b, c]"
+    )
+    assert code == 0, err
+    run_dir = Path(out.split()[-1])
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert metrics["task"] == "classification" and metrics["targets"] == ["a", "b", "c"]
+    assert set(metrics["test"]) == {"accuracy"}  # the metrics of several columns
+    model = dasktrees.load(run_dir / "model")
+    assert model.n_outputs_ == 3 and [list(c) for c in model.classes_] == [["no", "yes"]] * 3
+    features = [f"x{j}" for j in range(6)]
+    assert list(pd.read_csv(run_dir / "importances.csv")["feature"]) == features
+    train, test = dd.from_pandas(frame, npartitions=1).random_split([0.75, 0.25], random_state=0)
+    test = test.compute()
+    expected = (model.predict(test[features]) == test[["a", "b", "c"]].to_numpy()).all(axis=1)
+    assert metrics["test"]["accuracy"] == pytest.approx(expected.mean())
+    frame[features].to_parquet(tmp_path / "in.parquet")
+    code, out, err = run_cli(
+        capsys, "predict", run_dir / "model", tmp_path / "in.parquet", "--output",
+        tmp_path / "out.parquet",
+    )  # fmt: skip
+    assert code == 0, err
+    result = pd.read_parquet(tmp_path / "out.parquet")
+    np.testing.assert_array_equal(
+        result[["prediction_0", "prediction_1", "prediction_2"]], model.predict(frame[features])
+    )
+    np.testing.assert_array_equal(
+        result[["proba_1_no", "proba_1_yes"]], model.predict_proba(frame[features])[1]
+    )
+    settings[1] = "data.drop=[a, b, c]"
+    code, out, err = run_quickstart(
+        capsys, client, tmp_path / "run2", *settings, "data.target=[u, v]"
+    )
+    assert code == 0, err
+    run_dir = Path(out.split()[-1])
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert metrics["task"] == "regression" and set(metrics["test"]) == {"r2", "rmse", "mae"}
+    model = dasktrees.load(run_dir / "model")
+    truth = test[["u", "v"]].to_numpy()
+    assert metrics["test"]["r2"] == pytest.approx(r2_score(truth, model.predict(test[features])))
+
+
+@pytest.mark.parametrize(
+    "changes, key, message",
+    [
+        ({"data.target": ["target", "nope"]}, "data.target", "column 'nope' is not in the data"),
+        ({"data.target": ["a", "a"]}, "data.target", "two or more distinct columns"),
+        ({"data.target": ["target", "a"]}, "data.target", "infer different tasks"),
+        (
+            {"data.target": ["target", "b"], "evaluation.metrics": ["log_loss"]},
+            "evaluation.metrics",
+            "'log_loss' needs a single target, but data.target has 2 columns; use accuracy",
+        ),
+        (
+            {"data.target": ["target", "b"], "evaluation.permutation_importance": True},
+            "evaluation.permutation_importance",
+            "needs a single target",
+        ),
+        (
+            {"data.target": ["target", "b"], "model.prune": "oob", "model.params.bootstrap": True},
+            "model.prune",
+            "takes one target",
+        ),
+        (
+            {"data.target": ["a", "c"], "model.kind": "quantile_forest"},
+            "model.kind",
+            "quantile_forest predicts the quantiles of one target",
+        ),
+    ],
+)
+def test_several_target_columns_invalid(capsys, tmp_path, changes, key, message):
+    pd.DataFrame(
+        {
+            "a": [1.5, 2.5, 3.5, 4.5],
+            "b": [1, 0, 1, 1],
+            "c": [0.5, 0.1, 0.2, 0.3],
+            "target": [0, 1, 0, 1],
+        }
+    ).to_csv(tmp_path / "data.csv", index=False)
+    path = tmp_path / "config.yaml"
+    path.write_text(
+        _with({"data.train": str(tmp_path / "data.csv"), "model.task": None, **changes})
+    )
+    code, out, err = run_cli(capsys, "validate", path)
+    assert code == 2, err
+    lines = err.strip().splitlines()
+    assert any(line.startswith(f"{key}: ") and message in line for line in lines), err

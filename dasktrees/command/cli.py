@@ -198,12 +198,24 @@ def _predict(args):
 
 
 def _predictions(model, X):
-    """A frame with ``prediction`` (and ``proba_<class>`` for classifiers) per input row."""
+    """A frame with ``prediction`` (and ``proba_<class>`` for classifiers) per input row; for a
+    model of k target columns, ``prediction_<o>`` (and ``proba_<o>_<class>``) for each column
+    o = 0 .. k - 1 (a model file does not keep the columns' names)."""
     import dask.array as da
     import dask.dataframe as dd
     import numpy as np
     import pandas as pd
 
+    n_outputs = getattr(model, "n_outputs_", 1)
+    if n_outputs > 1:
+        prediction = model.predict(X)
+        parts = [(prediction, [f"prediction_{o}" for o in range(n_outputs)])]
+        if hasattr(model, "classes_"):
+            for o, proba in enumerate(model.predict_proba(X)):
+                parts.append((proba, [f"proba_{o}_{c}" for c in model.classes_[o]]))
+        if isinstance(prediction, da.Array):
+            return dd.concat([dd.from_dask_array(a, columns=c) for a, c in parts], axis=1)
+        return pd.concat([pd.DataFrame(a, columns=c) for a, c in parts], axis=1)
     if hasattr(model, "classes_"):
         proba = model.predict_proba(X)
         labels = [f"proba_{c}" for c in model.classes_]

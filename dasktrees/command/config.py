@@ -88,6 +88,19 @@ def _strings(value):
     return value
 
 
+def _targets(value):
+    """``data.target``: one column, or a list of two or more distinct ones (a model of several
+    target columns)."""
+    if isinstance(value, list):
+        _strings(value)
+        if len(value) < 2 or len(set(value)) < len(value):
+            raise ValueError(
+                f"expected one column or a list of two or more distinct columns, got {value!r}"
+            )
+        return value
+    return _string(value)
+
+
 def _bytes(value):
     from dask.utils import parse_bytes
 
@@ -120,6 +133,7 @@ PositiveInt = _integer(1)
 Fraction = Annotated[float, PlainValidator(_fraction)]
 String = Annotated[str, PlainValidator(_string)]
 Columns = Annotated[list, PlainValidator(_strings)]
+Targets = Annotated[Any, PlainValidator(_targets)]
 Bytes = Annotated[Any, PlainValidator(_bytes)]
 TrainSource = Annotated[Any, PlainValidator(_train_source)]
 
@@ -174,7 +188,7 @@ class TestSplitConfig(_Section):
 
 class DataConfig(_Section):
     train: TrainSource
-    target: Optional[String] = None
+    target: Optional[Targets] = None
     features: Optional[Columns] = None
     drop: Optional[Columns] = None
     categorical: Columns = []
@@ -241,11 +255,18 @@ class Config(_Section):
 
     @property
     def target(self):
-        """``data.target``, or the builtin dataset's own target column."""
+        """``data.target`` (a column, or a list of several), or the builtin dataset's own target
+        column."""
         train = self.data.train
         if self.data.target is not None or not isinstance(train, dict):
             return self.data.target
         return builtin_target(train["builtin"])
+
+    @property
+    def targets(self):
+        """The target columns, as a list (one or several)."""
+        target = self.target
+        return list(target) if isinstance(target, list) else [target]
 
 
 # ---- reading and error messages --------------------------------------------------------------
@@ -439,9 +460,14 @@ def estimator_class(kind, task):
     return classes[kind, task]
 
 
-def kind_problem(kind, task, explicit):
+def kind_problem(kind, task, explicit, n_targets=1):
     """Why ``model.kind`` cannot do ``task`` (``explicit``: given as ``model.task``, else
-    inferred from the target), or None."""
+    inferred from the target) on ``n_targets`` target columns, or None."""
+    if kind in QUANTILE_KINDS and n_targets > 1:
+        return (
+            f"{kind} predicts the quantiles of one target, but data.target has {n_targets} "
+            "columns; use random_forest, extra_trees or decision_tree"
+        )
     if kind in QUANTILE_KINDS and task == "classification":
         why = (
             "model.task is classification"
@@ -460,19 +486,32 @@ def quantile_kinds():
     return " or ".join(QUANTILE_KINDS)
 
 
-def metric_problem(metric, kind, task):
-    """Why ``metric`` (of ``evaluation.metrics``) is not one the model gives, or None."""
-    allowed = default_metrics(kind, task)
+def metric_problem(metric, kind, task, n_targets=1):
+    """Why ``metric`` (of ``evaluation.metrics``) is not one the model gives on ``n_targets``
+    target columns, or None."""
+    allowed = default_metrics(kind, task, n_targets)
     if metric in allowed:
         return None
+    if n_targets > 1 and metric in default_metrics(kind, task):
+        return (
+            f"{metric!r} needs a single target, but data.target has {n_targets} columns; use "
+            f"{', '.join(allowed)}"
+        )
     if task == "regression" and metric in QUANTILE_METRICS:
         return f"{metric!r} needs model.kind {quantile_kinds()}"
     return f"{metric!r} is not a {task} metric; use {', '.join(allowed)}"
 
 
-def default_metrics(kind, task):
-    """Every metric the model of ``kind`` gives for ``task`` (what ``evaluation.metrics``
-    defaults to)."""
+# The metrics of several target columns: scikit-learn's subset accuracy, and the regression
+# metrics averaged over the columns (its "uniform_average").
+SEVERAL_TARGETS_METRICS = ("accuracy", "r2", "rmse", "mae")
+
+
+def default_metrics(kind, task, n_targets=1):
+    """Every metric the model of ``kind`` gives for ``task`` on ``n_targets`` target columns
+    (what ``evaluation.metrics`` defaults to)."""
+    if n_targets > 1:
+        return [m for m in default_metrics(kind, task) if m in SEVERAL_TARGETS_METRICS]
     if task == "classification":
         return list(CLASSIFICATION_METRICS)
     if kind in QUANTILE_KINDS:
@@ -587,11 +626,11 @@ def check_config(config):
             frame = None
         if frame is not None:
             columns = list(frame.columns)
-            target = config.target
-            if target not in columns:
-                problems.append(
-                    ("data.target", f"column {target!r} is not in the data{_hint(target, columns)}")
-                )
+            targets = config.targets
+            for target in targets:
+                if target not in columns:
+                    hint = _hint(target, columns)
+                    problems.append(("data.target", f"column {target!r} is not in the data{hint}"))
             for key in ("features", "drop", "categorical"):
                 for column in getattr(data, key) or ():
                     if column not in columns:
@@ -599,18 +638,29 @@ def check_config(config):
                         problems.append(
                             (f"data.{key}", f"column {column!r} is not in the data{hint}")
                         )
-            if task is None and target in columns:
-                task = infer_task(frame[target], config.model)
+            if task is None and all(t in columns for t in targets):
+                tasks = {t: infer_task(frame[t], config.model) for t in targets}
+                if len(set(tasks.values())) > 1:
+                    problems.append(
+                        (
+                            "data.target",
+                            f"its columns infer different tasks ({tasks}); set model.task",
+                        )
+                    )
+                else:
+                    task = tasks[targets[0]]
             if data.test is not None and data.test.path is not None:
                 test_columns = list(io.read_table(data.test.path, data.blocksize).columns)
-                needed = [target, *(data.features or [c for c in columns if c != target])]
+                features = data.features or [c for c in columns if c not in targets]
+                needed = [*targets, *features]
                 for column in needed:
                     if column not in test_columns and column not in (data.drop or ()):
                         problems.append(
                             ("data.test.path", f"column {column!r} is not in the test data")
                         )
+    n_targets = len(config.targets)
     if task is not None and (
-        problem := kind_problem(config.model.kind, task, config.model.task is not None)
+        problem := kind_problem(config.model.kind, task, config.model.task is not None, n_targets)
     ):
         problems.append(("model.kind", problem))
     elif task is None:  # target unknown: parameter names can still be checked
@@ -626,12 +676,23 @@ def check_config(config):
         cls = estimator_class(config.model.kind, task)
         param_problems = check_params(cls, config.model.params, task == "classification")
         problems += param_problems
-        if config.model.prune is not None and not param_problems:
+        if config.model.prune is not None and n_targets > 1:
+            problems.append(
+                ("model.prune", f"takes one target, but data.target has {n_targets} columns")
+            )
+        elif config.model.prune is not None and not param_problems:
             problems += _prune_problems(cls, config.model.params)
         for key in ("permutation_importance", "oob_impurity_importance"):
             if not getattr(config.evaluation, key):  # false, or None: where it can be
                 continue
-            if config.model.kind == "decision_tree":
+            if n_targets > 1:
+                problems.append(
+                    (
+                        f"evaluation.{key}",
+                        f"needs a single target, but data.target has {n_targets} columns",
+                    )
+                )
+            elif config.model.kind == "decision_tree":
                 problems.append(
                     (
                         f"evaluation.{key}",
@@ -647,7 +708,8 @@ def check_config(config):
                     )
                 )
         for metric in config.evaluation.metrics or ():
-            if (problem := metric_problem(metric, config.model.kind, task)) is not None:
+            problem = metric_problem(metric, config.model.kind, task, n_targets)
+            if problem is not None:
                 problems.append(("evaluation.metrics", problem))
     if problems:
         raise ConfigError(problems)

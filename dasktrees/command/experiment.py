@@ -92,11 +92,12 @@ def connect(cluster):
 
 
 def feature_columns(config, columns):
-    """The feature columns: ``data.features``, or every column but the target and ``data.drop``."""
+    """The feature columns: ``data.features``, or every column but the targets and
+    ``data.drop``."""
     data = config.data
     if data.features is not None:
         return list(data.features)
-    excluded = {config.target, *(data.drop or ())}
+    excluded = {*config.targets, *(data.drop or ())}
     return [c for c in columns if c not in excluded]
 
 
@@ -134,10 +135,16 @@ def build_estimator(config, task, client):
 
 
 def _metrics(names, task, model, y_true, decision):
+    """The test metrics ``names`` of ``model``'s ``decision`` (a classifier's probabilities, a
+    regressor's predictions; on several class columns, its labels) for targets ``y_true``."""
     from sklearn import metrics
 
     results = {}
-    if task == "classification":
+    if task == "classification" and np.ndim(y_true) == 2:  # several columns: subset accuracy
+        for name in names:
+            if name == "accuracy":
+                results[name] = float(np.mean((decision == y_true).all(axis=1)))
+    elif task == "classification":
         classes = model.classes_
         predicted = classes.take(np.argmax(decision, axis=1))
         for name in names:
@@ -547,10 +554,11 @@ def _run(config, task, work, progress, echo):
         echo(f"Dask dashboard: {client.dashboard_link}")
         logger.info("dashboard %s", client.dashboard_link)
         frame = read_train(config.data)
-        target = config.target
+        target = config.target  # a column, or a list of several
         train, test = split(config.data, frame, config.seed)
         features = feature_columns(config, list(frame.columns))
-        task = task or infer_task(frame[target], config.model)
+        task = task or infer_task(frame[config.targets[0]], config.model)
+        several = isinstance(target, list)
         X_train, y_train = train[features], train[target]
         if config.model.kind == "decision_tree":  # one tree: a local estimator
             X_train, y_train = X_train.compute(), y_train.compute()
@@ -575,11 +583,13 @@ def _run(config, task, work, progress, echo):
             elif test is not None:
                 decision = (
                     model.predict_proba(X_test)
-                    if task == "classification"
-                    else model.predict(X_test)
+                    if task == "classification" and not several
+                    else model.predict(X_test)  # (several class columns: their labels)
                 )
                 decision = np.asarray(_here(decision))
-                names = config.evaluation.metrics or default_metrics(config.model.kind, task)
+                names = config.evaluation.metrics or default_metrics(
+                    config.model.kind, task, len(config.targets)
+                )
                 test_metrics = _metrics(names, task, model, y_true, decision)
                 if hasattr(model, "leaf_targets_"):
                     intervals = _test_intervals(model, X_test, y_true)
@@ -602,8 +612,9 @@ def _run(config, task, work, progress, echo):
                 importances["permutation_mean"] = permutation.importances_mean
                 importances["permutation_std"] = permutation.importances_std
             oob_impurity = config.evaluation.oob_impurity_importance
-            if oob_impurity is None:  # by default wherever rows are out of bag
-                oob_impurity = hasattr(model, "samples_rows") and model.samples_rows()
+            if oob_impurity is None:  # by default wherever rows are out of bag (one target)
+                oob_impurity = not several and hasattr(model, "samples_rows")
+                oob_impurity = oob_impurity and model.samples_rows()
             if oob_impurity:
                 debiased = model.oob_impurity_importance(X_train, y_train)
                 importances["oob_impurity_mean"] = debiased.importances_mean
@@ -648,6 +659,7 @@ def _run(config, task, work, progress, echo):
         "name": config.name,
         "kind": config.model.kind,
         "task": task,
+        "targets": config.targets,
         "estimator": type(model).__name__,
         "fit_seconds": round(fit_seconds, 3),
         "rows": {
