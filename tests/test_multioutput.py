@@ -9,6 +9,7 @@ import dask.dataframe as dd
 import numpy as np
 import pandas as pd
 import pytest
+from sklearn.base import clone
 from sklearn.datasets import load_iris, make_regression
 from sklearn.exceptions import DataConversionWarning
 from sklearn.metrics import mean_squared_error, r2_score
@@ -66,33 +67,55 @@ def test_tree_is_scikit_learns(seed, k, settings):
     assert prediction.shape == (len(X), k)
     np.testing.assert_allclose(prediction, sk.predict(X), rtol=1e-12, atol=1e-12)
     # the impurity is the mean of the outputs' weighted variances, as scikit-learn's
+    same_impurities(ours, sk, settings.get("max_depth", 99) <= 3)
+
+
+def same_impurities(ours, sk, importances):
+    """Our tree's impurities are scikit-learn's (node for node once sorted), and with
+    ``importances`` its importances (deeper, small nodes tie features on the same rows)."""
     np.testing.assert_allclose(
         np.sort(ours.tree_.impurity), np.sort(sk.tree_.impurity), rtol=1e-9, atol=1e-12
     )
-    if settings.get("max_depth", 99) <= 3:  # deeper, small nodes tie features (same rows)
+    if importances:
         np.testing.assert_allclose(ours.feature_importances_, sk.feature_importances_, atol=1e-12)
+
+
+def same_pruning_path(ours, sk, X, Y):
+    """Our unfitted tree ``ours`` has scikit-learn's (``sk``) cost-complexity path on X, Y, and
+    pruned at its middle alpha predicts as scikit-learn's."""
+    path = ours.cost_complexity_pruning_path(X, Y)
+    expected = sk.cost_complexity_pruning_path(X, Y)
+    np.testing.assert_allclose(path.ccp_alphas, expected.ccp_alphas, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(path.impurities, expected.impurities, rtol=1e-9, atol=1e-12)
+    alpha = expected.ccp_alphas[len(expected.ccp_alphas) // 2]
+    pruned = clone(ours).set_params(ccp_alpha=alpha).fit(X, Y)
+    sk_pruned = clone(sk).set_params(ccp_alpha=alpha).fit(X, Y)
+    np.testing.assert_allclose(pruned.predict(X), sk_pruned.predict(X), rtol=1e-12)
 
 
 @pytest.mark.parametrize("seed", range(2))
 def test_pruning_path_is_scikit_learns(seed):
     X, Y = targets(seed, n=200)
-    ours = DecisionTreeRegressor(max_depth=5, random_state=0).cost_complexity_pruning_path(X, Y)
-    sk = SkTreeRegressor(max_depth=5, random_state=0).cost_complexity_pruning_path(X, Y)
-    np.testing.assert_allclose(ours.ccp_alphas, sk.ccp_alphas, rtol=1e-9, atol=1e-12)
-    np.testing.assert_allclose(ours.impurities, sk.impurities, rtol=1e-9, atol=1e-12)
-    alpha = sk.ccp_alphas[len(sk.ccp_alphas) // 2]
-    pruned = DecisionTreeRegressor(max_depth=5, ccp_alpha=alpha, random_state=0).fit(X, Y)
-    sk_pruned = SkTreeRegressor(max_depth=5, ccp_alpha=alpha, random_state=0).fit(X, Y)
-    np.testing.assert_allclose(pruned.predict(X), sk_pruned.predict(X), rtol=1e-12)
+    same_pruning_path(
+        DecisionTreeRegressor(max_depth=5, random_state=0),
+        SkTreeRegressor(max_depth=5, random_state=0),
+        X,
+        Y,
+    )
 
 
-def _same_tree(one, many, k):
+def same_splits(one, many):
+    """The two trees have the same nodes, splits, impurities and weights, bit for bit."""
     for name in ("children_left", "children_right", "feature", "threshold", "missing_go_to_left"):
         np.testing.assert_array_equal(getattr(many.tree_, name), getattr(one.tree_, name))
     np.testing.assert_array_equal(many.tree_.impurity, one.tree_.impurity)
     np.testing.assert_array_equal(
         many.tree_.weighted_n_node_samples, one.tree_.weighted_n_node_samples
     )
+
+
+def _same_tree(one, many, k):
+    same_splits(one, many)
     np.testing.assert_array_equal(many.tree_.value, np.repeat(one.tree_.value, k, axis=1))
 
 
@@ -251,19 +274,26 @@ def test_forest_out_of_bag_results_are_scikit_learns_metrics():
     np.testing.assert_allclose(forest.predict(X), trees, rtol=1e-12)
 
 
+def fitted_on_a_cluster(client, cls, X, Y, settings):
+    """Forests of ``cls`` fitted on the cluster on X and Y (of 5 and of k columns) as numpy
+    arrays, dask arrays, and dask DataFrames of 3 partitions; and X as that DataFrame."""
+    frame = dd.from_pandas(pd.DataFrame(X, columns=list("abcde")), npartitions=3)
+    columns = [f"y{o}" for o in range(Y.shape[1])]
+    targets_frame = dd.from_pandas(pd.DataFrame(Y, columns=columns), npartitions=3)
+    inputs = [
+        (X, Y),
+        (da.from_array(X, chunks=(400, 5)), da.from_array(Y, chunks=(300, Y.shape[1]))),
+        (frame, targets_frame),
+    ]
+    return [cls(client=client, **settings).fit(*data) for data in inputs], frame
+
+
 def test_forest_on_dask_input_and_cluster_is_the_local_forest(client):
     X, Y = targets(7, n=1200, k=2)
     settings = {"n_estimators": 8, "max_depth": 6, "random_state": 0}
     local = RandomForestRegressor(**settings).fit(X, Y)
-    frame = dd.from_pandas(pd.DataFrame(X, columns=list("abcde")), npartitions=3)
-    targets_frame = dd.from_pandas(pd.DataFrame(Y, columns=["u", "v"]), npartitions=3)
-    for fitted in (
-        RandomForestRegressor(client=client, **settings).fit(X, Y),
-        RandomForestRegressor(client=client, **settings).fit(
-            da.from_array(X, chunks=(400, 5)), da.from_array(Y, chunks=(300, 2))
-        ),
-        RandomForestRegressor(client=client, **settings).fit(frame, targets_frame),
-    ):
+    forests, frame = fitted_on_a_cluster(client, RandomForestRegressor, X, Y, settings)
+    for fitted in forests:
         assert fitted.mode_ != "distributed"
         np.testing.assert_array_equal(fitted.predict(X), local.predict(X))
     prediction = fitted.predict(frame)

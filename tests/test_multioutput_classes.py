@@ -4,7 +4,6 @@ scikit-learn's multi-output trees and forests do."""
 import pickle
 
 import dask.array as da
-import dask.dataframe as dd
 import numpy as np
 import pandas as pd
 import pytest
@@ -20,6 +19,7 @@ from dasktrees.estimators.pruning import reduced_error_prune, select_ccp_alpha
 from dasktrees.export.text import export_text
 
 from .test_modelfile import rewrite_manifest
+from .test_multioutput import fitted_on_a_cluster, same_impurities, same_pruning_path, same_splits
 
 
 def class_columns(seed, n=400):
@@ -65,34 +65,23 @@ def test_tree_is_scikit_learns(seed, criterion, settings):
     np.testing.assert_array_equal(ours.predict(X), sk.predict(X))
     for mine, theirs in zip(ours.predict_proba(X), sk.predict_proba(X)):
         np.testing.assert_allclose(mine, theirs, rtol=1e-12, atol=1e-12)
-    np.testing.assert_allclose(
-        np.sort(ours.tree_.impurity), np.sort(sk.tree_.impurity), rtol=1e-9, atol=1e-12
-    )
-    if settings.get("max_depth", 99) <= 4:  # deeper, small nodes tie features (same rows)
-        np.testing.assert_allclose(ours.feature_importances_, sk.feature_importances_, atol=1e-12)
+    same_impurities(ours, sk, settings.get("max_depth", 99) <= 4)
 
 
 @pytest.mark.parametrize("seed", range(2))
 def test_pruning_path_is_scikit_learns(seed):
     """(Depth 4: deeper, small nodes tie features, which the two trees break otherwise.)"""
     X, Y = class_columns(seed, n=300)
-    ours = DecisionTreeClassifier(max_depth=4, random_state=0).cost_complexity_pruning_path(X, Y)
-    sk = SkTreeClassifier(max_depth=4, random_state=0).cost_complexity_pruning_path(X, Y)
-    np.testing.assert_allclose(ours.ccp_alphas, sk.ccp_alphas, rtol=1e-9, atol=1e-12)
-    np.testing.assert_allclose(ours.impurities, sk.impurities, rtol=1e-9, atol=1e-12)
-    alpha = sk.ccp_alphas[len(sk.ccp_alphas) // 2]
-    pruned = DecisionTreeClassifier(max_depth=4, ccp_alpha=alpha, random_state=0).fit(X, Y)
-    sk_pruned = SkTreeClassifier(max_depth=4, ccp_alpha=alpha, random_state=0).fit(X, Y)
-    np.testing.assert_array_equal(pruned.predict(X), sk_pruned.predict(X))
+    same_pruning_path(
+        DecisionTreeClassifier(max_depth=4, random_state=0),
+        SkTreeClassifier(max_depth=4, random_state=0),
+        X,
+        Y,
+    )
 
 
 def _same_tree(one, many, k):
-    for name in ("children_left", "children_right", "feature", "threshold", "missing_go_to_left"):
-        np.testing.assert_array_equal(getattr(many.tree_, name), getattr(one.tree_, name))
-    np.testing.assert_array_equal(many.tree_.impurity, one.tree_.impurity)
-    np.testing.assert_array_equal(
-        many.tree_.weighted_n_node_samples, one.tree_.weighted_n_node_samples
-    )
+    same_splits(one, many)
     # k blocks of the one column's fractions
     np.testing.assert_array_equal(many.tree_.value, np.tile(one.tree_.value, k))
 
@@ -278,15 +267,8 @@ def test_forest_on_dask_input_and_cluster_is_the_local_forest(client):
     X, Y = class_columns(7, n=1200)
     settings = {"n_estimators": 8, "max_depth": 6, "random_state": 0, "class_weight": "balanced"}
     local = RandomForestClassifier(**settings).fit(X, Y)
-    frame = dd.from_pandas(pd.DataFrame(X, columns=list("abcde")), npartitions=3)
-    labels = dd.from_pandas(pd.DataFrame(Y, columns=["u", "v", "w"]), npartitions=3)
-    for fitted in (
-        RandomForestClassifier(client=client, **settings).fit(X, Y),
-        RandomForestClassifier(client=client, **settings).fit(
-            da.from_array(X, chunks=(400, 5)), da.from_array(Y, chunks=(300, 3))
-        ),
-        RandomForestClassifier(client=client, **settings).fit(frame, labels),
-    ):
+    forests, frame = fitted_on_a_cluster(client, RandomForestClassifier, X, Y, settings)
+    for fitted in forests:
         assert fitted.mode_ != "distributed"
         np.testing.assert_array_equal(fitted.predict(X), local.predict(X))
     prediction = fitted.predict(frame)
