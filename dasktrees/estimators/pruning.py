@@ -98,13 +98,14 @@ def select_ccp_alpha(
         Its parameters, but ``ccp_alpha``, are used for every tree. Give it a ``random_state``
         for reproducible results.
     X : array-like or pandas DataFrame, shape (n_samples, n_features)
-    y : array-like, shape (n_samples,), or (n_samples, k) for a regressor on k target columns
+    y : array-like, shape (n_samples,), or (n_samples, k) on k target or class columns
     cv : int, default=5
         Number of folds, at least 2.
     rule : {"min", "1se"}, default="min"
     scoring : str or callable, default=None
-        None: misclassification rate (classifiers) or mean squared error (regressors; its mean
-        over the target columns of a multi-output fit).
+        None: misclassification rate (classifiers; on several class columns, the share of rows
+        with any column wrong) or mean squared error (regressors; its mean over the target
+        columns of a multi-output fit).
         Otherwise a scikit-learn scorer (greater is better), whose negated score is the error:
         ``"neg_mean_squared_error"`` gives the MSE, ``"accuracy"`` minus the accuracy (the
         misclassification rate minus one).
