@@ -128,6 +128,13 @@ def _warm_forests():
             quantile.fit(data, y.astype(float))
             quantile.predict(data, quantiles=[0.1, 0.9])
             quantile.predict(data, return_std=True)
+        # Several target and class columns: their out-of-bag sums and subset accuracy.
+        RandomForestClassifier(n_estimators=2, oob_score=True, random_state=0, client=client).fit(
+            X, np.column_stack([y, 1 - y])
+        ).predict(X)
+        ExtraTreesRegressor(
+            n_estimators=2, bootstrap=True, oob_score=True, random_state=0, client=client
+        ).fit(X, np.column_stack([y, 1 - y]).astype(float)).predict(X)
         # prune="oob": the truncations' keys (best-first ranks), votes under every cut, the
         # trees cut (their class counts kept).
         RandomForestClassifier(
