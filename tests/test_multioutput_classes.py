@@ -394,6 +394,13 @@ def test_forest_refusals(client):
     ]:
         with pytest.raises(ValueError, match=what):
             forest.fit(X, Y)
+    fitted = RandomForestClassifier(n_estimators=4, random_state=0).fit(X, Y)
+    for method in ("oob_permutation_importance", "oob_impurity_importance"):
+        with pytest.raises(ValueError, match=method + " needs a single output.* 3 target col"):
+            getattr(fitted, method)(X, Y)
+    # the impurity importances from the trees as shipped are those of their grown arrays
+    grown = [est.tree_.expanded().compute_feature_importances() for est in fitted.estimators_]
+    np.testing.assert_allclose(fitted.feature_importances_, np.mean(grown, axis=0), rtol=1e-12)
     forest = RandomForestClassifier(n_estimators=4, random_state=0).fit(X, Y[:, 0])
     forest.set_params(warm_start=True, n_estimators=6)
     with pytest.raises(ValueError, match="warm_start: y has 3 columns but the forest was fitted"):
