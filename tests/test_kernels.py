@@ -233,12 +233,13 @@ def test_scan_finds_the_brute_force_best_split(seed, n_bins, criterion, min_samp
         min_samples_leaf,
         0.0,
         -1,
+        None,
         0,
         -np.inf,
         np.inf,
         np.zeros(n_channels),
         np.zeros((N_CUT_ROWS, N_BIN_CODES)),
-        1,
+        None,
     )
     expected = brute_force_best(
         stats, order, n_bins, missing, total, criterion, parent_impurity, min_samples_leaf
@@ -265,7 +266,7 @@ def first_best_by_cut_score(stats, order, n_bins, missing, total, criterion, msl
             n_left = prefix[0] + missing[0] if missing_left else prefix[0]
             if n_left < msl or total[0] - n_left < msl:
                 continue
-            score = cut_score(prefix, missing, total, missing_left, criterion, 0.0, mwl, 1)
+            score = cut_score(prefix, missing, total, missing_left, criterion, 0.0, mwl, None)
             if score > best[0]:
                 best = (score, j, missing_left)
     return best
@@ -305,12 +306,13 @@ def test_two_channel_scan_gives_the_general_scans_numbers(criterion, seed):
         msl,
         mwl,
         -1,
+        None,
         0,
         -np.inf,
         np.inf,
         np.zeros(stats.shape[1]),
         np.zeros((N_CUT_ROWS, N_BIN_CODES)),
-        1,
+        None,
     )
     expected = first_best_by_cut_score(stats, order, n_bins, missing, total, criterion, msl, mwl)
     assert found == expected
@@ -330,7 +332,7 @@ def test_cut_score_orders_like_split_score(criterion):
         prefix = naive_stats(y[left], w[left], criterion)
         exact.append(split_score(prefix, total - prefix, criterion, parent_impurity))
         proxy.append(
-            cut_score(prefix, np.zeros(4), total, False, criterion, parent_impurity, 0.0, 1)
+            cut_score(prefix, np.zeros(4), total, False, criterion, parent_impurity, 0.0, None)
         )
     exact, proxy = np.array(exact), np.array(proxy)
     assert (proxy > NO_SPLIT).all()
@@ -379,14 +381,7 @@ def test_partition_is_stable_and_complete(
         bitset[c >> 5] |= np.uint32(1 << (c & 31))
     n = len(rows)
     node_rows = NodeRows(
-        table,
-        node_y,
-        node_w,
-        rows,
-        node_codes,
-        node_codes.view(np.uint64),
-        not move_rows,
-        n_outputs,
+        table, node_y, node_w, rows, node_codes, node_codes.view(np.uint64), not move_rows
     )
     boundary = partition(
         node_rows,
@@ -404,6 +399,7 @@ def test_partition_is_stable_and_complete(
         ),
         two_classes,
         children,
+        None if n_outputs == 1 else n_outputs,
     )
     segment = before[start:stop]
     seg_codes = codes[segment]

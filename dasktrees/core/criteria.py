@@ -14,8 +14,13 @@ outputs' variances, as scikit-learn's; for k = 1 the layouts coincide. With k cl
 each output has a block of K = max(2, most classes of an output) channels, its class weights
 (an output of fewer classes leaves the rest of its block at zero): the node's weight is the
 first block's sum (each block sums to it), its impurity the mean of the blocks', as
-scikit-learn's; the functions that read blocks take ``n_outputs``. Every impurity is
-computed from such a vector, so histograms, split scans and node statistics share one code path.
+scikit-learn's. Every impurity is computed from such a vector, so histograms, split scans and
+node statistics share one code path.
+
+The kernels that read either layout take ``outputs``: the number k of target or class columns,
+or None for one. None is the default, and numba prunes the branches of several columns from a
+kernel compiled with it before typing them, so that a tree of one target compiles none of their
+code (docs/design.md, "Compiled for what a fit uses").
 Entropies are in bits, as in ID3, C4.5 and scikit-learn. Formulas and sources:
 docs/algorithms.md.
 """
@@ -48,6 +53,12 @@ REGRESSION_CRITERIA = {
 _LOG2 = np.log(2.0)
 
 
+def several_outputs(n_outputs):
+    """The kernels' ``outputs`` of a tree on ``n_outputs`` target or class columns: None for
+    one (the module docstring)."""
+    return int(n_outputs) if n_outputs > 1 else None
+
+
 @njit(cache=True, inline="always")
 def is_regression(criterion):
     """Whether ``criterion`` is a regression criterion: statistics ``[n_rows, w, wy, .]``."""
@@ -55,14 +66,14 @@ def is_regression(criterion):
 
 
 @njit(cache=True, inline="always")
-def stats_weight(stats, criterion, n_outputs=1):
+def stats_weight(stats, criterion, outputs=None):
     """Total weight w of a statistics vector (see the module docstring for the layout): with
-    ``n_outputs`` class columns, the first block's sum."""
+    ``outputs`` class columns, the first block's sum."""
     if is_regression(criterion):
         return stats[1]
     stop = stats.shape[0]
-    if n_outputs > 1:  # (a test, not a division, for one column: this runs at every node)
-        stop = 1 + (stop - 1) // n_outputs
+    if outputs is not None:
+        stop = 1 + (stop - 1) // outputs
     total = 0.0
     for k in range(1, stop):
         total += stats[k]
@@ -70,7 +81,7 @@ def stats_weight(stats, criterion, n_outputs=1):
 
 
 @njit(cache=True)
-def impurity(stats, criterion, n_outputs=1):
+def impurity(stats, criterion, outputs=None):
     """Impurity of the rows summarised by ``stats``.
 
     Parameters
@@ -82,8 +93,9 @@ def impurity(stats, criterion, n_outputs=1):
     criterion : int
         One of GINI, ENTROPY, GAIN_RATIO (node impurity is the entropy), MISCLASSIFICATION,
         SQUARED_ERROR, POISSON.
-    n_outputs : int, default=1
-        Class columns of a classification's statistics, each a block of its channels.
+    outputs : int, optional
+        Target columns of a regression, or class columns of a classification (each a block of
+        its channels); None for one (the module docstring).
 
     Returns
     -------
@@ -92,14 +104,14 @@ def impurity(stats, criterion, n_outputs=1):
         weighted variance (the mean of the outputs' variances) or mean half Poisson deviance
         (``poisson_deviance``); 0 for an empty node.
     """
-    w = stats_weight(stats, criterion, n_outputs)
+    w = stats_weight(stats, criterion, outputs)
     if w <= 0.0:
         return 0.0
-    if n_outputs > 1 and not is_regression(criterion):
-        return outputs_class_impurity(stats[1:], w, criterion, n_outputs)
-    if criterion == SQUARED_ERROR:
-        if stats.shape[0] > 4:  # apart: a larger ``impurity`` cost every node of one target
+    if outputs is not None:  # apart: a larger ``impurity`` cost every node of one target
+        if is_regression(criterion):
             return outputs_variance(stats, w)
+        return outputs_class_impurity(stats[1:], w, criterion, outputs)
+    if criterion == SQUARED_ERROR:
         mean = stats[2] / w
         return max(stats[3] / w - mean * mean, 0.0)
     if criterion == POISSON:

@@ -29,7 +29,14 @@ import numpy as np
 from numba import njit
 
 from ..core.bitsets import bitset_add, bitset_has
-from ..core.criteria import POISSON, SQUARED_ERROR, impurity, is_regression, stats_weight
+from ..core.criteria import (
+    POISSON,
+    SQUARED_ERROR,
+    impurity,
+    is_regression,
+    several_outputs,
+    stats_weight,
+)
 from ..core.dtypes import (
     BITSET_DTYPE,
     BITSET_WORDS,
@@ -92,8 +99,9 @@ class NodeRows(NamedTuple):
     """
 
     codes: np.ndarray  # uint8 (n_rows, n_features): bin codes
-    # float64 (n_in_bag,), in sample_indices order: class index or target; for two classes the
-    # signed weights (``histogram.signed_weights``)
+    # float64 (n_in_bag x targets a row), in sample_indices order: class index or target (row
+    # i's k targets at ``y[i * k : (i + 1) * k]``); for two classes the signed weights
+    # (``histogram.signed_weights``)
     y: np.ndarray
     w: np.ndarray  # float64 (n_in_bag,): weights; for two classes the same array as y
     sample_indices: np.ndarray  # int64 (n_in_bag,)
@@ -104,9 +112,6 @@ class NodeRows(NamedTuple):
     # Every node's codes in node order, the partitions moving them at every node: then no node
     # gathers from ``codes``, and ``sample_indices`` are not moved (nothing reads them).
     all_ordered: bool
-    # Targets a row: k of a regression on k target columns, whose row i's targets are
-    # ``y[i * k : (i + 1) * k]``; else 1.
-    n_outputs: int
 
 
 class BinTables(NamedTuple):
@@ -136,12 +141,6 @@ class Rules(NamedTuple):
     root_depth: int  # the depth of the root in its tree (0 but for a subtree)
     root_lower: float  # the bounds on the root's value (``_node_bounds``; infinite but for a
     root_upper: float  # subtree under monotonic constraints)
-    # int8 (n_features,): each feature's monotonic constraint (1, -1, 0), or no entries when
-    # no feature has one (``_node_bounds``)
-    monotonic: np.ndarray
-    # Target columns: k of a multi-output tree (regression: ``n_classes``; classification: its
-    # statistics are k blocks of ``n_classes // k`` class channels, ``criteria``), else 1.
-    n_outputs: int
 
 
 class Scratch(NamedTuple):
@@ -175,9 +174,8 @@ class Frontier(NamedTuple):
     """The nodes still to split: a stack (depth-first) or a heap keyed by ``(-improvement,
     node_id)`` (best-first, as scikit-learn grows ``max_leaf_nodes`` trees)."""
 
-    best_first: bool
     ids: np.ndarray  # int64: node ids; -1 is the root, still to open
-    keys: np.ndarray  # float64: heap keys (best-first)
+    keys: np.ndarray | None  # float64: heap keys (best-first); None for a stack
 
 
 class BestSplit(NamedTuple):
@@ -277,7 +275,10 @@ def _route_absent_categories(bitset, tree_keys, middle, n_codes, missing_left, h
 
 
 @inlined_node_kernel
-def find_split(rows, start, stop, node_impurity, tables, rules, scratch, ordered, lower, upper):
+def find_split(
+    rows, start, stop, node_impurity, tables, rules, scratch, ordered, lower, upper, outputs,
+    monotonic,
+):  # fmt: skip
     """Best split of one node over up to ``max_features`` features drawn from ``candidates``.
 
     Features are drawn without replacement. As in scikit-learn, every drawn feature counts
@@ -301,6 +302,10 @@ def find_split(rows, start, stop, node_impurity, tables, rules, scratch, ordered
         than ``ORDERED_CODES_ABOVE`` rows.
     lower, upper : float
         The node's bounds on its children's values (``_node_bounds``).
+    outputs : int or None
+        Target or class columns (``criteria``); None for one.
+    monotonic : ndarray of int8, shape (n_features,), or None
+        Each feature's monotonic constraint (1, -1, 0); None when no feature has one.
 
     A categorical feature's categories with fewer than ``rules.min_samples_category`` rows in
     the node are pooled with its missing values before the categories are ordered: they go to
@@ -316,7 +321,7 @@ def find_split(rows, start, stop, node_impurity, tables, rules, scratch, ordered
     """
     codes, y, w, sample_indices = rows.codes, rows.y, rows.w, rows.sample_indices
     criterion, random_splitter = rules.criterion, rules.random_splitter
-    max_features, n_outputs = rules.max_features, rules.n_outputs
+    max_features = rules.max_features
     state, candidates, features = scratch.state, scratch.candidates, scratch.features
     hist, ibuf = scratch.hist, scratch.ibuf
     n_features = candidates.shape[0]
@@ -343,7 +348,7 @@ def find_split(rows, start, stop, node_impurity, tables, rules, scratch, ordered
             features[k] = features[d]
             features[d] = f
         build_histograms(
-            rows.node_codes, features, n_first, start, stop, y, w, criterion, hist, n_outputs
+            rows.node_codes, features, n_first, start, stop, y, w, criterion, hist, outputs
         )
     while n_drawn < n_features and (n_drawn < max_features or n_nonconstant == 0):
         if n_drawn < n_first:
@@ -363,35 +368,27 @@ def find_split(rows, start, stop, node_impurity, tables, rules, scratch, ordered
                 continue
             filled = hist[0]
             n_touched = build_histogram(
-                node_codes,
-                f,
-                row_of,
-                start,
-                stop,
-                y,
-                w,
-                criterion,
-                filled,
-                ibuf[_TOUCHED],
-                n_outputs,
+                node_codes, f, row_of, start, stop, y, w, criterion, filled, ibuf[_TOUCHED], outputs
             )
         best, nonconstant = _evaluate_feature(
-            f, filled, n_touched, node_impurity, best, tables, rules, scratch, lower, upper
-        )
+            f, filled, n_touched, node_impurity, best, tables, rules, scratch, lower, upper,
+            outputs, monotonic,
+        )  # fmt: skip
         n_nonconstant += nonconstant
     return best
 
 
 @inlined_node_kernel
 def _evaluate_feature(
-    f, filled, n_touched, node_impurity, best, tables, rules, scratch, lower, upper
-):
+    f, filled, n_touched, node_impurity, best, tables, rules, scratch, lower, upper, outputs,
+    monotonic,
+):  # fmt: skip
     """Score the cuts of feature ``f`` from its histogram ``filled`` (as ``build_histogram``
     left it, ``n_touched`` its return; zeroed again here) and keep the better of them and
     ``best``: the part of the split search after the histogram, shared by ``find_split`` (the
     node's own rows) and ``split_from_histograms`` (histograms summed across row blocks).
-    A feature with a monotonic constraint keeps only the cuts that respect it within the
-    node's bounds ``[lower, upper]``.
+    A feature with a monotonic constraint (``monotonic``, as ``find_split`` takes it) keeps only
+    the cuts that respect it within the node's bounds ``[lower, upper]``.
 
     Returns
     -------
@@ -463,12 +460,13 @@ def _evaluate_feature(
             min_samples_leaf,
             min_weight_leaf,
             only_cut,
-            rules.monotonic[f] if rules.monotonic.shape[0] > 0 else 0,
+            monotonic,
+            f,
             lower,
             upper,
             vec[_PREFIX],
             scratch.cuts,
-            rules.n_outputs,
+            outputs,
         )
         if score > best.score:
             best_left = vec[_BEST_LEFT]
@@ -482,8 +480,8 @@ def _evaluate_feature(
             if vec[_MISSING, 0] == 0.0:
                 # No missing value reached this node: at predict time missing values
                 # follow the heavier child.
-                w_left = stats_weight(best_left, criterion, rules.n_outputs)
-                w_node = stats_weight(vec[_TOTAL], criterion, rules.n_outputs)
+                w_left = stats_weight(best_left, criterion, outputs)
+                w_node = stats_weight(vec[_TOTAL], criterion, outputs)
                 missing_left = w_left >= w_node - w_left
             bin_threshold = bins[order[position]]
             if not is_categorical[f]:
@@ -525,13 +523,15 @@ def _evaluate_feature(
 
 @inlined_node_kernel
 def _open_node(
-    node_id, parent, depth, start, stop, total, node_impurity, nodes, values, rules, lower, upper
-):
+    node_id, parent, depth, start, stop, total, node_impurity, nodes, values, rules, lower, upper,
+    outputs, monotonic,
+):  # fmt: skip
     """Record a new node (a leaf until ``_record_split``) and test the stopping rules.
 
     ``total`` holds the node's statistics. ``nodes`` and ``values`` must have room for
-    ``node_id``. Its value (the mean, or the share of class 1) is clipped to its bounds
-    ``[lower, upper]`` (``_node_bounds``; infinite without monotonic constraints).
+    ``node_id``. Under monotonic constraints (``monotonic`` not None, as ``find_split`` takes
+    it) its value (the mean, or the share of class 1) is clipped to its bounds
+    ``[lower, upper]`` (``_node_bounds``). ``outputs``: target or class columns (``criteria``).
 
     Returns
     -------
@@ -542,7 +542,7 @@ def _open_node(
     min_samples_split, min_samples_leaf = rules.min_samples_split, rules.min_samples_leaf
     min_weight_leaf = rules.min_weight_leaf
     classification = not is_regression(criterion)
-    w_node = stats_weight(total, criterion, rules.n_outputs)
+    w_node = stats_weight(total, criterion, outputs)
     record = nodes[node_id]
     record["feature"] = TREE_UNDEFINED
     record["bin_threshold"] = 0
@@ -565,17 +565,20 @@ def _open_node(
         # (``tree.class_fractions``).
         for k in range(n_classes):
             values[node_id, k] = total[1 + k]
-        share = total[2] / w_node if n_classes == 2 and w_node > 0.0 else 0.0
-        if share < lower or share > upper:  # two classes under a monotonic constraint
-            share = min(max(share, lower), upper)
-            values[node_id, 0] = w_node * (1.0 - share)
-            values[node_id, 1] = w_node * share
-    elif n_classes == 1:
-        mean = total[2] / w_node if w_node > 0.0 else 0.0
-        values[node_id, 0] = min(max(mean, lower), upper)
-    else:  # the mean of each target column (n_classes of them, ``Rules``; no constraints)
-        for o in range(n_classes):
+        if monotonic is not None:
+            share = total[2] / w_node if n_classes == 2 and w_node > 0.0 else 0.0
+            if share < lower or share > upper:  # two classes under a monotonic constraint
+                share = min(max(share, lower), upper)
+                values[node_id, 0] = w_node * (1.0 - share)
+                values[node_id, 1] = w_node * share
+    elif outputs is not None:  # the mean of each target column (no constraints)
+        for o in range(outputs):
             values[node_id, o] = total[2 + o] / w_node if w_node > 0.0 else 0.0
+    else:
+        mean = total[2] / w_node if w_node > 0.0 else 0.0
+        if monotonic is not None:
+            mean = min(max(mean, lower), upper)
+        values[node_id, 0] = mean
     n_node = stop - start
     return not (
         depth >= max_depth
@@ -606,13 +609,15 @@ def outputs_decrease(total, left, right, w_node, w_left, w_right):
 
 @inlined_node_kernel
 def _record_split(
-    node_id, total, node_impurity, w_root, split, nodes, bitsets, n_bitsets, n_codes, rules, scratch
-):
+    node_id, total, node_impurity, w_root, split, nodes, bitsets, n_bitsets, n_codes, rules,
+    scratch, outputs,
+):  # fmt: skip
     """Record ``find_split``'s result ``split`` (a ``BestSplit``) for node ``node_id`` if the
     split is worth making (``min_impurity_decrease``); a categorical split takes the next row of
     ``bitsets``.
 
-    ``n_codes`` gives each feature's number of non-missing codes (``BinTables.n_bins``).
+    ``n_codes`` gives each feature's number of non-missing codes (``BinTables.n_bins``);
+    ``outputs`` the target or class columns (``criteria``).
 
     Returns
     -------
@@ -626,15 +631,14 @@ def _record_split(
     ibuf, vec = scratch.ibuf, scratch.vec
     if split.score == NO_SPLIT:
         return n_bitsets, False
-    n_outputs = rules.n_outputs
-    w_node = stats_weight(total, criterion, n_outputs)
+    w_node = stats_weight(total, criterion, outputs)
     left = vec[_BEST_LEFT]
     right = vec[_RIGHT]
     for c in range(total.shape[0]):  # not ``total - left``: no temporary array per node
         right[c] = total[c] - left[c]
-    w_left = stats_weight(left, criterion, n_outputs)
-    w_right = stats_weight(right, criterion, n_outputs)
-    if criterion == SQUARED_ERROR and total.shape[0] > 4:  # k target columns
+    w_left = stats_weight(left, criterion, outputs)
+    w_right = stats_weight(right, criterion, outputs)
+    if outputs is not None and criterion == SQUARED_ERROR:  # k target columns
         improvement = outputs_decrease(total, left, right, w_node, w_left, w_right) / w_root
     elif criterion == SQUARED_ERROR:
         # The decrease of w x variance is s_l^2 / w_l + s_r^2 / w_r - s^2 / w (s the sums of
@@ -658,8 +662,8 @@ def _record_split(
     else:
         improvement = (w_node / w_root) * (
             node_impurity
-            - w_left / w_node * impurity(left, criterion, n_outputs)
-            - w_right / w_node * impurity(right, criterion, n_outputs)
+            - w_left / w_node * impurity(left, criterion, outputs)
+            - w_right / w_node * impurity(right, criterion, outputs)
         )
     if improvement + EPSILON < min_impurity_decrease:
         return n_bitsets, False
@@ -729,10 +733,12 @@ def split_from_histograms(
     scratch,
     lower,
     upper,
+    monotonic,
 ):
     """Open node ``node_id`` and choose its split from histograms of its rows summed over row
     blocks, as ``_grow_nodes`` opens a node and ``find_split`` searches it from its rows.
-    ``lower`` and ``upper`` bound its value (``_node_bounds``).
+    ``lower`` and ``upper`` bound its value (``_node_bounds``) under the constraints
+    ``monotonic`` (None when there are none). Of one target column.
 
     The node has more than ``TRACK_TOUCHED_BELOW`` rows (``n_rows``), so the search takes the
     path ``find_split`` takes for large nodes: the histograms of the features it draws, every
@@ -758,7 +764,7 @@ def split_from_histograms(
     total = scratch.vec[_TOTAL]
     if not _open_node(
         node_id, parent, depth, 0, n_rows, total, node_impurity, nodes, values, rules, lower,
-        upper,
+        upper, None, monotonic,
     ):  # fmt: skip
         return NODE_LEAF, n_bitsets
     state, candidates, features = scratch.state, scratch.candidates, scratch.features
@@ -779,8 +785,9 @@ def split_from_histograms(
         if slot < 0:
             return NODE_NEEDS_FEATURES, n_bitsets
         best, nonconstant = _evaluate_feature(
-            f, hists[slot], -1, node_impurity, best, tables, rules, scratch, lower, upper
-        )
+            f, hists[slot], -1, node_impurity, best, tables, rules, scratch, lower, upper, None,
+            monotonic,
+        )  # fmt: skip
         n_nonconstant += nonconstant
     n_bitsets, split = _record_split(
         node_id,
@@ -794,6 +801,7 @@ def split_from_histograms(
         tables.n_bins,
         rules,
         scratch,
+        None,
     )
     return (NODE_SPLIT if split else NODE_LEAF), n_bitsets
 
@@ -810,9 +818,10 @@ class HistogramSplit(NamedTuple):
 
 
 def split_node(hists, slot_of_feature, total, node_impurity, key, depth, parent, w_root, tables,
-               rules, scratch, bounds=(-np.inf, np.inf)):  # fmt: skip
+               rules, scratch, bounds=(-np.inf, np.inf), monotonic=None):  # fmt: skip
     """``split_from_histograms`` on one node of statistics ``total`` (the grower's channels;
-    ``total[0]`` its rows) and value ``bounds``, with records of its own."""
+    ``total[0]`` its rows) and value ``bounds`` under the constraints ``monotonic``
+    (``monotonic_constraints``), with records of its own."""
     scratch.vec[_TOTAL][:] = total
     nodes = np.zeros(1, dtype=NODE_DTYPE)
     values = np.zeros((1, rules.n_classes))
@@ -820,7 +829,7 @@ def split_node(hists, slot_of_feature, total, node_impurity, key, depth, parent,
     status, n_bitsets = split_from_histograms(
         0, parent, depth, int(total[0]), node_impurity, np.uint64(key), w_root, hists,
         slot_of_feature, nodes, values, bitsets, 0, tables, rules, scratch, float(bounds[0]),
-        float(bounds[1]),
+        float(bounds[1]), monotonic,
     )  # fmt: skip
     return HistogramSplit(
         status,
@@ -881,8 +890,8 @@ def _node_capacity(n_rows, max_depth, min_samples_leaf, max_leaf_nodes):
 
 
 def _targets_a_row(n_values, params, n_outputs=1):
-    """``NodeRows.n_outputs`` of a tree whose nodes hold ``n_values`` values under
-    ``params``: its target columns for regression, else its ``n_outputs`` class columns."""
+    """The targets a row of a tree whose nodes hold ``n_values`` values under ``params``: its
+    target columns for regression, else its ``n_outputs`` class columns."""
     return n_values if is_regression(params.criterion) else n_outputs
 
 
@@ -897,7 +906,7 @@ class Workspace(NamedTuple):
     nodes: np.ndarray  # NODE_DTYPE (capacity,): the node records
     values: np.ndarray  # float64 (capacity, n_values)
     buffer: np.ndarray  # int64 (n_rows,): the partition's scratch for row indices
-    # float64 (n_rows x targets a row, ``NodeRows.n_outputs``): targets in sample_indices order
+    # float64 (n_rows x targets a row, ``_targets_a_row``): targets in sample_indices order
     node_y: np.ndarray
     node_w: np.ndarray  # float64 (n_rows,): weights in sample_indices order
     y_buffer: np.ndarray  # float64 (as node_y): the partition's scratch for targets
@@ -972,7 +981,7 @@ def _in_node_order(rows, nodes, node_id):
 
 
 @inlined_node_kernel
-def _partition_node(node_id, n_nodes, nodes, bitsets, rows, two_classes, scratch):
+def _partition_node(node_id, n_nodes, nodes, bitsets, rows, two_classes, scratch, outputs):
     """Partition node ``node_id``'s rows (``rows.sample_indices``, with targets and weights)
     by its recorded split, its children to be nodes ``n_nodes`` (left) and ``n_nodes + 1``
     (right). For two classes the partition also sums the children's statistics (into
@@ -1004,6 +1013,7 @@ def _partition_node(node_id, n_nodes, nodes, bitsets, rows, two_classes, scratch
         scratch.row_buffers,
         two_classes,
         scratch.vec[_LEFT_CHILD : _RIGHT_CHILD + 1],
+        outputs,
     )
     record["left"] = n_nodes
     record["right"] = n_nodes + 1
@@ -1059,22 +1069,22 @@ def _heap_sift_up(keys, ids, pos, end):
 
 
 @inlined_node_kernel
-def _frontier_push(best_first, ids, keys, n, node, key):
-    """Put ``node`` on the frontier of ``n`` entries (a stack, or a heap keyed by ``key``);
-    returns the new size."""
+def _frontier_push(ids, keys, n, node, key):
+    """Put ``node`` on the frontier of ``n`` entries (a stack, or with heap ``keys`` a heap
+    keyed by ``key``); returns the new size."""
     ids[n] = node
-    if best_first:
+    if keys is not None:
         keys[n] = key
         _heap_sift_down(keys, ids, 0, n)
     return n + 1
 
 
 @inlined_node_kernel
-def _frontier_pop(best_first, ids, keys, n):
-    """Take the next node from the frontier of ``n`` entries: the top of the stack, or the
-    heap's smallest key (``heapq.heappop``). The size becomes ``n - 1``."""
+def _frontier_pop(ids, keys, n):
+    """Take the next node from the frontier of ``n`` entries: the top of the stack (``keys``
+    None), or the heap's smallest key (``heapq.heappop``). The size becomes ``n - 1``."""
     last = n - 1
-    if not best_first or last == 0:
+    if keys is None or last == 0:
         return ids[last]
     node = ids[0]
     keys[0], ids[0] = keys[last], ids[last]
@@ -1083,7 +1093,7 @@ def _frontier_pop(best_first, ids, keys, n):
 
 
 @inlined_node_kernel
-def _node_bounds(node_id, side, nodes, rules, scratch):
+def _node_bounds(node_id, side, nodes, rules, scratch, monotonic):
     """The bounds on the value of child ``side`` (0 left, 1 right) of node ``node_id`` (-1:
     the root, bounded by ``rules.root_lower`` and ``root_upper``), as scikit-learn bounds them
     under monotonic constraints: a child of a split on an unconstrained feature inherits its
@@ -1092,14 +1102,14 @@ def _node_bounds(node_id, side, nodes, rules, scratch):
     values. Every leaf value of a
     subtree then lies within its root's bounds, so the tree is monotone along each constrained
     feature, and stays so when a subtree is cut to a leaf: its root keeps its own value,
-    clipped to its bounds."""
+    clipped to its bounds. ``monotonic``: the features' constraints (``find_split``)."""
     if node_id < 0:
         return rules.root_lower, rules.root_upper
     bounds = scratch.node_bounds[node_id]
     lower, upper = bounds[0], bounds[1]
-    monotonic = rules.monotonic[nodes[node_id]["feature"]]
-    if monotonic != 0:
-        if (side == 0) == (monotonic > 0):
+    constraint = monotonic[nodes[node_id]["feature"]]
+    if constraint != 0:
+        if (side == 0) == (constraint > 0):
             upper = bounds[2]
         else:
             lower = bounds[2]
@@ -1108,26 +1118,30 @@ def _node_bounds(node_id, side, nodes, rules, scratch):
 
 @njit(cache=True, _nrt=False, nogil=True)
 def _grow_nodes(
-    progress, max_splits, frontier, nodes, values, bitsets, rows, tables, rules, scratch
-):
-    """Split the nodes of the frontier (``frontier.ids[:progress.n_frontier]``) until it is
-    empty, ``max_splits`` splits are made, or ``bitsets`` or the frontier lacks room for one more
-    split: the caller then grows them and calls again. The stack is grown left subtree first;
-    node -1 on it is the root, still to open.
+    progress, max_splits, ids, nodes, values, bitsets, rows, tables, rules, scratch, outputs,
+    monotonic, heap,
+):  # fmt: skip
+    """Split the nodes of the frontier (``ids[:progress.n_frontier]``) until it is empty,
+    ``max_splits`` splits are made, or ``bitsets`` or the frontier lacks room for one more
+    split: the caller then grows them and calls again. The frontier is a stack, grown left
+    subtree first, or with ``heap`` (its keys) a heap (``Frontier``); node -1 on it is the root,
+    still to open.
 
     Splitting a node partitions its rows, sums each child's statistics (by the partition itself
     for two classes, else over the child's now contiguous rows), then opens the child
     (``_open_node``), searches its best split (``find_split``) and records it
     (``_record_split``). The root is opened by the same steps, as the only child of node -1.
 
+    ``outputs`` (several target or class columns), ``monotonic`` (constraints) and ``heap``
+    (best-first growth) are None when the tree has none: numba then compiles the loop without
+    their code (docs/design.md, "Compiled for what a fit uses").
+
     Returns the new ``Progress`` as a plain tuple.
     """
     n_nodes, n_bitsets, n_split, n_frontier, w_root = progress
-    best_first, ids, keys = frontier
     node_y, node_w = rows.y, rows.w
     criterion = rules.criterion
     two_classes = not is_regression(criterion) and rules.n_classes == 2
-    constrained = rules.monotonic.shape[0] > 0
     vec = scratch.vec
     total = vec[_TOTAL]
     while (
@@ -1136,7 +1150,7 @@ def _grow_nodes(
         and bitsets.shape[0] >= n_bitsets + 2
         and ids.shape[0] >= n_frontier + 2
     ):
-        node_id = _frontier_pop(best_first, ids, keys, n_frontier)
+        node_id = _frontier_pop(ids, heap, n_frontier)
         n_frontier -= 1
         if node_id < 0:  # the root, opened as a left child holding every row
             start = np.int64(0)
@@ -1146,7 +1160,7 @@ def _grow_nodes(
             last_side = 0
         else:
             start, stop, boundary = _partition_node(
-                node_id, n_nodes, nodes, bitsets, rows, two_classes, scratch
+                node_id, n_nodes, nodes, bitsets, rows, two_classes, scratch, outputs
             )
             depth = nodes[node_id]["depth"] + 1
             last_side = 1
@@ -1160,34 +1174,33 @@ def _grow_nodes(
             if two_classes and node_id >= 0:  # summed by the partition
                 for c in range(3):
                     total[c] = vec[_LEFT_CHILD + side, c]
-                child_impurity = impurity(total, criterion)
+                child_impurity = impurity(total, criterion, outputs)
             else:
-                child_impurity = node_statistics(
-                    node_y, node_w, lo, hi, criterion, total, rules.n_outputs
-                )
+                child_impurity = node_statistics(node_y, node_w, lo, hi, criterion, total, outputs)
             if node_id < 0:
                 key = rules.root_key
                 if w_root == 0.0:  # else the root of a subtree, weighed by its whole tree's
-                    w_root = stats_weight(total, criterion, rules.n_outputs)
+                    w_root = stats_weight(total, criterion, outputs)
             else:
                 key = child_key(scratch.node_keys[node_id], side)
             scratch.node_keys[child] = key
             lower, upper = -np.inf, np.inf
-            if constrained:
-                lower, upper = _node_bounds(node_id, side, nodes, rules, scratch)
+            if monotonic is not None:
+                lower, upper = _node_bounds(node_id, side, nodes, rules, scratch, monotonic)
                 scratch.node_bounds[child, 0] = lower
                 scratch.node_bounds[child, 1] = upper
             right_splittable = splittable
             splittable = _open_node(
                 child, node_id, depth, lo, hi, total, child_impurity, nodes, values, rules, lower,
-                upper,
+                upper, outputs, monotonic,
             )  # fmt: skip
             if splittable:
                 scratch.state[0] = mix64(key)  # the node's own random stream
                 ordered = _in_node_order(rows, nodes, child)
                 split = find_split(
-                    rows, lo, hi, child_impurity, tables, rules, scratch, ordered, lower, upper
-                )
+                    rows, lo, hi, child_impurity, tables, rules, scratch, ordered, lower, upper,
+                    outputs, monotonic,
+                )  # fmt: skip
                 n_bitsets, splittable = _record_split(
                     child,
                     total,
@@ -1200,8 +1213,10 @@ def _grow_nodes(
                     tables.n_bins,
                     rules,
                     scratch,
+                    outputs,
                 )
-                if splittable and constrained:  # the children's values: vec[_BEST_LEFT], _RIGHT
+                # the children's values: vec[_BEST_LEFT], vec[_RIGHT]
+                if splittable and monotonic is not None:
                     scratch.node_bounds[child, 2] = 0.5 * (
                         child_value(vec[_BEST_LEFT, 1], vec[_BEST_LEFT, 2], criterion)
                         + child_value(vec[_RIGHT, 1], vec[_RIGHT, 2], criterion)
@@ -1210,7 +1225,7 @@ def _grow_nodes(
         for child, pushed in ((n_nodes + 1, right_splittable), (n_nodes, splittable)):
             if pushed:
                 n_frontier = _frontier_push(
-                    best_first, ids, keys, n_frontier, child, -nodes[child]["improvement"]
+                    ids, heap, n_frontier, child, -nodes[child]["improvement"]
                 )
         if node_id < 0:
             n_nodes += 1
@@ -1233,12 +1248,10 @@ class SubtreeRoot(NamedTuple):
     bounds: tuple[float, float] = (-np.inf, np.inf)
 
 
-def growth_rules(
-    params, n_classes, total_weight, root_key, root_depth, root_bounds=None, n_outputs=1
-):
+def growth_rules(params, n_classes, total_weight, root_key, root_depth, root_bounds=None):
     """The ``Rules`` of a tree under ``params`` (``GrowthParams``) on rows weighing
-    ``total_weight`` in all, its root's random key, depth and bounds (default infinite) and its
-    target columns given, with the types the loop kernel was compiled for."""
+    ``total_weight`` in all, its root's random key, depth and bounds (default infinite), with
+    the types the loop kernel was compiled for."""
     lower, upper = (-np.inf, np.inf) if root_bounds is None else root_bounds
     return Rules(
         int(params.criterion),
@@ -1256,15 +1269,14 @@ def growth_rules(
         int(root_depth),
         float(lower),
         float(upper),
-        monotonic_constraints(params),
-        int(n_outputs),
     )
 
 
 def monotonic_constraints(params):
-    """``Rules.monotonic`` of ``params``: the constraints, or no entries when none is set."""
+    """The kernels' ``monotonic`` of ``params`` (``find_split``): the features' constraints
+    (int8), or None when none is set."""
     monotonic = np.asarray(params.monotonic, dtype=np.int8)
-    return np.ascontiguousarray(monotonic if monotonic.any() else monotonic[:0])
+    return np.ascontiguousarray(monotonic) if monotonic.any() else None
 
 
 def grow(
@@ -1331,10 +1343,8 @@ def grow(
     if root is None:
         root = SubtreeRoot(int(seed), 0, 0.0, float(w.sum()), None)
     y = np.asarray(y, dtype=np.float64)
-    n_outputs = 1 if y.ndim == 1 else y.shape[1]  # targets a row (``NodeRows``)
-    rules = growth_rules(
-        params, n_classes, root.total_weight, root.key, root.depth, root.bounds, n_outputs
-    )
+    n_outputs = 1 if y.ndim == 1 else y.shape[1]  # targets a row
+    rules = growth_rules(params, n_classes, root.total_weight, root.key, root.depth, root.bounds)
     regression = is_regression(rules.criterion)
     n_channels = 3 + rules.n_classes if regression else rules.n_classes + 1
     n_rows = len(sample_indices)
@@ -1371,7 +1381,6 @@ def grow(
         node_codes,
         node_codes.view(np.uint64),
         code_rows > 0 and _n_words(codes.shape[1]) <= _ALL_ORDERED_MAX_WORDS,
-        n_outputs,
     )
     tables = bin_tables(bin_arrays)
     scratch = Scratch(
@@ -1400,23 +1409,39 @@ def grow(
     nodes, values = workspace.nodes, workspace.values
     bitsets = kept.table("grow.bitsets", 16, (BITSET_WORDS,), BITSET_DTYPE)
     # The frontier holds the root (-1), opened by the loop kernel itself.
-    frontier = Frontier(params.max_leaf_nodes > 0, np.empty(64, dtype=np.int64), np.empty(64))
+    best_first = params.max_leaf_nodes > 0
+    frontier = Frontier(np.empty(64, dtype=np.int64), np.empty(64) if best_first else None)
     frontier.ids[0] = -1
-    max_splits = int(params.max_leaf_nodes) - 1 if frontier.best_first else len(nodes)
+    max_splits = int(params.max_leaf_nodes) - 1 if best_first else len(nodes)
+    # What the tree uses of the options the loop kernel compiles only when used.
+    outputs, monotonic = several_outputs(n_outputs), monotonic_constraints(params)
     progress = Progress(0, 0, 0, 1, float(root.w_root))
     while progress.n_frontier > 0 and progress.n_split < max_splits:
         if len(bitsets) < progress.n_bitsets + 2:
             bitsets = _grown(bitsets, progress.n_bitsets)
             kept.keep("grow.bitsets", bitsets)
         if len(frontier.ids) < progress.n_frontier + 2:
-            frontier = frontier._replace(
-                ids=_grown(frontier.ids, progress.n_frontier),
-                keys=_grown(frontier.keys, progress.n_frontier),
+            keys = frontier.keys
+            frontier = Frontier(
+                _grown(frontier.ids, progress.n_frontier),
+                None if keys is None else _grown(keys, progress.n_frontier),
             )
         progress = Progress(
             *_grow_nodes(
-                progress, max_splits, frontier, nodes, values, bitsets, rows, tables, rules, scratch
-            )
+                progress,
+                max_splits,
+                frontier.ids,
+                nodes,
+                values,
+                bitsets,
+                rows,
+                tables,
+                rules,
+                scratch,
+                outputs,
+                monotonic,
+                frontier.keys,
+            )  # fmt: skip
         )
     # Nodes left on the frontier (best-first growth stopped) carry a split that was never made:
     # they become leaves, with a leaf's split fields (``tree.LEAF_CONSTANTS``, what a pickled tree

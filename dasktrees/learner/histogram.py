@@ -46,7 +46,7 @@ def signed_weights(y, w, out):
 
 @node_kernel
 def build_histogram(
-    codes, f, sample_indices, start, stop, y, w, criterion, hist, touched, n_outputs=1
+    codes, f, sample_indices, start, stop, y, w, criterion, hist, touched, outputs=None
 ):
     """Add the rows ``sample_indices[start:stop]`` to ``hist`` by their code of feature ``f``.
 
@@ -63,14 +63,16 @@ def build_histogram(
         Class index (classification) or target (regression), and row weight, in the order of
         ``sample_indices`` (``y[i]`` belongs to row ``sample_indices[i]``): the partition
         moves them with the rows, so only the codes are gathered row by row (LightGBM's
-        "ordered gradients"). With k target columns (``hist`` has 3 + k channels) a row's
-        targets are ``y[i * k : (i + 1) * k]`` (``outputs_histogram``).
+        "ordered gradients"). With k = ``outputs`` target or class columns a row's targets are
+        ``y[i * k : (i + 1) * k]`` (``outputs_histogram``).
     criterion : int
         Selects the channel layout.
     hist : ndarray of float64, shape (N_BIN_CODES, n_channels)
         Zero on entry; rows of the codes met are filled (for squared error, channels 0-2).
     touched : ndarray of int32, shape (N_BIN_CODES,)
         Written: the non-missing codes met, in order of first appearance.
+    outputs : int, optional
+        Target or class columns, None for one (``criteria``).
 
     Returns
     -------
@@ -78,15 +80,12 @@ def build_histogram(
         Number of non-missing codes met (the filled prefix of ``touched``), or -1 for a large
         node, whose record ``compact`` does not use.
     """
-    if is_regression(criterion) and hist.shape[1] > 4:  # k target columns
-        k = hist.shape[1] - 3
+    if outputs is not None:
+        classification = not is_regression(criterion)
         return outputs_histogram(
-            codes, f, sample_indices, False, start, stop, y, w, k, False, hist, touched
-        )
-    if n_outputs > 1:  # k class columns
-        return outputs_histogram(
-            codes, f, sample_indices, False, start, stop, y, w, n_outputs, True, hist, touched
-        )
+            codes, f, sample_indices, False, start, stop, y, w, outputs, classification, hist,
+            touched,
+        )  # fmt: skip
     # A large node fills most bins: its record is not used, and compact walks every bin. (Only
     # random splits fill a large node here: the best splitter's one-pass fill is
     # ``build_histograms``.)
@@ -124,7 +123,7 @@ def build_histogram(
 
 @node_kernel
 def build_histograms(
-    node_codes, features, n_features, start, stop, y, w, criterion, hists, n_outputs=1
+    node_codes, features, n_features, start, stop, y, w, criterion, hists, outputs=None
 ):
     """Fill ``hists[j]`` as ``build_histogram`` fills one histogram, for each of the features
     ``features[:n_features]`` of a large node, whose codes are in node order
@@ -144,12 +143,11 @@ def build_histograms(
         The features; the first ``n_features`` are filled.
     hists : ndarray of float64, shape (>= n_features, N_BIN_CODES, n_channels)
         Zero on entry.
-    start, stop, y, w, criterion :
+    start, stop, y, w, criterion, outputs :
         As for ``build_histogram``.
     """
-    regression = is_regression(criterion)
-    if (regression and hists.shape[2] > 4) or n_outputs > 1:  # k target or class columns
-        k = hists.shape[2] - 3 if regression else n_outputs
+    if outputs is not None:
+        classification = not is_regression(criterion)
         for j in range(n_features):  # (``features[:0]``: no record of the touched bins)
             outputs_histogram(
                 node_codes,
@@ -160,8 +158,8 @@ def build_histograms(
                 stop,
                 y,
                 w,
-                k,
-                not regression,
+                outputs,
+                classification,
                 hists[j],
                 features[:0],
             )
@@ -325,7 +323,7 @@ def compact(hist, touched, n_touched, n_bins_f, bins_out, stats_out, missing_out
 
 
 @node_kernel
-def node_statistics(node_y, node_w, start, stop, criterion, stats_out, n_outputs=1):
+def node_statistics(node_y, node_w, start, stop, criterion, stats_out, outputs=None):
     """Statistics vector of the node's rows (layout in ``criteria``).
 
     Parameters
@@ -334,28 +332,31 @@ def node_statistics(node_y, node_w, start, stop, criterion, stats_out, n_outputs
         Targets and weights in ``sample_indices`` order; the node owns ``[start:stop]``.
     stats_out : ndarray of float64, shape (n_channels,)
         Written.
+    outputs : int, optional
+        Target or class columns, None for one (``criteria``).
 
     Returns
     -------
     float
         The node impurity; for regression computed in two passes (mean, then deviations), which
         stays exact where ``E[y^2] - E[y]^2`` (Poisson: ``E[y ln y] - mean ln mean``) would
-        cancel. With k target columns (``stats_out`` has 3 + k channels; a row's targets are
-        ``node_y[i * k : (i + 1) * k]``) the mean of the outputs' variances.
+        cancel. With k = ``outputs`` target columns (``stats_out`` has 3 + k channels; a row's
+        targets are ``node_y[i * k : (i + 1) * k]``) the mean of the outputs' variances.
     """
     # Regression sums are kept in registers and written once: summed in place, each addition
     # waited for the store of the previous one. The same additions in the same order.
     u = np.uint64  # unsigned positions (``build_histogram``)
     n_rows = 0.0
-    if is_regression(criterion) and stats_out.shape[0] > 4:  # k target columns
-        return outputs_statistics(node_y, node_w, start, stop, stats_out)
-    if n_outputs > 1:  # k class columns: each row adds its weight to one channel a block
+    if outputs is not None:
+        if is_regression(criterion):
+            return outputs_statistics(node_y, node_w, start, stop, stats_out)
+        # k class columns: each row adds its weight to one channel a block
         stats_out[:] = 0.0
         for i in range(u(start), u(stop)):
             stats_out[0] += 1.0
-            for o in range(n_outputs):
-                stats_out[u(1) + u(node_y[i * n_outputs + o])] += node_w[i]
-        return impurity(stats_out, criterion, n_outputs)
+            for o in range(outputs):
+                stats_out[u(1) + u(node_y[i * outputs + o])] += node_w[i]
+        return impurity(stats_out, criterion, outputs)
     if is_regression(criterion):
         w_sum = 0.0
         wy_sum = 0.0
@@ -399,7 +400,7 @@ def node_statistics(node_y, node_w, start, stop, criterion, stats_out, n_outputs
         else:
             stats_out[u(1) + u(node_y[i])] += node_w[i]
     stats_out[0] = n_rows
-    return impurity(stats_out, criterion)
+    return impurity(stats_out, criterion, None)
 
 
 @node_kernel

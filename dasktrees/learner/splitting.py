@@ -84,7 +84,7 @@ def _xlogx(x):
 
 @njit(cache=True, inline="always")
 def cut_score(
-    prefix, missing, total, missing_left, criterion, parent_impurity, min_weight_leaf, n_outputs
+    prefix, missing, total, missing_left, criterion, parent_impurity, min_weight_leaf, outputs
 ):
     """Score of one cut, computed from the running prefix without building child vectors.
 
@@ -100,11 +100,11 @@ def cut_score(
         poisson            wy_l ln mu_l + wy_r ln mu_r          (= sum wy ln y - weighted deviance)
         gain_ratio         the gain ratio itself
 
-    with mu the children's means; with ``n_outputs`` class columns (statistics of one block of
-    class channels an output, ``criteria``) the outputs' proxies summed, as scikit-learn's
-    (``outputs_cut_score``). Returns NO_SPLIT when a child's weight is below
-    ``min_weight_leaf`` or zero, and for Poisson when a child's sum of w * y is zero (up to
-    rounding): its mean would be zero.
+    with mu the children's means; with ``outputs`` target or class columns (statistics of one
+    block of class channels an output, ``criteria``) the outputs' proxies summed, as
+    scikit-learn's (``outputs_cut_score``); ``outputs`` None for one. Returns NO_SPLIT when a
+    child's weight is below ``min_weight_leaf`` or zero, and for Poisson when a child's sum of
+    w * y is zero (up to rounding): its mean would be zero.
     This runs for every cut of every candidate feature of every node: it must stay a few flops
     per class.
     """
@@ -114,10 +114,9 @@ def cut_score(
         w_right = total[1] - w_left
         if w_left < min_weight_leaf or w_right < min_weight_leaf or _is_empty(w_left, w_right):
             return NO_SPLIT
-        n_outputs = prefix.shape[0] - 3
-        if n_outputs > 1:  # the outputs' proxies summed, as scikit-learn's
+        if outputs is not None:  # the outputs' proxies summed, as scikit-learn's
             score = 0.0
-            for o in range(2, 2 + n_outputs):
+            for o in range(2, 2 + outputs):
                 s_left = prefix[o] + m * missing[o]
                 s_right = total[o] - s_left
                 score += s_left * s_left / w_left + s_right * s_right / w_right
@@ -130,8 +129,8 @@ def cut_score(
                 return NO_SPLIT
             return s_left * np.log(s_left / w_left) + s_right * np.log(s_right / w_right)
         return s_left * s_left / w_left + s_right * s_right / w_right
-    if n_outputs > 1:
-        return outputs_cut_score(prefix, missing, total, m, criterion, n_outputs, min_weight_leaf)
+    if outputs is not None:
+        return outputs_cut_score(prefix, missing, total, m, criterion, outputs, min_weight_leaf)
     w_left = 0.0
     w_right = 0.0
     acc_left = 0.0
@@ -242,11 +241,12 @@ def scan_cuts(
     min_weight_leaf,
     only_cut,
     monotonic,
+    feature,
     lower,
     upper,
     prefix,
     cuts,
-    n_outputs,
+    outputs,
 ):
     """Best cut of the bins ``stats[order[0]], ..., stats[order[n_bins - 1]]``.
 
@@ -260,17 +260,21 @@ def scan_cuts(
         Statistics of the node's missing rows and of all its rows.
     only_cut : int
         -1 to scan every cut; else evaluate only the cut after this position (random splits).
-    monotonic : int
-        The feature's monotonic constraint: 0 none; 1 (-1) only cuts whose left child's value
-        is at most (at least) the right's, both within ``[lower, upper]`` (``keeps_monotonic``).
+    monotonic : ndarray of int8, shape (n_features,), or None
+        The features' monotonic constraints, None in a tree without any (whose scan compiles
+        no test of them). Under ``monotonic[feature]`` 1 (-1) only cuts whose left child's
+        value is at most (at least) the right's, both within ``[lower, upper]``, are candidates
+        (``keeps_monotonic``); 0 sets no constraint.
+    feature : int
+        The feature whose bins these are.
     lower, upper : float
         The node's bounds on its children's values (infinite without constraints).
     prefix : ndarray of float64, shape (n_channels,)
         Scratch space.
     cuts : ndarray of float64, shape (N_CUT_ROWS, N_BIN_CODES)
         Scratch space.
-    n_outputs : int
-        Class columns of a classification (blocks of channels, ``criteria``); else 1.
+    outputs : int or None
+        Target or class columns (``criteria``); None for one.
 
     Returns
     -------
@@ -283,7 +287,7 @@ def scan_cuts(
     has_missing = missing[0] > 0.0
     if (
         only_cut < 0
-        and monotonic == 0
+        and (monotonic is None or monotonic[feature] == 0)
         # (squared error of one target column, or two classes)
         and (
             (criterion == SQUARED_ERROR and prefix.shape[0] == 4)
@@ -321,12 +325,20 @@ def scan_cuts(
                     criterion,
                     parent_impurity,
                     min_weight_leaf,
-                    n_outputs,
+                    outputs,
                 )
                 if score > best_score and (
-                    monotonic == 0
+                    monotonic is None
+                    or monotonic[feature] == 0
                     or keeps_monotonic(
-                        prefix, missing, total, missing_left, criterion, monotonic, lower, upper
+                        prefix,
+                        missing,
+                        total,
+                        missing_left,
+                        criterion,
+                        monotonic[feature],
+                        lower,
+                        upper,
                     )
                 ):
                     best_score = score
@@ -651,8 +663,9 @@ def goes_left(code, rule):
 
 @node_kernel
 def partition(
-    rows, start, stop, rule, ordered, move_codes, move_rows, buffers, two_classes, children
-):
+    rows, start, stop, rule, ordered, move_codes, move_rows, buffers, two_classes, children,
+    outputs=None,
+):  # fmt: skip
     """Stable in-place partition of a node's rows by a split.
 
         before  [a b c d e f]        (rows of the node, in row order)
@@ -663,7 +676,7 @@ def partition(
     rows : grower.NodeRows
         The node owns ``rows.sample_indices[start:stop]``. ``rows.codes`` is the binned training
         set (rows x features). ``rows.y`` and ``rows.w`` (targets and weights in
-        ``sample_indices`` order, ``rows.n_outputs`` targets a row) are moved with their rows,
+        ``sample_indices`` order, ``outputs`` targets a row) are moved with their rows,
         so the children find theirs contiguous. Keeping row order keeps the code gathers of
         the children cache friendly.
     start, stop : int
@@ -690,6 +703,8 @@ def partition(
         With ``two_classes``, written ``[n_rows, w_0, w_1]`` of the left and right child, the
         same sums in the same order as ``histogram.node_statistics`` over each child's rows.
         Otherwise not touched.
+    outputs : int, optional
+        Targets a row (k of a tree on k target or class columns); None for one.
 
     Returns
     -------
@@ -698,8 +713,10 @@ def partition(
     """
     # Its own pass, inlined: a test at every row, or a call taking ``rows``, cost the growth of
     # one target (docs/benchmarks.md).
-    if rows.n_outputs > 1:
-        return _partition_targets(rows, start, stop, rule, ordered, move_codes, move_rows, buffers)
+    if outputs is not None:
+        return _partition_targets(
+            rows, start, stop, rule, ordered, move_codes, move_rows, buffers, outputs
+        )
     # Two copies of the pass, each with ``move_rows`` a constant: tested at every row, it cost the
     # growth of trees that move their rows (docs/benchmarks.md).
     if move_rows:
@@ -781,13 +798,13 @@ def _partition(
 
 
 @inlined_node_kernel
-def _partition_targets(rows, start, stop, rule, ordered, move_codes, move_rows, buffers):
-    """``partition`` of the rows of a regression on k = ``rows.n_outputs`` > 1 target columns,
+def _partition_targets(rows, start, stop, rule, ordered, move_codes, move_rows, buffers, outputs):
+    """``partition`` of the rows of a tree on k = ``outputs`` > 1 target or class columns,
     whose row i has its targets at ``rows.y[i * k : (i + 1) * k]``: the same moves, each row's
     k targets moved together."""
     codes, node_codes, node_words = rows.codes, rows.node_codes, rows.node_words
     sample_indices, node_y, node_w = rows.sample_indices, rows.y, rows.w
-    k = np.uint64(rows.n_outputs)
+    k = np.uint64(outputs)
     u = np.uint64  # unsigned positions (``_partition``)
     n_left = u(start)
     n_right = u(0)

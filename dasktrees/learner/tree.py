@@ -5,7 +5,7 @@ from numba import njit, prange
 from scipy import sparse
 
 from ..core.bitsets import bitset_has
-from ..core.criteria import class_impurity, is_regression, outputs_class_impurity
+from ..core.criteria import class_impurity, is_regression, outputs_class_impurity, several_outputs
 from ..core.dtypes import (
     BITSET_DTYPE,
     BITSET_WORDS,
@@ -101,7 +101,7 @@ class Tree:
             )
         elif not regression:
             value = np.empty(values.shape)
-            class_fractions(values, value, np.empty(len(values)), n_outputs)
+            class_fractions(values, value, np.empty(len(values)), several_outputs(n_outputs))
         return cls(
             n_features, categorical_bitsets=np.ascontiguousarray(bitsets), value=value, **arrays
         )
@@ -307,7 +307,7 @@ class Tree:
                 if impurity is None:
                     impurity = np.empty(len(w))
                     node_class_impurities(
-                        value, w, state["criterion"], impurity, state.get("n_outputs", 1)
+                        value, w, state["criterion"], impurity, shipped_outputs(state)
                     )
             else:
                 w = node_weights(state)
@@ -399,7 +399,7 @@ def expand_shipped(shipped, thresholds):
             state["weighted_n_node_samples"],
             criterion,
             state["impurity"],
-            shipped.get("n_outputs", 1),
+            shipped_outputs(shipped),
         )
     return state
 
@@ -549,7 +549,7 @@ def value_and_weight(state):
         return node_moments(state, weight)[0], weight
     counts = node_counts(state)
     value, weight = np.empty(counts.shape), np.empty(len(counts))
-    class_fractions(counts, value, weight, state.get("n_outputs", 1))
+    class_fractions(counts, value, weight, shipped_outputs(state))
     return value, weight
 
 
@@ -839,21 +839,28 @@ def _split_thresholds(thresholds, feature, bin_threshold, bitset_idx, out):
             out[j] = thresholds[feature[j], bin_threshold[j]]
 
 
+def shipped_outputs(state):
+    """The kernels' ``outputs`` of a shipped classifier ``state``: its class columns
+    (``"n_outputs"``, kept when more than one), None for one (``criteria.several_outputs``)."""
+    return several_outputs(state.get("n_outputs", 1))
+
+
 @njit(cache=True, nogil=True)
-def node_class_impurities(value, weighted_n_node_samples, criterion, out, n_outputs=1):
+def node_class_impurities(value, weighted_n_node_samples, criterion, out, outputs=None):
     """Each node's impurity from its class fractions and weight (``criteria.class_impurity``;
-    with ``n_outputs`` class columns, the mean of their blocks', ``outputs_class_impurity``)."""
+    with ``outputs`` class columns, the mean of their blocks', ``outputs_class_impurity``;
+    None for one, ``criteria.several_outputs``)."""
     for i in range(value.shape[0]):
-        if n_outputs == 1:
+        if outputs is None:
             out[i] = class_impurity(value[i], weighted_n_node_samples[i], criterion)
         elif weighted_n_node_samples[i] > 0.0:
-            out[i] = outputs_class_impurity(value[i], 1.0, criterion, n_outputs)
+            out[i] = outputs_class_impurity(value[i], 1.0, criterion, outputs)
         else:
             out[i] = 0.0
 
 
 @njit(cache=True, nogil=True)
-def class_fractions(counts, value, weight, n_outputs=1):
+def class_fractions(counts, value, weight, outputs=None):
     """Each node's weight and class fractions from its weighted class counts
     (``node_class_fractions``).
 
@@ -864,17 +871,23 @@ def class_fractions(counts, value, weight, n_outputs=1):
         Written: the class fractions.
     weight : ndarray of float64, shape (n_nodes,)
         Written: the node weights.
-    n_outputs : int, default=1
+    outputs : int, optional
         Class columns: the counts are that many blocks (``criteria``), each made fractions of
-        its own sum; a node's weight is the first block's.
+        its own sum; a node's weight is the first block's. None for one
+        (``criteria.several_outputs``).
     """
-    block = counts.shape[1] // n_outputs
+    if outputs is None:
+        for i in range(counts.shape[0]):
+            weight[i] = node_class_fractions(counts[i], value[i])
+        return
+    block = counts.shape[1] // outputs
     for i in range(counts.shape[0]):
-        weight[i] = node_class_fractions(counts[i, :block], value[i, :block])
-        for o in range(1, n_outputs):
-            node_class_fractions(
+        for o in range(outputs):
+            w = node_class_fractions(
                 counts[i, o * block : (o + 1) * block], value[i, o * block : (o + 1) * block]
             )
+            if o == 0:
+                weight[i] = w
 
 
 @njit(cache=True, inline="always")

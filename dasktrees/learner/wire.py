@@ -42,6 +42,7 @@ from .tree import (
     node_class_impurities,
     number_depth_first,
     pool_to_root,
+    shipped_outputs,
 )
 
 
@@ -339,7 +340,7 @@ def _with_own_impurities(state, tree, criterion):
     give them (monotonic constraints clip the fractions, not the impurities)."""
     derived = np.empty(tree.node_count)
     node_class_impurities(
-        tree.value, tree.weighted_n_node_samples, criterion, derived, state.get("n_outputs", 1)
+        tree.value, tree.weighted_n_node_samples, criterion, derived, shipped_outputs(state)
     )
     if not np.array_equal(derived, tree.impurity):
         state["impurity"] = tree.impurity

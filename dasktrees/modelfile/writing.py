@@ -23,6 +23,7 @@ from ..learner.tree import (
     node_moments,
     node_samples,
     node_weights,
+    shipped_outputs,
     value_and_weight,
 )
 from ..learner.wire import NONZERO_LEAF_IMPURITY, SUMMABLE, narrow_counts, narrowest_uint, state_of
@@ -218,7 +219,7 @@ def _with_class_impurities(state: Manifest) -> Manifest:
         return state
     value, weight = value_and_weight(state)
     impurity = np.empty(len(weight))
-    node_class_impurities(value, weight, state["criterion"], impurity)
+    node_class_impurities(value, weight, state["criterion"], impurity, shipped_outputs(state))
     return {**state, "impurity": impurity}
 
 
