@@ -69,7 +69,6 @@ from ..learner.grower import (
     first_drawn_features,
     grow,
     growth_rules,
-    monotonic_constraints,
     search_scratch,
     split_node,
 )
@@ -572,7 +571,7 @@ def decide(spec, infos: list, sums: list) -> list:
             split = split_node(
                 grown, slot_of_feature, total, node_impurity, info["keys"][s],
                 info["depths"][s], info["parents"][s], w_root, tables, rules, scratch,
-                info["bounds"][s], monotonic_constraints(params),
+                info["bounds"][s],
             )  # fmt: skip
             root_info = (w_root, total_weight, tree_keys) if top_id == 0 else None
             decided.append((split, root_info))

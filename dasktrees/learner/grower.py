@@ -141,6 +141,9 @@ class Rules(NamedTuple):
     root_depth: int  # the depth of the root in its tree (0 but for a subtree)
     root_lower: float  # the bounds on the root's value (``_node_bounds``; infinite but for a
     root_upper: float  # subtree under monotonic constraints)
+    # int8 (n_features,): each feature's monotonic constraint (1, -1, 0), or no entries when
+    # no feature has one (``_node_bounds``)
+    monotonic: np.ndarray
 
 
 class Scratch(NamedTuple):
@@ -174,8 +177,9 @@ class Frontier(NamedTuple):
     """The nodes still to split: a stack (depth-first) or a heap keyed by ``(-improvement,
     node_id)`` (best-first, as scikit-learn grows ``max_leaf_nodes`` trees)."""
 
+    best_first: bool
     ids: np.ndarray  # int64: node ids; -1 is the root, still to open
-    keys: np.ndarray | None  # float64: heap keys (best-first); None for a stack
+    keys: np.ndarray  # float64: heap keys (best-first)
 
 
 class BestSplit(NamedTuple):
@@ -276,9 +280,8 @@ def _route_absent_categories(bitset, tree_keys, middle, n_codes, missing_left, h
 
 @inlined_node_kernel
 def find_split(
-    rows, start, stop, node_impurity, tables, rules, scratch, ordered, lower, upper, outputs,
-    monotonic,
-):  # fmt: skip
+    rows, start, stop, node_impurity, tables, rules, scratch, ordered, lower, upper, outputs
+):
     """Best split of one node over up to ``max_features`` features drawn from ``candidates``.
 
     Features are drawn without replacement. As in scikit-learn, every drawn feature counts
@@ -304,8 +307,6 @@ def find_split(
         The node's bounds on its children's values (``_node_bounds``).
     outputs : int or None
         Target or class columns (``criteria``); None for one.
-    monotonic : ndarray of int8, shape (n_features,), or None
-        Each feature's monotonic constraint (1, -1, 0); None when no feature has one.
 
     A categorical feature's categories with fewer than ``rules.min_samples_category`` rows in
     the node are pooled with its missing values before the categories are ordered: they go to
@@ -371,24 +372,22 @@ def find_split(
                 node_codes, f, row_of, start, stop, y, w, criterion, filled, ibuf[_TOUCHED], outputs
             )
         best, nonconstant = _evaluate_feature(
-            f, filled, n_touched, node_impurity, best, tables, rules, scratch, lower, upper,
-            outputs, monotonic,
-        )  # fmt: skip
+            f, filled, n_touched, node_impurity, best, tables, rules, scratch, lower, upper, outputs
+        )
         n_nonconstant += nonconstant
     return best
 
 
 @inlined_node_kernel
 def _evaluate_feature(
-    f, filled, n_touched, node_impurity, best, tables, rules, scratch, lower, upper, outputs,
-    monotonic,
-):  # fmt: skip
+    f, filled, n_touched, node_impurity, best, tables, rules, scratch, lower, upper, outputs
+):
     """Score the cuts of feature ``f`` from its histogram ``filled`` (as ``build_histogram``
     left it, ``n_touched`` its return; zeroed again here) and keep the better of them and
     ``best``: the part of the split search after the histogram, shared by ``find_split`` (the
     node's own rows) and ``split_from_histograms`` (histograms summed across row blocks).
-    A feature with a monotonic constraint (``monotonic``, as ``find_split`` takes it) keeps only
-    the cuts that respect it within the node's bounds ``[lower, upper]``.
+    A feature with a monotonic constraint keeps only the cuts that respect it within the
+    node's bounds ``[lower, upper]``. ``outputs``: target or class columns (``criteria``).
 
     Returns
     -------
@@ -460,8 +459,7 @@ def _evaluate_feature(
             min_samples_leaf,
             min_weight_leaf,
             only_cut,
-            monotonic,
-            f,
+            rules.monotonic[f] if rules.monotonic.shape[0] > 0 else 0,
             lower,
             upper,
             vec[_PREFIX],
@@ -524,14 +522,14 @@ def _evaluate_feature(
 @inlined_node_kernel
 def _open_node(
     node_id, parent, depth, start, stop, total, node_impurity, nodes, values, rules, lower, upper,
-    outputs, monotonic,
+    outputs,
 ):  # fmt: skip
     """Record a new node (a leaf until ``_record_split``) and test the stopping rules.
 
     ``total`` holds the node's statistics. ``nodes`` and ``values`` must have room for
-    ``node_id``. Under monotonic constraints (``monotonic`` not None, as ``find_split`` takes
-    it) its value (the mean, or the share of class 1) is clipped to its bounds
-    ``[lower, upper]`` (``_node_bounds``). ``outputs``: target or class columns (``criteria``).
+    ``node_id``. Its value (the mean, or the share of class 1) is clipped to its bounds
+    ``[lower, upper]`` (``_node_bounds``; infinite without monotonic constraints).
+    ``outputs``: target or class columns (``criteria``).
 
     Returns
     -------
@@ -565,20 +563,17 @@ def _open_node(
         # (``tree.class_fractions``).
         for k in range(n_classes):
             values[node_id, k] = total[1 + k]
-        if monotonic is not None:
-            share = total[2] / w_node if n_classes == 2 and w_node > 0.0 else 0.0
-            if share < lower or share > upper:  # two classes under a monotonic constraint
-                share = min(max(share, lower), upper)
-                values[node_id, 0] = w_node * (1.0 - share)
-                values[node_id, 1] = w_node * share
-    elif outputs is not None:  # the mean of each target column (no constraints)
+        share = total[2] / w_node if n_classes == 2 and w_node > 0.0 else 0.0
+        if share < lower or share > upper:  # two classes under a monotonic constraint
+            share = min(max(share, lower), upper)
+            values[node_id, 0] = w_node * (1.0 - share)
+            values[node_id, 1] = w_node * share
+    elif outputs is None:
+        mean = total[2] / w_node if w_node > 0.0 else 0.0
+        values[node_id, 0] = min(max(mean, lower), upper)
+    else:  # the mean of each target column (no constraints)
         for o in range(outputs):
             values[node_id, o] = total[2 + o] / w_node if w_node > 0.0 else 0.0
-    else:
-        mean = total[2] / w_node if w_node > 0.0 else 0.0
-        if monotonic is not None:
-            mean = min(max(mean, lower), upper)
-        values[node_id, 0] = mean
     n_node = stop - start
     return not (
         depth >= max_depth
@@ -733,12 +728,10 @@ def split_from_histograms(
     scratch,
     lower,
     upper,
-    monotonic,
 ):
     """Open node ``node_id`` and choose its split from histograms of its rows summed over row
     blocks, as ``_grow_nodes`` opens a node and ``find_split`` searches it from its rows.
-    ``lower`` and ``upper`` bound its value (``_node_bounds``) under the constraints
-    ``monotonic`` (None when there are none). Of one target column.
+    ``lower`` and ``upper`` bound its value (``_node_bounds``). Of one target column.
 
     The node has more than ``TRACK_TOUCHED_BELOW`` rows (``n_rows``), so the search takes the
     path ``find_split`` takes for large nodes: the histograms of the features it draws, every
@@ -764,7 +757,7 @@ def split_from_histograms(
     total = scratch.vec[_TOTAL]
     if not _open_node(
         node_id, parent, depth, 0, n_rows, total, node_impurity, nodes, values, rules, lower,
-        upper, None, monotonic,
+        upper, None,
     ):  # fmt: skip
         return NODE_LEAF, n_bitsets
     state, candidates, features = scratch.state, scratch.candidates, scratch.features
@@ -785,9 +778,8 @@ def split_from_histograms(
         if slot < 0:
             return NODE_NEEDS_FEATURES, n_bitsets
         best, nonconstant = _evaluate_feature(
-            f, hists[slot], -1, node_impurity, best, tables, rules, scratch, lower, upper, None,
-            monotonic,
-        )  # fmt: skip
+            f, hists[slot], -1, node_impurity, best, tables, rules, scratch, lower, upper, None
+        )
         n_nonconstant += nonconstant
     n_bitsets, split = _record_split(
         node_id,
@@ -818,10 +810,9 @@ class HistogramSplit(NamedTuple):
 
 
 def split_node(hists, slot_of_feature, total, node_impurity, key, depth, parent, w_root, tables,
-               rules, scratch, bounds=(-np.inf, np.inf), monotonic=None):  # fmt: skip
+               rules, scratch, bounds=(-np.inf, np.inf)):  # fmt: skip
     """``split_from_histograms`` on one node of statistics ``total`` (the grower's channels;
-    ``total[0]`` its rows) and value ``bounds`` under the constraints ``monotonic``
-    (``monotonic_constraints``), with records of its own."""
+    ``total[0]`` its rows) and value ``bounds``, with records of its own."""
     scratch.vec[_TOTAL][:] = total
     nodes = np.zeros(1, dtype=NODE_DTYPE)
     values = np.zeros((1, rules.n_classes))
@@ -829,7 +820,7 @@ def split_node(hists, slot_of_feature, total, node_impurity, key, depth, parent,
     status, n_bitsets = split_from_histograms(
         0, parent, depth, int(total[0]), node_impurity, np.uint64(key), w_root, hists,
         slot_of_feature, nodes, values, bitsets, 0, tables, rules, scratch, float(bounds[0]),
-        float(bounds[1]), monotonic,
+        float(bounds[1]),
     )  # fmt: skip
     return HistogramSplit(
         status,
@@ -1069,22 +1060,22 @@ def _heap_sift_up(keys, ids, pos, end):
 
 
 @inlined_node_kernel
-def _frontier_push(ids, keys, n, node, key):
-    """Put ``node`` on the frontier of ``n`` entries (a stack, or with heap ``keys`` a heap
-    keyed by ``key``); returns the new size."""
+def _frontier_push(best_first, ids, keys, n, node, key):
+    """Put ``node`` on the frontier of ``n`` entries (a stack, or a heap keyed by ``key``);
+    returns the new size."""
     ids[n] = node
-    if keys is not None:
+    if best_first:
         keys[n] = key
         _heap_sift_down(keys, ids, 0, n)
     return n + 1
 
 
 @inlined_node_kernel
-def _frontier_pop(ids, keys, n):
-    """Take the next node from the frontier of ``n`` entries: the top of the stack (``keys``
-    None), or the heap's smallest key (``heapq.heappop``). The size becomes ``n - 1``."""
+def _frontier_pop(best_first, ids, keys, n):
+    """Take the next node from the frontier of ``n`` entries: the top of the stack, or the
+    heap's smallest key (``heapq.heappop``). The size becomes ``n - 1``."""
     last = n - 1
-    if keys is None or last == 0:
+    if not best_first or last == 0:
         return ids[last]
     node = ids[0]
     keys[0], ids[0] = keys[last], ids[last]
@@ -1093,7 +1084,7 @@ def _frontier_pop(ids, keys, n):
 
 
 @inlined_node_kernel
-def _node_bounds(node_id, side, nodes, rules, scratch, monotonic):
+def _node_bounds(node_id, side, nodes, rules, scratch):
     """The bounds on the value of child ``side`` (0 left, 1 right) of node ``node_id`` (-1:
     the root, bounded by ``rules.root_lower`` and ``root_upper``), as scikit-learn bounds them
     under monotonic constraints: a child of a split on an unconstrained feature inherits its
@@ -1102,14 +1093,14 @@ def _node_bounds(node_id, side, nodes, rules, scratch, monotonic):
     values. Every leaf value of a
     subtree then lies within its root's bounds, so the tree is monotone along each constrained
     feature, and stays so when a subtree is cut to a leaf: its root keeps its own value,
-    clipped to its bounds. ``monotonic``: the features' constraints (``find_split``)."""
+    clipped to its bounds."""
     if node_id < 0:
         return rules.root_lower, rules.root_upper
     bounds = scratch.node_bounds[node_id]
     lower, upper = bounds[0], bounds[1]
-    constraint = monotonic[nodes[node_id]["feature"]]
-    if constraint != 0:
-        if (side == 0) == (constraint > 0):
+    monotonic = rules.monotonic[nodes[node_id]["feature"]]
+    if monotonic != 0:
+        if (side == 0) == (monotonic > 0):
             upper = bounds[2]
         else:
             lower = bounds[2]
@@ -1118,30 +1109,29 @@ def _node_bounds(node_id, side, nodes, rules, scratch, monotonic):
 
 @njit(cache=True, _nrt=False, nogil=True)
 def _grow_nodes(
-    progress, max_splits, ids, nodes, values, bitsets, rows, tables, rules, scratch, outputs,
-    monotonic, heap,
-):  # fmt: skip
-    """Split the nodes of the frontier (``ids[:progress.n_frontier]``) until it is empty,
-    ``max_splits`` splits are made, or ``bitsets`` or the frontier lacks room for one more
-    split: the caller then grows them and calls again. The frontier is a stack, grown left
-    subtree first, or with ``heap`` (its keys) a heap (``Frontier``); node -1 on it is the root,
-    still to open.
+    progress, max_splits, frontier, nodes, values, bitsets, rows, tables, rules, scratch, outputs
+):
+    """Split the nodes of the frontier (``frontier.ids[:progress.n_frontier]``) until it is
+    empty, ``max_splits`` splits are made, or ``bitsets`` or the frontier lacks room for one more
+    split: the caller then grows them and calls again. The stack is grown left subtree first;
+    node -1 on it is the root, still to open.
 
     Splitting a node partitions its rows, sums each child's statistics (by the partition itself
     for two classes, else over the child's now contiguous rows), then opens the child
     (``_open_node``), searches its best split (``find_split``) and records it
     (``_record_split``). The root is opened by the same steps, as the only child of node -1.
 
-    ``outputs`` (several target or class columns), ``monotonic`` (constraints) and ``heap``
-    (best-first growth) are None when the tree has none: numba then compiles the loop without
-    their code (docs/design.md, "Compiled for what a fit uses").
+    ``outputs`` is None for a tree of one target column: numba then compiles the loop without
+    the code of several (docs/design.md, "Compiled for what a fit uses").
 
     Returns the new ``Progress`` as a plain tuple.
     """
     n_nodes, n_bitsets, n_split, n_frontier, w_root = progress
+    best_first, ids, keys = frontier
     node_y, node_w = rows.y, rows.w
     criterion = rules.criterion
     two_classes = not is_regression(criterion) and rules.n_classes == 2
+    constrained = rules.monotonic.shape[0] > 0
     vec = scratch.vec
     total = vec[_TOTAL]
     while (
@@ -1150,7 +1140,7 @@ def _grow_nodes(
         and bitsets.shape[0] >= n_bitsets + 2
         and ids.shape[0] >= n_frontier + 2
     ):
-        node_id = _frontier_pop(ids, heap, n_frontier)
+        node_id = _frontier_pop(best_first, ids, keys, n_frontier)
         n_frontier -= 1
         if node_id < 0:  # the root, opened as a left child holding every row
             start = np.int64(0)
@@ -1185,21 +1175,21 @@ def _grow_nodes(
                 key = child_key(scratch.node_keys[node_id], side)
             scratch.node_keys[child] = key
             lower, upper = -np.inf, np.inf
-            if monotonic is not None:
-                lower, upper = _node_bounds(node_id, side, nodes, rules, scratch, monotonic)
+            if constrained:
+                lower, upper = _node_bounds(node_id, side, nodes, rules, scratch)
                 scratch.node_bounds[child, 0] = lower
                 scratch.node_bounds[child, 1] = upper
             right_splittable = splittable
             splittable = _open_node(
                 child, node_id, depth, lo, hi, total, child_impurity, nodes, values, rules, lower,
-                upper, outputs, monotonic,
+                upper, outputs,
             )  # fmt: skip
             if splittable:
                 scratch.state[0] = mix64(key)  # the node's own random stream
                 ordered = _in_node_order(rows, nodes, child)
                 split = find_split(
                     rows, lo, hi, child_impurity, tables, rules, scratch, ordered, lower, upper,
-                    outputs, monotonic,
+                    outputs,
                 )  # fmt: skip
                 n_bitsets, splittable = _record_split(
                     child,
@@ -1215,8 +1205,7 @@ def _grow_nodes(
                     scratch,
                     outputs,
                 )
-                # the children's values: vec[_BEST_LEFT], vec[_RIGHT]
-                if splittable and monotonic is not None:
+                if splittable and constrained:  # the children's values: vec[_BEST_LEFT], _RIGHT
                     scratch.node_bounds[child, 2] = 0.5 * (
                         child_value(vec[_BEST_LEFT, 1], vec[_BEST_LEFT, 2], criterion)
                         + child_value(vec[_RIGHT, 1], vec[_RIGHT, 2], criterion)
@@ -1225,7 +1214,7 @@ def _grow_nodes(
         for child, pushed in ((n_nodes + 1, right_splittable), (n_nodes, splittable)):
             if pushed:
                 n_frontier = _frontier_push(
-                    ids, heap, n_frontier, child, -nodes[child]["improvement"]
+                    best_first, ids, keys, n_frontier, child, -nodes[child]["improvement"]
                 )
         if node_id < 0:
             n_nodes += 1
@@ -1269,14 +1258,14 @@ def growth_rules(params, n_classes, total_weight, root_key, root_depth, root_bou
         int(root_depth),
         float(lower),
         float(upper),
+        monotonic_constraints(params),
     )
 
 
 def monotonic_constraints(params):
-    """The kernels' ``monotonic`` of ``params`` (``find_split``): the features' constraints
-    (int8), or None when none is set."""
+    """``Rules.monotonic`` of ``params``: the constraints, or no entries when none is set."""
     monotonic = np.asarray(params.monotonic, dtype=np.int8)
-    return np.ascontiguousarray(monotonic) if monotonic.any() else None
+    return np.ascontiguousarray(monotonic if monotonic.any() else monotonic[:0])
 
 
 def grow(
@@ -1409,28 +1398,26 @@ def grow(
     nodes, values = workspace.nodes, workspace.values
     bitsets = kept.table("grow.bitsets", 16, (BITSET_WORDS,), BITSET_DTYPE)
     # The frontier holds the root (-1), opened by the loop kernel itself.
-    best_first = params.max_leaf_nodes > 0
-    frontier = Frontier(np.empty(64, dtype=np.int64), np.empty(64) if best_first else None)
+    frontier = Frontier(params.max_leaf_nodes > 0, np.empty(64, dtype=np.int64), np.empty(64))
     frontier.ids[0] = -1
-    max_splits = int(params.max_leaf_nodes) - 1 if best_first else len(nodes)
-    # What the tree uses of the options the loop kernel compiles only when used.
-    outputs, monotonic = several_outputs(n_outputs), monotonic_constraints(params)
+    max_splits = int(params.max_leaf_nodes) - 1 if frontier.best_first else len(nodes)
+    # None for one column: the loop kernel is then compiled without the code of several.
+    outputs = several_outputs(n_outputs)
     progress = Progress(0, 0, 0, 1, float(root.w_root))
     while progress.n_frontier > 0 and progress.n_split < max_splits:
         if len(bitsets) < progress.n_bitsets + 2:
             bitsets = _grown(bitsets, progress.n_bitsets)
             kept.keep("grow.bitsets", bitsets)
         if len(frontier.ids) < progress.n_frontier + 2:
-            keys = frontier.keys
-            frontier = Frontier(
-                _grown(frontier.ids, progress.n_frontier),
-                None if keys is None else _grown(keys, progress.n_frontier),
+            frontier = frontier._replace(
+                ids=_grown(frontier.ids, progress.n_frontier),
+                keys=_grown(frontier.keys, progress.n_frontier),
             )
         progress = Progress(
             *_grow_nodes(
                 progress,
                 max_splits,
-                frontier.ids,
+                frontier,
                 nodes,
                 values,
                 bitsets,
@@ -1439,8 +1426,6 @@ def grow(
                 rules,
                 scratch,
                 outputs,
-                monotonic,
-                frontier.keys,
             )  # fmt: skip
         )
     # Nodes left on the frontier (best-first growth stopped) carry a split that was never made:

@@ -241,7 +241,6 @@ def scan_cuts(
     min_weight_leaf,
     only_cut,
     monotonic,
-    feature,
     lower,
     upper,
     prefix,
@@ -260,13 +259,9 @@ def scan_cuts(
         Statistics of the node's missing rows and of all its rows.
     only_cut : int
         -1 to scan every cut; else evaluate only the cut after this position (random splits).
-    monotonic : ndarray of int8, shape (n_features,), or None
-        The features' monotonic constraints, None in a tree without any (whose scan compiles
-        no test of them). Under ``monotonic[feature]`` 1 (-1) only cuts whose left child's
-        value is at most (at least) the right's, both within ``[lower, upper]``, are candidates
-        (``keeps_monotonic``); 0 sets no constraint.
-    feature : int
-        The feature whose bins these are.
+    monotonic : int
+        The feature's monotonic constraint: 0 none; 1 (-1) only cuts whose left child's value
+        is at most (at least) the right's, both within ``[lower, upper]`` (``keeps_monotonic``).
     lower, upper : float
         The node's bounds on its children's values (infinite without constraints).
     prefix : ndarray of float64, shape (n_channels,)
@@ -287,7 +282,7 @@ def scan_cuts(
     has_missing = missing[0] > 0.0
     if (
         only_cut < 0
-        and (monotonic is None or monotonic[feature] == 0)
+        and monotonic == 0
         # (squared error of one target column, or two classes)
         and (
             (criterion == SQUARED_ERROR and prefix.shape[0] == 4)
@@ -328,17 +323,9 @@ def scan_cuts(
                     outputs,
                 )
                 if score > best_score and (
-                    monotonic is None
-                    or monotonic[feature] == 0
+                    monotonic == 0
                     or keeps_monotonic(
-                        prefix,
-                        missing,
-                        total,
-                        missing_left,
-                        criterion,
-                        monotonic[feature],
-                        lower,
-                        upper,
+                        prefix, missing, total, missing_left, criterion, monotonic, lower, upper
                     )
                 ):
                     best_score = score
