@@ -92,10 +92,11 @@ def twice():
 STAMPED_CALL = """
 import json, os, sys
 sys.path.insert(0, {folder!r})
-from dasktrees.core.kernel_cache import package_stamp, stamp_cache
+from dasktrees.core.kernel_cache import dependency_stamp, stamp_cache
 from pkg import caller
 if {stamped}:
-    stamp_cache(caller.twice, package_stamp(os.path.join({folder!r}, "pkg")))
+    pkg = os.path.join({folder!r}, "pkg")
+    stamp_cache(caller.twice, dependency_stamp(os.path.join(pkg, "caller.py"), pkg))
 print(json.dumps(caller.twice()))
 """
 
@@ -103,7 +104,7 @@ print(json.dumps(caller.twice()))
 def test_a_stamped_kernel_recompiles_when_a_kernel_it_calls_changes(tmp_path):
     # A kernel's cached code holds the kernels it calls. numba checks only the kernel's own
     # file, so an edit of the callee's file alone left the caller running the old callee: the
-    # second call below. The stamp of every source file of the package makes it recompile.
+    # second call below. The stamp of the files its module imports makes it recompile.
     package = tmp_path / "pkg"
     package.mkdir()
     (package / "__init__.py").write_text("")
@@ -126,24 +127,85 @@ def test_a_stamped_kernel_recompiles_when_a_kernel_it_calls_changes(tmp_path):
     assert call(stamped=True) == 14
 
 
-def test_package_stamp_sees_an_edit_of_any_source_file(tmp_path):
-    (tmp_path / "sub").mkdir()
-    for name in ("a.py", "sub/b.py", "sub/notes.txt"):
-        (tmp_path / name).write_text("x = 1\n")
-    before = kernel_cache.package_stamp(str(tmp_path))
-    assert [entry[0] for entry in before] == ["a.py", os.path.join("sub", "b.py")]
-    (tmp_path / "sub" / "notes.txt").write_text("not a source file\n")
-    assert kernel_cache.package_stamp(str(tmp_path)) == before
-    (tmp_path / "sub" / "b.py").write_text("x = 22\n")
-    assert kernel_cache.package_stamp(str(tmp_path)) != before
+# A package whose modules import each other: ``kernels`` imports ``helpers`` (relative, in
+# parentheses over lines) and ``pkg.sub.deep`` (absolute); ``helpers`` imports ``constants`` in
+# a package of its own; ``loose`` is imported by nobody, ``lazy`` only inside a function.
+PACKAGE = {
+    "__init__.py": "",
+    "kernels.py": (
+        "from .helpers import (\n    twice,\n)\nimport pkg.sub.deep\nimport numpy as np\n"
+        "def load():\n    from . import lazy\n"
+    ),
+    "helpers.py": "from .sub import constants\ndef twice(x):\n    return 2 * x\n",
+    "sub/__init__.py": "",
+    "sub/constants.py": "N = 1\n",
+    "sub/deep.py": '"""\nfrom here on, prose\n"""\n',
+    "loose.py": "x = 1\n",
+    "lazy.py": "x = 1\n",
+}
 
 
-def test_every_kernel_cache_is_stamped_with_the_package():
-    stamp = kernel_cache.package_stamp(os.path.dirname(os.path.dirname(kernel_cache.__file__)))
-    # constants the kernels read
-    assert any(path == os.path.join("core", "dtypes.py") for path, _, _ in stamp)
+def write_package(root, files):
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+
+
+def stamp_of(root, module="kernels.py"):
+    kernel_cache._stamps.clear()  # the files change under this process here
+    kernel_cache._imports.clear()
+    return kernel_cache.dependency_stamp(str(root / module), str(root))
+
+
+def test_a_kernels_sources_are_its_module_and_what_it_imports(tmp_path):
+    root = tmp_path / "pkg"
+    write_package(root, PACKAGE)
+    found = kernel_cache._sources_closure(str(root / "kernels.py"), str(root))
+    assert sorted(os.path.relpath(path, root) for path in found) == [
+        "helpers.py",
+        "kernels.py",
+        os.path.join("sub", "__init__.py"),
+        os.path.join("sub", "constants.py"),
+        os.path.join("sub", "deep.py"),
+    ]
+
+
+def test_the_stamp_changes_with_a_dependencys_content_only(tmp_path):
+    root = tmp_path / "pkg"
+    write_package(root, PACKAGE)
+    before = stamp_of(root)
+    for name in ("loose.py", "lazy.py", "notes.txt"):  # no dependency of the kernels
+        (root / name).write_text("y = 2\n")
+    os.utime(root / "sub" / "constants.py", (1_000_000_000, 1_000_000_000))  # content unchanged
+    assert stamp_of(root) == before
+    copy = tmp_path / "elsewhere" / "pkg"  # the same files written anew in another folder
+    write_package(copy, PACKAGE)
+    assert stamp_of(copy) == before
+    loose = stamp_of(root, "loose.py")
+    (root / "sub" / "constants.py").write_text("N = 2\n")  # a constant a kernel may read
+    assert stamp_of(root) != before
+    assert stamp_of(root, "loose.py") == loose  # which loose.py does not import
+
+
+def test_every_kernel_cache_is_stamped_with_its_sources():
+    import dasktrees.estimators.forests  # noqa: F401 - most kernels
+    from dasktrees.learner import grower
+
+    root = os.path.dirname(os.path.dirname(kernel_cache.__file__))
+    # the growth loop's sources: the kernels it calls, the constants they read
+    sources = {
+        os.path.relpath(path, root) for path in kernel_cache._sources_closure(grower.__file__, root)
+    }
+    assert {
+        os.path.join("core", "dtypes.py"),
+        os.path.join("learner", "histogram.py"),
+        os.path.join("learner", "splitting.py"),
+    } <= sources
+    assert not {path for path in sources if path.startswith(("estimators", "command", "forest"))}
     for name, dispatcher in kernel_cache.kernels().items():
-        assert dispatcher._cache._cache_file._source_stamp[1] == stamp, name
+        path = sys.modules[dispatcher.py_func.__module__].__file__
+        stamp = kernel_cache.dependency_stamp(path, root)
+        assert dispatcher._cache._cache_file._source_stamp == stamp, name
 
 
 # numba as another version may have it: dispatcher statistics that do not name the cache's folder
@@ -172,19 +234,21 @@ OTHER_NUMBA = """
         warnings.simplefilter("always")
         import dasktrees
         from dasktrees.core import kernel_cache
+        from dasktrees.learner import binning
 
-        kernel_cache.lock_kernels()  # again: nothing new to say
+        for name, dispatcher in kernel_cache.kernels().items():  # again: nothing new to say
+            kernel_cache.patch_kernel(name, dispatcher)
         X = np.random.default_rng(0).normal(size=(300, 3))
         codes = dasktrees.BinMapper(max_bins=16).fit(X).transform(X)
     dispatchers = kernel_cache.kernels().values()
-    package = kernel_cache.package_stamp(os.path.dirname(dasktrees.__file__))
+    stamp = kernel_cache.dependency_stamp(binning.__file__, os.path.dirname(dasktrees.__file__))
     stamps = [d._cache._cache_file._source_stamp for d in dispatchers]
     print(json.dumps({
         "warnings": [
             [w.category.__name__, str(w.message)] for w in caught if "numba" in str(w.message)
         ],
         "locked": sum(hasattr(d.compile, "__wrapped__") for d in dispatchers),
-        "stamped": sum(isinstance(s, tuple) and s[-1] == package for s in stamps),
+        "stamped": sum(s == stamp for s in stamps),
         "compiled": kernel_cache.compile_counts()[0],
         "bins": int(codes.max()) + 1,
     }))
@@ -197,13 +261,13 @@ def test_another_numbas_internals_warn_once_and_kernels_compile_as_numba_alone(t
     assert category == "RuntimeWarning"
     assert "no Dispatcher.stats.cache_path" in message
     assert "AttributeError while patching: _source_stamp is read-only" in message
-    assert "no per-kernel lock" in message and "no package stamp" in message
+    assert "no per-kernel lock" in message and "no dependency stamp" in message
     assert result["locked"] == result["stamped"] == 0  # numba's own behaviour, every kernel
     assert result["compiled"] > 0 and result["bins"] == 16  # the kernels compile and run
 
 
 def _fake_kernel(**parts):
-    """An object with what ``lock_kernels`` patches of a numba dispatcher (a kernel's
+    """An object with what ``patch_kernel`` patches of a numba dispatcher (a kernel's
     ``compile``, ``overloads``, ``stats``, ``py_func``), but for the ``parts`` set to None."""
 
     def compile(sig):
@@ -219,22 +283,23 @@ def _fake_kernel(**parts):
     return SimpleNamespace(**{name: part for name, part in kernel.items() if part is not None})
 
 
-def test_unexpected_dispatchers_are_left_as_they_are_with_one_warning(monkeypatch):
+def test_unexpected_dispatchers_are_left_as_they_are_with_one_warning_a_patch(monkeypatch):
     # The stamp needs numba's cache file (none here); the lock needs compile(sig) and overloads.
     fakes = {"a": _fake_kernel(), "b": _fake_kernel(compile=None), "c": _fake_kernel(overloads=[])}
-    monkeypatch.setattr(kernel_cache, "kernels", lambda: fakes)
     monkeypatch.setattr(kernel_cache, "_patched", set())
     monkeypatch.setattr(kernel_cache, "_reported", set())
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        kernel_cache.lock_kernels()
-        kernel_cache.lock_kernels()
-    [warning] = caught
-    assert warning.category is RuntimeWarning
-    message = str(warning.message)
-    assert "no Dispatcher._cache._cache_file._source_stamp" in message
-    assert "no Dispatcher.compile(sig) of one argument" in message
-    assert "fall back to numba's own caching" in message
+        for _ in range(2):
+            for name, fake in fakes.items():
+                kernel_cache.patch_kernel(name, fake)
+    stamp, lock = caught  # the first kernel's reason for each, never again
+    assert stamp.category is lock.category is RuntimeWarning
+    assert "no Dispatcher._cache._cache_file._source_stamp" in str(stamp.message)
+    assert "no dependency stamp" in str(stamp.message)
+    assert "no Dispatcher.compile(sig) of one argument" in str(lock.message)
+    assert "no per-kernel lock" in str(lock.message)
+    assert "fall back to numba's own caching" in str(lock.message)
     assert hasattr(fakes["a"].compile, "__wrapped__")  # what numba has is still patched
     assert not hasattr(fakes["b"], "compile")
     assert not hasattr(fakes["c"].compile, "__wrapped__")

@@ -3,6 +3,10 @@
 Exit codes: 0 success; 2 an invalid config or arguments (every problem listed, one per line,
 each with its dotted key); 1 a failure while running: one line naming the cause, and where the
 traceback is (a failed run's ``run.log``; ``--debug`` prints it).
+
+Each subcommand imports what it uses when it runs: ``dasktrees --help`` imports nothing but
+argparse, ``validate`` the config's checks, and only ``run``, ``predict`` and ``warmup`` the
+estimators, the kernels and Dask.
 """
 
 import argparse
@@ -13,8 +17,7 @@ import traceback
 from functools import partial
 from pathlib import Path
 
-from .config import ConfigError, check_config, load_config, quantile_kinds
-from .io import data_format, is_replaceable, read_table, write_table
+from .errors import ConfigError
 
 EXIT_OK, EXIT_FAILED, EXIT_INVALID = 0, 1, 2
 
@@ -87,6 +90,7 @@ def _print_problems(problems):
 
 def _run(args):
     from . import experiment
+    from .config import check_config, load_config
 
     config = load_config(args.config, args.set)
     task = check_config(config)
@@ -112,6 +116,8 @@ def _run(args):
 
 
 def _validate(args):
+    from .config import check_config, load_config
+
     config = load_config(args.config, args.set)
     task = check_config(config)
     print(f"{args.config}: valid ({config.model.kind}, {task})")
@@ -122,7 +128,8 @@ def _predict(args):
 
     from ..estimators.loading import load
     from . import experiment
-    from .config import ClusterConfig
+    from .config import ClusterConfig, load_config, quantile_kinds
+    from .io import data_format, is_replaceable, read_table, write_table
 
     problems = []
     for key, path in (("input", args.input), ("--output", args.output)):

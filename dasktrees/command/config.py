@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, PlainValidator, ValidationErr
 from ..core.params import PRUNE_CHOICES, check_forest_params, parameter_problem
 from . import io
 from .datasets import BUILTIN, builtin_target
+from .errors import ConfigError
 from .io import path_problems
 
 CLASSIFICATION_METRICS = (
@@ -40,14 +41,6 @@ QUANTILE_METRICS = ("coverage", "pinball_loss")
 KINDS = ("random_forest", "extra_trees", "decision_tree", "quantile_forest", "quantile_extra_trees")
 # The kinds that predict quantiles of a numeric target (regression only).
 QUANTILE_KINDS = ("quantile_forest", "quantile_extra_trees")
-
-
-class ConfigError(Exception):
-    """An invalid config: ``problems`` lists ``(dotted_key, message)`` pairs."""
-
-    def __init__(self, problems):
-        self.problems = list(problems)
-        super().__init__("\n".join(f"{key}: {message}" for key, message in self.problems))
 
 
 # ---- value types with the messages users read ----------------------------------------------------

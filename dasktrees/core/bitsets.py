@@ -7,10 +7,11 @@ layout; the kernels read and write it through these helpers, inlined where they 
 """
 
 import numpy as np
-from numba import njit
+
+from .kernel_cache import kernel
 
 
-@njit(cache=True, inline="always")
+@kernel(inline="always")
 def bitset_has(words, code):
     """Whether ``code`` is in the set, as the bit itself (an integer, 1 or 0).
 
@@ -29,7 +30,7 @@ def bitset_has(words, code):
     return (words[code >> 5] >> (code & 31)) & 1
 
 
-@njit(cache=True, inline="always")
+@kernel(inline="always")
 def bitset_add(words, code):
     """Add ``code`` to the set ``words`` (in place).
 

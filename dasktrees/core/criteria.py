@@ -26,7 +26,8 @@ docs/algorithms.md.
 """
 
 import numpy as np
-from numba import njit
+
+from .kernel_cache import kernel
 
 GINI = 0
 ENTROPY = 1
@@ -59,13 +60,13 @@ def several_outputs(n_outputs):
     return int(n_outputs) if n_outputs > 1 else None
 
 
-@njit(cache=True, inline="always")
+@kernel(inline="always")
 def is_regression(criterion):
     """Whether ``criterion`` is a regression criterion: statistics ``[n_rows, w, wy, .]``."""
     return criterion >= SQUARED_ERROR
 
 
-@njit(cache=True, inline="always")
+@kernel(inline="always")
 def stats_weight(stats, criterion, outputs=None):
     """Total weight w of a statistics vector (see the module docstring for the layout): with
     ``outputs`` class columns, the first block's sum."""
@@ -80,7 +81,7 @@ def stats_weight(stats, criterion, outputs=None):
     return total
 
 
-@njit(cache=True)
+@kernel()
 def impurity(stats, criterion, outputs=None):
     """Impurity of the rows summarised by ``stats``.
 
@@ -135,7 +136,7 @@ def impurity(stats, criterion, outputs=None):
     return result
 
 
-@njit(cache=True)
+@kernel()
 def outputs_variance(stats, w):
     """The mean of the weighted variances of k target columns, from their statistics
     ``[n_rows, w, wy_1, ..., wy_k, sum_o wy_o^2]`` of weight ``w`` > 0."""
@@ -147,7 +148,7 @@ def outputs_variance(stats, w):
     return max((stats[2 + n_outputs] / w - squared_means) / n_outputs, 0.0)
 
 
-@njit(cache=True)
+@kernel()
 def outputs_class_impurity(weights, w, criterion, n_outputs):
     """The mean over ``n_outputs`` class columns of each one's impurity, from their class
     weights or fractions ``weights`` (blocks of equal size, one an output) and the node's
@@ -175,7 +176,7 @@ def outputs_class_impurity(weights, w, criterion, n_outputs):
     return total / n_outputs
 
 
-@njit(cache=True, inline="always")
+@kernel(inline="always")
 def poisson_deviance(w, wy, wy_log_y):
     """Mean half Poisson deviance of rows of total weight ``w`` about their mean ``mu = wy / w``,
     ``sum_i w_i (y_i ln(y_i / mu) - y_i + mu) / w = (sum_i w_i y_i ln y_i - wy ln mu) / w``
@@ -189,7 +190,7 @@ def poisson_deviance(w, wy, wy_log_y):
     return max((wy_log_y - wy * np.log(wy / w)) / w, 0.0)
 
 
-@njit(cache=True, inline="always")
+@kernel(inline="always")
 def poisson_term(y, mean):
     """A row's half Poisson deviance about ``mean`` (> 0), ``y ln(y / mean) - y + mean``
     (``0 ln 0 = 0``). The ``- y + mean`` terms sum to zero over a node about its own mean, but
@@ -203,7 +204,7 @@ def poisson_term(y, mean):
     return term
 
 
-@njit(cache=True)
+@kernel()
 def class_impurity(value, w, criterion):
     """``impurity`` of a classification node from its class fractions ``value`` and weight
     ``w``: the same operations on the same numbers, since ``value[k]`` is the ``stats[1 + k] /
@@ -233,7 +234,7 @@ def class_impurity(value, w, criterion):
     return result
 
 
-@njit(cache=True, inline="always")
+@kernel(inline="always")
 def binary_entropy(w_left, w_right):
     """Split information of a binary split, in bits (C4.5's denominator)."""
     w = w_left + w_right

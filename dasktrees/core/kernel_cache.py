@@ -1,29 +1,30 @@
-"""Compile each numba kernel once per machine: a lock per kernel, caches as fresh as the package.
+"""Compile each numba kernel once per machine: a lock per kernel, caches as fresh as their sources.
 
-Every kernel is compiled with ``cache=True``: the first process that calls it compiles it, in
-seconds, and writes the machine code to numba's cache; later processes load it in milliseconds.
-Two things make that "once per machine" also when processes start together, as the worker
-processes of a ``LocalCluster`` do:
+Every kernel is declared with ``kernel`` (``numba.njit`` with ``cache=True``): the first process
+that calls it compiles it, in seconds, and writes the machine code to numba's cache; later
+processes load it in milliseconds. ``kernel`` patches each kernel as it is defined, for two
+things:
 
-* **A lock per kernel.** ``lock_kernels`` (run when dasktrees is imported) makes each kernel
-  take a file lock in its cache directory while it compiles. When several processes need the
-  same kernel at once, the first compiles it and the others wait, then load it from the cache.
-  The locks are ``fcntl.flock`` locks, which the system releases when a process dies; where
-  there is no ``fcntl`` (Windows) kernels compile without them, as numba alone would.
-* **A cache as fresh as the whole package.** numba keeps a kernel's cached machine code while
-  the kernel's own source file is unchanged (its modification time and size), but that code
-  also holds the kernels it calls and the constants it reads from other modules: after an edit
-  of ``histogram.py`` the growth loop of ``grower.py`` loaded its old copy of the histogram
-  fill. ``lock_kernels`` therefore also stamps each kernel's cache with every source file of the
-  package (``package_stamp``): any edit recompiles every kernel, once. An installed release
-  is never edited, so this only costs those who work on the code.
+* **A lock per kernel.** A kernel takes a file lock in its cache directory while it compiles.
+  When several processes need the same kernel at once (the worker processes of a
+  ``LocalCluster`` starting together), the first compiles it and the others wait, then load it
+  from the cache. The locks are ``fcntl.flock`` locks, which the system releases when a process
+  dies; where there is no ``fcntl`` (Windows) kernels compile without them, as numba alone would.
+* **A cache as fresh as the sources it depends on.** numba keeps a kernel's cached machine code
+  while the kernel's own source file keeps its modification time and size. But that code also
+  holds the kernels it calls and the constants it reads from other modules: after an edit of
+  ``histogram.py`` the growth loop of ``grower.py`` loaded its old copy of the histogram fill.
+  ``kernel`` therefore stamps each kernel's cache with the contents of its module and of every
+  module of the package that module imports, directly or not (``dependency_stamp``): an edit
+  recompiles the kernels that can depend on it, and only those. Contents, not modification
+  times: a checkout or an install that writes the same files anew keeps the caches.
 
 Both reach into numba's private internals (a dispatcher's ``compile``, its cache file's
 ``_source_stamp``), as numba 0.68 has them; ``pyproject.toml`` bounds numba to the versions
 tested. Where a numba differs (an attribute missing or of another shape, an error while
-patching), ``lock_kernels`` warns once (a ``RuntimeWarning`` saying what it did not find) and
-leaves those kernels to numba's own caching: compiled without the lock (processes that start
-together may each compile a kernel), or checked against their own source file only.
+patching), ``kernel`` warns once (a ``RuntimeWarning`` saying what it did not find) and leaves
+those kernels to numba's own caching: compiled without the lock (processes that start together
+may each compile a kernel), or checked against their own source file only.
 
 Warming a machine or a cluster up (``warmup``, ``WarmupPlugin``) is ``estimators.warmup``'s: it
 fits estimators.
@@ -35,7 +36,9 @@ same directory on it, provided they have the same CPU model: numba compiles for 
 on (``docs/deployment.md``).
 """
 
+import ast
 import contextlib
+import hashlib
 import inspect
 import os
 import sys
@@ -49,7 +52,7 @@ from typing import IO, Any
 fcntl: ModuleType | None
 try:
     import fcntl
-except ImportError:  # Windows: no cross-process lock, see lock_kernels
+except ImportError:  # Windows: no cross-process lock, see patch_kernel
     fcntl = None
 
 # A numba dispatcher (``numba.core.registry.CPUDispatcher``): numba has no type annotations.
@@ -67,10 +70,10 @@ _thread_locks: dict[str, threading.RLock] = {}
 _thread_locks_guard = threading.Lock()
 _held: dict[str, int] = {}
 
-# The kernels ``lock_kernels`` has patched (or tried to), by name, and what it found of numba's
+# The kernels ``patch_kernel`` has patched (or tried to), by name, and what it found of numba's
 # internals not as it expects, already reported: a process warns once.
 _patched: set[str] = set()
-_reported: set[tuple[str, str]] = set()
+_reported: set[str] = set()
 
 
 class NumbaInternalsChanged(Exception):
@@ -279,53 +282,83 @@ def kernels() -> dict[str, Dispatcher]:
     return found
 
 
-def lock_kernels() -> None:
-    """Make every dasktrees kernel compile under its file lock, with a cache that goes stale with
-    any source file of the package (see the module docstring); kernels already patched are left
-    as they are.
+def kernel(**options: Any) -> Callable[[Callable[..., Any]], Dispatcher]:
+    """``numba.njit(cache=True, **options)`` for a dasktrees kernel: the dispatcher compiles
+    under its file lock, its cache stamped with its sources (``patch_kernel``; the module
+    docstring). A kernel inlined into others (``inline="always"``) is never compiled alone,
+    and is left as numba makes it.
+
+    Examples
+    --------
+    >>> @kernel(nogil=True)
+    ... def add(a, b):
+    ...     return a + b
+    """
+    from numba import njit
+
+    def decorate(func: Callable[..., Any]) -> Dispatcher:
+        dispatcher = njit(cache=True, **options)(func)
+        if options.get("inline", "never") == "never":
+            patch_kernel(f"{func.__module__}.{func.__qualname__}", dispatcher)
+        return dispatcher
+
+    return decorate
+
+
+def patch_kernel(name: str, dispatcher: Dispatcher) -> None:
+    """Make the kernel ``name`` compile under its file lock, its cache stamped with the sources
+    it can depend on (``dependency_stamp``); a kernel already patched is left as it is.
 
     Never raises: where numba's internals are not what a patch relies on, the kernel keeps
     numba's own behaviour for it, and one ``RuntimeWarning`` a process says what was not found
     (``NumbaInternalsChanged``).
     """
+    if name in _patched:
+        return
+    _patched.add(name)
     found: dict[str, str] = {}
-    try:
-        stamp = package_stamp(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-        dispatchers = kernels()
-    except Exception as error:  # numba's registry moved: nothing is patched
-        found["lock"] = found["stamp"] = f"kernels not listed ({type(error).__name__}: {error})"
-        dispatchers = {}
-    for name, dispatcher in dispatchers.items():
-        if name in _patched:
-            continue
-        _patched.add(name)
-        for patch, apply, args in (
-            ("stamp", stamp_cache, (dispatcher, stamp)),
-            ("lock", _locked, (dispatcher,)),
-        ):
-            try:
-                apply(*args)
-            except NumbaInternalsChanged as error:
-                found.setdefault(patch, str(error))
-            except Exception as error:  # an error while patching: numba differs all the same
-                found.setdefault(patch, f"{type(error).__name__} while patching: {error}")
+    for patch, apply in (("stamp", _stamp_with_sources), ("lock", _locked)):
+        try:
+            apply(dispatcher)
+        except NumbaInternalsChanged as error:
+            found.setdefault(patch, str(error))
+        except Exception as error:  # an error while patching: numba differs all the same
+            found.setdefault(patch, f"{type(error).__name__} while patching: {error}")
     _warn_once(found)
 
 
-# What a kernel does without each patch (``lock_kernels``).
+def _stamp_with_sources(dispatcher: Dispatcher) -> None:
+    """``stamp_cache`` with the stamp of the kernel's module (``dependency_stamp``)."""
+    func = dispatcher.py_func
+    path = inspect.getsourcefile(func)
+    if path is None:
+        raise NumbaInternalsChanged("no source file of the kernel")
+    stamp_cache(dispatcher, dependency_stamp(path, _package_root(func.__module__, path)))
+
+
+def _package_root(module: str, path: str) -> str:
+    """The folder of the top-level package of ``module``, whose file is ``path``."""
+    root = os.path.dirname(os.path.abspath(path))
+    for _ in range(module.count(".") - (os.path.basename(path) == "__init__.py")):
+        root = os.path.dirname(root)
+    return root
+
+
+# What a kernel does without each patch (``patch_kernel``).
 _FALLBACKS = {
     "lock": "no per-kernel lock (processes that start together may each compile a kernel)",
-    "stamp": "no package stamp (a kernel's cache is checked against its own source file only)",
+    "stamp": "no dependency stamp (a kernel's cache is checked against its own source file only)",
 }
 
 
 def _warn_once(found: dict[str, str]) -> None:
-    """One ``RuntimeWarning`` for what ``found`` (what was not found, by patch) holds that this
-    process has not reported yet."""
-    new = {patch: what for patch, what in found.items() if (patch, what) not in _reported}
+    """One ``RuntimeWarning`` for the patches in ``found`` (what was not found, by patch) that
+    this process has not reported yet: a process says once that a patch falls back, with the
+    first kernel's reason (every kernel meets the same numba)."""
+    new = {patch: what for patch, what in found.items() if patch not in _reported}
     if not new:
         return
-    _reported.update(new.items())
+    _reported.update(new)
     import numba
 
     warnings.warn(
@@ -338,23 +371,120 @@ def _warn_once(found: dict[str, str]) -> None:
     )
 
 
-def package_stamp(root: str) -> tuple[tuple[str, float, int], ...]:
-    """The modification time and size of every ``.py`` file under the folder ``root``, in a
-    fixed order: what numba checks of a kernel's own source file before loading its cache."""
-    stamp: list[tuple[str, float, int]] = []
-    for folder, subfolders, files in os.walk(root):
-        subfolders.sort()
-        for name in sorted(files):
-            if name.endswith(".py"):
-                path = os.path.join(folder, name)
-                status = os.stat(path)
-                stamp.append((os.path.relpath(path, root), status.st_mtime, status.st_size))
-    return tuple(stamp)
+# Stamps and imports already found in this process, by source file: the files do not change
+# under a running process that has imported them.
+_stamps: dict[str, str] = {}
+_imports: dict[str, set[str]] = {}
+_THIS_FILE = os.path.abspath(__file__)
+
+
+def dependency_stamp(path: str, root: str) -> str:
+    """A digest of the contents of the source file ``path`` and of every source file of the
+    package under ``root`` that it imports, directly or not (``imported_sources``): what a
+    kernel defined in ``path`` can have compiled into its machine code (the kernels it calls,
+    the constants it reads).
+
+    The files' paths relative to ``root`` and their contents are hashed, not their modification
+    times: a copy of the same files elsewhere, or written anew, has the same stamp.
+    """
+    path = os.path.abspath(path)
+    if path not in _stamps:
+        digest = hashlib.sha256()
+        for source in sorted(_sources_closure(path, os.path.abspath(root))):
+            with open(source, "rb") as file:
+                content = file.read()
+            digest.update(os.path.relpath(source, root).encode())
+            digest.update(hashlib.sha256(content).digest())
+        _stamps[path] = digest.hexdigest()
+    return _stamps[path]
+
+
+def _sources_closure(path: str, root: str) -> set[str]:
+    """``path`` and the package's source files it imports, directly or not, but this module:
+    the decorator of the kernels adds no code to them."""
+    found = {path, _THIS_FILE}
+    pending = [path]
+    while pending:
+        module = pending.pop()
+        if module not in _imports:
+            _imports[module] = imported_sources(module, root)
+        for source in _imports[module]:
+            if source not in found:
+                found.add(source)
+                pending.append(source)
+    return found - {_THIS_FILE} | {path}
+
+
+def imported_sources(path: str, root: str) -> set[str]:
+    """The source files under the package folder ``root`` that the module ``path`` imports in
+    its top-level statements (those at the start of a line: what a kernel's globals can come
+    from; imports inside functions are left out): ``from .x import y``, ``from .. import x``,
+    ``import pkg.x`` and ``from pkg.x import y``, ``pkg`` being ``root``'s name.
+
+    Only the import statements are parsed, not the whole module: a process stamping its kernels
+    reads a few dozen files of up to two thousand lines."""
+    package = os.path.basename(root)
+    here = os.path.dirname(path)
+    found: set[str] = set()
+    for node in _top_level_imports(path):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = here
+                for _ in range(node.level - 1):
+                    base = os.path.dirname(base)
+                parts = node.module.split(".") if node.module else []
+            elif node.module and node.module.split(".")[0] == package:
+                base, parts = root, node.module.split(".")[1:]
+            else:
+                continue
+            target = os.path.join(base, *parts)
+            # the module imported from, and the names that are modules of a package
+            candidates = [target] + [os.path.join(target, alias.name) for alias in node.names]
+        else:
+            candidates = [
+                os.path.join(root, *alias.name.split(".")[1:])
+                for alias in node.names
+                if alias.name.split(".")[0] == package
+            ]
+        found.update(filter(None, map(_module_file, candidates)))
+    return {source for source in found if source.startswith(root + os.sep)}
+
+
+def _top_level_imports(path: str) -> list[ast.Import | ast.ImportFrom]:
+    """The import statements that start a line of the file ``path``, parsed (a statement in
+    parentheses may run over several lines; a docstring's line that reads as one counts too,
+    which can only add a file to a stamp)."""
+    with open(path, encoding="utf-8") as file:
+        lines = file.read().splitlines()
+    statements: list[ast.stmt] = []
+    k = 0
+    while k < len(lines):
+        line = lines[k]
+        k += 1
+        if not line.startswith(("from ", "import ")):
+            continue
+        text = line
+        while text.count("(") > text.count(")") and k < len(lines):
+            text += "\n" + lines[k]
+            k += 1
+        try:
+            statements.extend(ast.parse(text).body)
+        except SyntaxError:  # a line of prose in a docstring
+            continue
+    return [node for node in statements if isinstance(node, (ast.Import, ast.ImportFrom))]
+
+
+def _module_file(base: str) -> str | None:
+    """The source file of the module or package at ``base`` (a path without ``.py``), if any."""
+    for candidate in (base + ".py", os.path.join(base, "__init__.py")):
+        if os.path.isfile(candidate):
+            return os.path.abspath(candidate)
+    return None
 
 
 def stamp_cache(dispatcher: Dispatcher, stamp: object) -> None:
-    """Make ``dispatcher``'s cached machine code valid only while ``stamp`` is unchanged, besides
-    numba's own check of the kernel's source file.
+    """Make ``dispatcher``'s cached machine code valid only while ``stamp`` is unchanged, in
+    place of numba's check of the kernel's own source file (its modification time and size).
 
     numba writes the source stamp it holds into the cache's index and drops an index whose
     stamp differs from it. The stamp lives in a private attribute of numba's cache
@@ -376,7 +506,7 @@ def stamp_cache(dispatcher: Dispatcher, stamp: object) -> None:
         callable(getattr(cache_file, name, None)) for name in ("_load_index", "_save_index")
     ):
         raise NumbaInternalsChanged("no Dispatcher._cache._cache_file._source_stamp")
-    cache_file._source_stamp = (cache_file._source_stamp, stamp)
+    cache_file._source_stamp = stamp
 
 
 def compile_counts() -> tuple[int, int]:

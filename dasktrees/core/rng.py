@@ -8,7 +8,8 @@ hash; a stream is a counter pushed through it.
 """
 
 import numpy as np
-from numba import njit
+
+from .kernel_cache import kernel
 
 _GOLDEN_GAMMA = np.uint64(0x9E3779B97F4A7C15)
 _MIX1 = np.uint64(0xBF58476D1CE4E5B9)
@@ -20,7 +21,7 @@ _S11 = np.uint64(11)
 _TO_UNIT = 1.0 / 9007199254740992.0  # 2**-53
 
 
-@njit(cache=True, inline="always")
+@kernel(inline="always")
 def mix64(z):
     """SplitMix64 finalizer: a bijective 64-bit hash of ``z`` (uint64 -> uint64)."""
     z = (z ^ (z >> _S30)) * _MIX1
@@ -28,7 +29,7 @@ def mix64(z):
     return z ^ (z >> _S31)
 
 
-@njit(cache=True, inline="always")
+@kernel(inline="always")
 def hash_key(seed, a, b):
     """Hash of the triple (seed, a, b) of non-negative integers into a uint64."""
     z = mix64(np.uint64(seed) + _GOLDEN_GAMMA)
@@ -36,13 +37,13 @@ def hash_key(seed, a, b):
     return mix64(z ^ (np.uint64(b) + _GOLDEN_GAMMA))
 
 
-@njit(cache=True, inline="always")
+@kernel(inline="always")
 def to_unit(z):
     """Map a uint64 to a float in [0, 1) using its 53 high bits."""
     return np.float64(z >> _S11) * _TO_UNIT
 
 
-@njit(cache=True, inline="always")
+@kernel(inline="always")
 def child_key(key, side):
     """The random key of a node's child on ``side`` (0 left, 1 right) from the node's ``key``
     (uint64): a node's draws are keyed by its path from the root, not by the order in which the
@@ -51,7 +52,7 @@ def child_key(key, side):
     return mix64(mix64(key ^ _MIX2) + np.uint64(side) + _GOLDEN_GAMMA)
 
 
-@njit(cache=True)
+@kernel()
 def new_state(seed):
     """A one-element uint64 stream state for ``next_uint64``; ``seed`` is any non-negative int."""
     state = np.empty(1, dtype=np.uint64)
@@ -59,26 +60,26 @@ def new_state(seed):
     return state
 
 
-@njit(cache=True, inline="always")
+@kernel(inline="always")
 def next_uint64(state):
     """Advance the stream ``state`` (uint64 array of length 1) and return its next value."""
     state[0] += _GOLDEN_GAMMA
     return mix64(state[0])
 
 
-@njit(cache=True, inline="always")
+@kernel(inline="always")
 def next_uniform(state):
     """Next float of the stream, uniform in [0, 1)."""
     return to_unit(next_uint64(state))
 
 
-@njit(cache=True, inline="always")
+@kernel(inline="always")
 def next_below(state, n):
     """Next integer of the stream, uniform in [0, n) for n >= 1."""
     return min(int(next_uniform(state) * n), n - 1)
 
 
-@njit(cache=True)
+@kernel()
 def row_uniforms(seed, stream, row_ids, out):
     """Uniform [0, 1) floats keyed by (seed, stream, global row id).
 

@@ -17,9 +17,9 @@ from collections.abc import Sequence
 
 import dask.array as da
 import numpy as np
-from numba import njit
 
 from ..core.dtypes import TREE_LEAF
+from ..core.kernel_cache import kernel
 from ..forest.conformal import ConformalScores, order_sketch
 from ..forest.exact import (
     ADDS_BEFORE_CARRY,
@@ -404,7 +404,7 @@ def permutation_importance(
     return increase.transpose(1, 0, 2)
 
 
-@njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def add_oob_impurity(codes, y, w, counts, nodes, bitsets, root, values, classification, acc):
     """Add one tree's debiased impurity decreases on the out-of-bag rows of a block of binned
     codes (MDI-oob, Li et al. 2019) to exact sums.

@@ -15,13 +15,14 @@ slots back as Python integers.
 import math
 
 import numpy as np
-from numba import njit
+
+from ..core.kernel_cache import kernel
 
 EXACT_DIGITS = 68
 ADDS_BEFORE_CARRY = 1 << 28
 
 
-@njit(cache=True, inline="always")
+@kernel(inline="always")
 def add_exact(acc, x):
     """Add float ``x`` to an exact sum.
 
@@ -53,7 +54,7 @@ def add_exact(acc, x):
     acc[d + 2] += sign * (high >> 32)
 
 
-@njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def carry(acc):
     """Bring every digit but the last of each exact sum into [0, 2**32), the sums unchanged.
 
@@ -86,7 +87,7 @@ def from_digits(acc):
     return totals
 
 
-@njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def _add_all(values, acc):
     """Add every value of ``values`` to the exact sum in ``acc[0]`` (``add_exact``)."""
     adds = 0

@@ -27,7 +27,6 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numba
 import numpy as np
-from numba import njit
 
 from ..core.dtypes import (
     BITSET_DTYPE,
@@ -36,6 +35,7 @@ from ..core.dtypes import (
     PACKED_MISSING_LEFT,
     PACKED_NODE_DTYPE,
 )
+from ..core.kernel_cache import kernel
 from ..learner.binning import BinMapper
 from ..learner.tree import (
     LEAF_COUNTS,
@@ -262,7 +262,7 @@ class PackedForest:
         return out.astype(np.int64)
 
 
-@njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def _pack_tree(
     is_split,
     children_left,
@@ -330,7 +330,7 @@ def _pack_tree(
         record["feature"] = np.uint32(feature[j]) | flags
 
 
-@njit(cache=True, inline="always")
+@kernel(inline="always")
 def _write_leaf(value, kind, node, leaf, values, row):
     """Write the value of a tree's node ``node``, its leaf ``leaf`` (both counted in node
     order), into ``values[row]``, from ``value`` of kind ``kind`` (``_pack_tree``)."""
@@ -344,7 +344,7 @@ def _write_leaf(value, kind, node, leaf, values, row):
         node_class_fractions(value[leaf if kind == LEAF_COUNTS else node], values[row])
 
 
-@njit(cache=True, inline="always")
+@kernel(inline="always")
 def _packed_child(child, rank, is_split, node_start, leaf_start):
     """A child's entry in its parent's record: the index of its split node, given its place
     ``rank`` among the split nodes, or ``~leaf`` for a leaf."""
@@ -353,7 +353,7 @@ def _packed_child(child, rank, is_split, node_start, leaf_start):
     return ~(leaf_start + child - rank)
 
 
-@njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def _pack_depth_first(
     is_split,
     feature,
@@ -446,7 +446,7 @@ def _pack_depth_first(
         raise ValueError("a tree's split flags do not number its nodes")
 
 
-@njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def _write_leaves(is_split, value, kind, n_nodes, leaf_start, values):
     """Write a tree's leaf values into ``values`` from ``values[leaf_start]`` on, in node order
     (``_pack_tree``'s ``value`` and ``kind``; a pass of its own: the split nodes' pass of

@@ -23,7 +23,8 @@ from __future__ import annotations
 import numbers
 
 import numpy as np
-from numba import njit
+
+from ..core.kernel_cache import kernel
 
 # Two cumulative weights within this share of the row's total weight are taken as equal: a
 # quantile falling on a step of F is the step's value, as in exact arithmetic, and not the next
@@ -175,7 +176,7 @@ def joined(reached) -> tuple[LeafTargets, np.ndarray]:
     return LeafTargets.concatenate(targets for targets, _ in reached), leaves
 
 
-@njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def _leaf_cumulative_shares(offsets, weights, out):
     """Each leaf's cumulative weights over its total: ``out[e]`` for entry e (see
     ``LeafTargets.cum_weights``)."""
@@ -233,7 +234,7 @@ def is_scalar_quantile(quantiles):
     )
 
 
-@njit(cache=True, inline="always")
+@kernel(inline="always")
 def _leaf_share_at_most(cum_weights, target_ids, first, stop, target):
     """F_t(target): the leaf's share of weight on targets with index <= ``target`` (a bisection
     over the leaf's increasing target indices)."""
@@ -247,7 +248,7 @@ def _leaf_share_at_most(cum_weights, target_ids, first, stop, target):
     return 0.0 if lo == first else cum_weights[lo - 1]
 
 
-@njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def quantile_rows(leaves, use, offsets, target_ids, cum_weights, targets, quantiles, out):
     """Weighted quantiles of the leaves each row reaches (``inf {y : F(y | x) >= q}``).
 

@@ -11,7 +11,6 @@ writes the leaf's value to the tree's column (``TREE_VALUE``): the ``how`` of ``
 """
 
 import numpy as np
-from numba import njit
 
 from ..core.bitsets import bitset_has
 from ..core.dtypes import (
@@ -21,6 +20,7 @@ from ..core.dtypes import (
     PACKED_MISSING_LEFT,
     X_BINNED_DTYPE,
 )
+from ..core.kernel_cache import kernel
 from ..learner.binning import bin_code
 from ..learner.tree import node_class_fractions
 
@@ -29,7 +29,7 @@ HARD = 1  # one vote per tree for its majority class
 TREE_VALUE = 2  # each tree's value, one column per tree
 
 
-@njit(cache=True, inline="always")
+@kernel(inline="always")
 def leaf_of_row(codes, i, nodes, bitsets, k, override_feature, override_code):
     """Leaf reached by row i of binned ``codes`` from packed node ``k``.
 
@@ -60,7 +60,7 @@ def leaf_of_row(codes, i, nodes, bitsets, k, override_feature, override_code):
     return ~k
 
 
-@njit(cache=True, inline="always")
+@kernel(inline="always")
 def _goes_left(word, split, code, bitsets):
     """Whether a row whose bin code is ``code`` goes to the left child of a packed node, given
     the node's ``feature`` word (feature and flags) and ``split`` (bin threshold, or bitset row
@@ -72,7 +72,7 @@ def _goes_left(word, split, code, bitsets):
     return code <= split
 
 
-@njit(cache=True, inline="always")
+@kernel(inline="always")
 def bin_rows(X, start, stop, thresholds, is_categorical, codes):
     """Bin codes of rows ``start:stop`` of encoded X into ``codes[:stop - start]``: numeric
     values as ``BinMapper.transform`` bins them, category codes as they are, NaN as
@@ -106,7 +106,7 @@ ROWS_PER_BLOCK = 65536
 _ROWS_WALKED_ALONE = 8
 
 
-@njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def route_block(codes, n_rows, nodes, bitsets, root, rows, stack, values, counts, how, out, t):
     """Route the first ``n_rows`` rows of ``codes`` through the tree at ``root``, and write
     each row's leaf value to its row of ``out``.
@@ -204,7 +204,7 @@ def route_block(codes, n_rows, nodes, bitsets, root, rows, stack, values, counts
         depth += 2
 
 
-@njit(cache=True, inline="always")
+@kernel(inline="always")
 def leaf_value(values, counts, leaf, value):
     """The value of ``leaf`` (a row of ``PackedForest.values``), written to ``value`` and
     returned: the row, or with ``counts`` the class fractions of its counts (the grower's
@@ -231,7 +231,7 @@ def leaf_value(values, counts, leaf, value):
     return value
 
 
-@njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def leaves_of_codes(codes, nodes, bitsets, roots, max_depth, n_leaves, out):
     """The leaf (row of ``PackedForest.values``) each row of binned ``codes`` reaches in each
     tree: ``out[i, t]``, ndarray of int64, shape (n_rows, n_trees).

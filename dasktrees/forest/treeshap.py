@@ -26,9 +26,9 @@ from typing import NamedTuple
 
 import dask.array as da
 import numpy as np
-from numba import njit
 
 from ..core.dtypes import TREE_LEAF
+from ..core.kernel_cache import kernel
 from ..learner.tree import goes_left_encoded
 from .node_table import NodeTable
 from .voting import by_row_chunks, one_hot_votes
@@ -168,7 +168,7 @@ def quadrature(max_points):
     return points, weights
 
 
-@njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def _edges(nodes, cover, start, stop):
     """What the SHAP values of the tree whose nodes are ``nodes[start:stop]`` need of its
     edges, whatever the row. Edge k is the edge into node k (offsets from ``start``); its
@@ -214,7 +214,7 @@ def _edges(nodes, cover, start, stop):
     return parent, previous, zero, depth, distinct.max()
 
 
-@njit(cache=True, nogil=True, error_model="numpy")
+@kernel(nogil=True, error_model="numpy")
 def shap_rows(X, first, last, nodes, bitsets, values, cover, starts, points, weights, out):
     """Add every tree's SHAP values of rows ``first:last`` of encoded X to ``out``.
 
@@ -315,7 +315,7 @@ def shap_rows(X, first, last, nodes, bitsets, values, cover, starts, points, wei
                 d -= 1
 
 
-@njit(cache=True, nogil=True, inline="always", error_model="numpy")
+@kernel(nogil=True, inline="always", error_model="numpy")
 def _go_down(rows, split, bitsets, edge, rule, path):
     """The block's rows take ``edge``, from ``split`` to its left or right child: their o,
     1 / g and ``below`` at the edge's level of ``path``, from the level above and from the

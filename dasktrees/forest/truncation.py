@@ -35,9 +35,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numba
 import numpy as np
-from numba import njit
 
 from ..core.dtypes import TREE_LEAF
+from ..core.kernel_cache import kernel
 from ..learner.cost_complexity import node_owners, subtree, weakest_links
 from ..learner.tree import (
     LEAF_COUNTS,
@@ -146,7 +146,7 @@ def _best_first_ranks(tree: Tree) -> np.ndarray:
     return ranks
 
 
-@njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def _fill_best_first_ranks(children_left, children_right, weighted_impurity, ranks):
     """``_best_first_ranks``' ranks written into ``ranks`` (``inf`` left for leaves): a binary
     heap of the split nodes whose parent is ranked, keyed by (-decrease, node id)."""
@@ -181,13 +181,13 @@ def _fill_best_first_ranks(children_left, children_right, weighted_impurity, ran
                 _sift_up(keys, heap, size - 1)
 
 
-@njit(cache=True, inline="always")
+@kernel(inline="always")
 def _before(keys, heap, a, b):
     """Whether heap entry a comes before b: smaller key, then smaller node id."""
     return keys[a] < keys[b] or (keys[a] == keys[b] and heap[a] < heap[b])
 
 
-@njit(cache=True)
+@kernel()
 def _sift_up(keys, heap, i):
     """Move heap entry i up to its place."""
     while i > 0:
@@ -199,7 +199,7 @@ def _sift_up(keys, heap, i):
         i = parent
 
 
-@njit(cache=True)
+@kernel()
 def _sift_down(keys, heap, size):
     """Move the last entry (``size``, just taken out) to the top and down to its place."""
     if size == 0:
@@ -247,7 +247,7 @@ def truncate_trees(trees, family: str, cut: float, criterion: int, bin_mapper) -
         )
 
 
-@njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def add_truncated_votes(
     codes, counts, nodes, bitsets, root, max_depth, values, keys, cuts, hard, votes, n_oob
 ):

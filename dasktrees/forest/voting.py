@@ -14,13 +14,13 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numba
 import numpy as np
-from numba import njit
 
 from ..core.dtypes import X_BINNED_DTYPE
+from ..core.kernel_cache import kernel
 from .routing import HARD, ROWS_PER_BLOCK, bin_rows, leaf_of_row, leaf_value, route_block
 
 
-@njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def vote_rows(
     X,
     start,
@@ -67,7 +67,7 @@ def vote_rows(
             )
 
 
-@njit(cache=True, inline="always")
+@kernel(inline="always")
 def _add_vote(values, counts, leaf, voting, value, out_row):
     """Add a tree's vote from ``leaf`` to ``out_row``: its value (SOFT), or one for its class
     of largest value (HARD). ``value`` is scratch for ``leaf_value``."""
@@ -126,7 +126,7 @@ def by_row_chunks(kernel, X, parallel, *args):
         list(pool.map(lambda start: kernel(X, start, min(start + step, n_rows), *args), starts))
 
 
-@njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def add_oob_votes(codes, nodes, bitsets, root, values, leaf_counts, voting, counts, votes, n_oob):
     """Add one tree's votes to the rows of a block it did not sample (``counts == 0``).
 
@@ -152,7 +152,7 @@ def add_oob_votes(codes, nodes, bitsets, root, values, leaf_counts, voting, coun
             n_oob[i] += 1.0
 
 
-@njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def add_oob_moments(codes, nodes, bitsets, root, values, leaf_counts, counts, sums, squares, n_oob):
     """Add one tree's leaf values and their squares to the rows of a block it did not sample:
     the running moments from which ``distributed.convergence`` estimates the Monte-Carlo
@@ -183,7 +183,7 @@ def add_oob_moments(codes, nodes, bitsets, root, values, leaf_counts, counts, su
             n_oob[i] += 1.0
 
 
-@njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def misclassified(votes, n_oob, y):
     """Rows with at least one out-of-bag vote whose voted class is not y: (count, scored)."""
     errors = 0.0
@@ -196,7 +196,7 @@ def misclassified(votes, n_oob, y):
     return errors, scored
 
 
-@njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def misclassified_columns(votes, n_oob, y):
     """``misclassified`` of k class columns (``y`` (n_rows, k) class indices, ``votes`` k
     blocks of K classes): a row is misclassified when any column's voted class is not its own
@@ -224,7 +224,7 @@ def one_hot_votes(values):
     return votes
 
 
-@njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def tree_loss(
     codes, y, rows, nodes, bitsets, root, values, leaf_counts, classification, feature, donors
 ):

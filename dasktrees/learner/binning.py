@@ -4,10 +4,10 @@ from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
-from numba import njit
 from scipy.sparse import issparse
 
 from ..core.dtypes import MAX_BINS, MISSING_BIN, N_BIN_CODES, X_BINNED_DTYPE, X_DTYPE
+from ..core.kernel_cache import kernel
 from ..core.rng import row_uniforms
 from ..core.validation import categorical_mask, check_2d, table_columns
 
@@ -100,7 +100,7 @@ def sparse_column_parts(X):
         yield columns.indices[a:b], columns.data[a:b]
 
 
-@njit(cache=True, inline="always")
+@kernel(inline="always")
 def bin_code(x, padded_edges):
     """Number of edges below x: a binary search over the 256 padded edges, unrolled and without
     data-dependent branches (random data defeats branch prediction).
@@ -130,7 +130,7 @@ def bin_code(x, padded_edges):
     return low
 
 
-@njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def bin_numeric(values, padded_edges, out):
     """Bin codes of one numeric column.
 
@@ -177,7 +177,7 @@ def category_bins(categories, counts, max_bins):
     return _runs(counts, low)
 
 
-@njit(cache=True)
+@kernel()
 def _runs(counts, cap):
     """Run of each category when the categories, in order, are put in runs of at most ``cap``
     rows: a category starts a new run when its rows would overflow the current one, and a

@@ -22,10 +22,10 @@ q_3 / 2, about 2^-66 of the largest value) is dropped. Values that are whole mul
 import math
 
 import numpy as np
-from numba import njit
 
 from ..core.criteria import poisson_term
 from ..core.dtypes import N_BIN_CODES
+from ..core.kernel_cache import kernel
 from .splitting import SplitRule, goes_left
 
 N_FOLDS = 3
@@ -54,7 +54,7 @@ def fold_quanta(bound, n_terms, n_folds):
     return quanta
 
 
-@njit(cache=True, inline="always")
+@kernel(inline="always")
 def fold_add(out, at, x, quanta):
     """Add ``x`` to the partial sums ``out[at : at + len(quanta)]`` (``fold_quanta``): each the
     multiple of its quantum nearest to what the larger ones left of ``x``."""
@@ -69,7 +69,7 @@ def fold_add(out, at, x, quanta):
         rest -= part
 
 
-@njit(cache=True, inline="always")
+@kernel(inline="always")
 def unfold(values, at, n_folds):
     """The sum held as ``n_folds`` partial sums from ``values[at]``, largest first."""
     total = values[at]
@@ -78,7 +78,7 @@ def unfold(values, at, n_folds):
     return total
 
 
-@njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def route_rows(codes, node_of_row, split_feature, split_bin, split_flags, bitsets, children):
     """Move each row of a node split in the last round to its child (``node_of_row``, updated).
 
@@ -114,7 +114,7 @@ def route_rows(codes, node_of_row, split_feature, split_bin, split_flags, bitset
         node_of_row[i] = children[j, 1 - np.int64(goes_left(codes[i, f], rule))]
 
 
-@njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def fill_histograms(
     codes,
     y,
@@ -211,7 +211,7 @@ def fill_histograms(
                     hists[s, r, b, at + k] += values[at + k]
 
 
-@njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def unfold_histograms(hists, n_folds, out):
     """The grower's histograms (``histogram.build_histogram``'s channels) from summed folded
     ones: ``out[r, b, c]`` for c >= 1 is ``unfold`` of channel c's partial sums (a regression

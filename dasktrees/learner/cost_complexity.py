@@ -16,10 +16,10 @@ Choosing alpha by cross-validation and reduced-error pruning, which fit estimato
 """
 
 import numpy as np
-from numba import njit
 from sklearn.utils import Bunch
 
 from ..core.dtypes import BITSET_DTYPE, BITSET_WORDS, TREE_LEAF
+from ..core.kernel_cache import kernel
 from .tree import LEAF_CONSTANTS, TREE_ARRAYS, Tree
 
 # ---- subtrees ----------------------------------------------------------------------------------
@@ -71,7 +71,7 @@ def node_owners(tree, collapse):
     return owner
 
 
-@njit(cache=True)
+@kernel()
 def _fill_owners(children_left, children_right, collapse, owner):
     """Write into ``owner`` the node of the pruned tree each node's rows end in.
 
@@ -191,7 +191,7 @@ def n_steps(alphas, ccp_alpha):
     return int(above[0]) if len(above) else len(alphas)
 
 
-@njit(cache=True)
+@kernel()
 def _weakest_links(children_left, children_right, weighted_n_node_samples, impurity, ccp_alpha):
     """Collapse weakest links while their effective alpha is <= ``ccp_alpha``.
 
@@ -307,7 +307,7 @@ def _weakest_links(children_left, children_right, weighted_n_node_samples, impur
     )
 
 
-@njit(cache=True, inline="always")
+@kernel(inline="always")
 def _weakest_of(node, left, right, alpha, rank, best):
     """The node of least (alpha, rank) among ``node`` itself and ``best`` of its children."""
     weakest = node

@@ -26,7 +26,6 @@ state in named tuples (``NodeRows``, ``BinTables``, ``Rules``, ``Scratch``, ``Fr
 from typing import NamedTuple
 
 import numpy as np
-from numba import njit
 
 from ..core.bitsets import bitset_add, bitset_has
 from ..core.criteria import (
@@ -45,6 +44,7 @@ from ..core.dtypes import (
     TREE_LEAF,
     TREE_UNDEFINED,
 )
+from ..core.kernel_cache import kernel
 from ..core.rng import child_key, mix64, new_state, next_below
 from . import wire
 from .buffers import Buffers, scratch_array
@@ -221,7 +221,7 @@ _ALL_ORDERED_MAX_WORDS = 1
 _CHECK_CONSTANT_BELOW = 256
 
 
-@njit(cache=True, inline="always")
+@kernel(inline="always")
 def _is_constant(codes, f, sample_indices, start, stop):
     """Whether every row of the node has the same code of feature ``f`` (missing included)."""
     u = np.uint64  # unsigned: no fix-up of negative indices per row (``build_histogram``)
@@ -690,7 +690,7 @@ def _record_split(
 NODE_LEAF, NODE_SPLIT, NODE_NEEDS_FEATURES = 0, 1, 2
 
 
-@njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def first_drawn_features(key, candidates, n_first, out):
     """The first ``n_first`` features the split search of the node of random key ``key`` draws
     from ``candidates`` (in order, into ``out``), as ``find_split`` draws them when nothing else
@@ -708,7 +708,7 @@ def first_drawn_features(key, candidates, n_first, out):
         out[d] = f
 
 
-@njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def split_from_histograms(
     node_id,
     parent,
@@ -1107,7 +1107,7 @@ def _node_bounds(node_id, side, nodes, rules, scratch):
     return lower, upper
 
 
-@njit(cache=True, _nrt=False, nogil=True)
+@kernel(_nrt=False, nogil=True)
 def _grow_nodes(
     progress, max_splits, frontier, nodes, values, bitsets, rows, tables, rules, scratch, outputs
 ):
@@ -1480,7 +1480,7 @@ def share_bitsets(nodes, bitsets, buffers=None):
     return distinct[:n_distinct].copy()
 
 
-@njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def _share_rows(nodes, bitsets, row_key, slots, shift, number, distinct):
     """``share_bitsets``' kernel: write each distinct row of ``bitsets`` once into
     ``distinct``, in order of first use, its number into ``number`` for every row, and rewrite
@@ -1539,7 +1539,7 @@ def _n_words(n_features):
     return max(1, -(-n_features // 8))
 
 
-@njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def _gather_rows(codes, sample_indices, out):
     """``out[i, :n_features] = codes[sample_indices[i]]`` (``out``'s rows may be wider)."""
     for i in range(sample_indices.shape[0]):
@@ -1572,7 +1572,7 @@ def tree_category_keys(codes, sample_indices, y, w, is_categorical, rules, buffe
     return keys
 
 
-@njit(cache=True)
+@kernel()
 def _category_means(codes, sample_indices, y, w, categorical, regression, keys):
     """Fill ``keys`` (zeros on entry) as ``tree_category_keys`` returns them, in one pass over
     the rows (a row's codes are contiguous)."""
@@ -1613,7 +1613,7 @@ def _grown(array, n):
     return grown
 
 
-@njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def _positive_rows(weights, out):
     """Write the rows of positive weight into ``out`` (``np.flatnonzero(weights > 0)`` without
     allocating); returns how many."""

@@ -1,6 +1,6 @@
 """How the kernels that run once per node are compiled."""
 
-from numba import njit
+from ..core.kernel_cache import kernel
 
 # A full-depth tree has a node per one or two rows (flights: 126,000 nodes), so the kernels that
 # run once per node (histograms, split search, partition) must cost nanoseconds in fixed costs.
@@ -24,5 +24,5 @@ from numba import njit
 #   and the best-first heap's sifts are calls: inlined, they cost the loop kernel compilation
 #   and gained no measurable speed (docs/benchmarks.md). The random splitter's cuts stay
 #   inlined: as calls, extra-trees regression grew slower.
-node_kernel = njit(cache=True, _nrt=False)
-inlined_node_kernel = njit(cache=True, _nrt=False, inline="always")
+node_kernel = kernel(_nrt=False)
+inlined_node_kernel = kernel(_nrt=False, inline="always")

@@ -12,8 +12,8 @@ partition computing out-of-bag votes get the same counts, however the rows are p
 """
 
 import numpy as np
-from numba import njit
 
+from ..core.kernel_cache import kernel
 from ..core.rng import hash_key, mix64, to_unit
 
 # Streams separate the independent uses of one random_state.
@@ -26,7 +26,7 @@ PERMUTATION_STREAM = 4
 _POISSON_TERMS = 64  # counts are capped here (far beyond any Poisson(lam <= 1) draw)
 
 
-@njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def poisson_cdf(lam, out):
     """``out[k] = P(X <= k)`` for X ~ Poisson(lam), k < _POISSON_TERMS, summed term by term
     (``p_k = p_{k-1} lam / k``)."""
@@ -39,7 +39,7 @@ def poisson_cdf(lam, out):
         out[k] = cdf
 
 
-@njit(cache=True, inline="always")
+@kernel(inline="always")
 def poisson_from_uniform(u, cdf):
     """The Poisson count whose CDF (``poisson_cdf``) first exceeds u (inverse transform): the
     number of CDF values <= u, as the CDF rises. The first eight are counted without branches
@@ -54,7 +54,7 @@ def poisson_from_uniform(u, cdf):
     return k
 
 
-@njit(cache=True, inline="always")
+@kernel(inline="always")
 def _count_stream(seed, lam):
     """The hash key of the forest's row counts and the Poisson(lam) CDF their draws invert:
     what ``tree_counts`` and ``tree_weights_at`` share, so that both draw the same counts."""
@@ -64,7 +64,7 @@ def _count_stream(seed, lam):
     return key, cdf
 
 
-@njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def tree_counts(seed, tree, first_row, lam, out):
     """Counts of tree ``tree`` for the rows ``first_row, first_row + 1, ...`` (global ids).
 
@@ -89,7 +89,7 @@ def tree_counts(seed, tree, first_row, lam, out):
         out[i] = poisson_from_uniform(to_unit(hash_key(key, tree, first_row + i)), cdf)
 
 
-@njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def tree_weights_at(seed, tree, first_row, lam, base, rows, out):
     """Weights of tree ``tree`` (its ``tree_counts`` times ``base``) of the rows ``rows`` of a
     block only, written at ``out[rows]``; the other entries of ``out`` are left as they are.

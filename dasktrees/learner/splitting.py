@@ -15,7 +15,6 @@ splits on missingness.
 from typing import NamedTuple
 
 import numpy as np
-from numba import njit
 
 from ..core.bitsets import bitset_has
 from ..core.criteria import (
@@ -30,6 +29,7 @@ from ..core.criteria import (
     stats_weight,
 )
 from ..core.dtypes import MISSING_BIN
+from ..core.kernel_cache import kernel
 from ..core.rng import next_below, next_uniform
 from .jit import inlined_node_kernel, node_kernel
 
@@ -45,7 +45,7 @@ NO_SPLIT = -np.inf
 _INSERTION_SORT_BELOW = 32  # categories; beyond, a merge sort of sorted runs
 
 
-@njit(cache=True, inline="always")
+@kernel(inline="always")
 def split_score(left, right, criterion, parent_impurity):
     """What the search maximises for one candidate split, from the children's statistics.
 
@@ -71,18 +71,18 @@ def split_score(left, right, criterion, parent_impurity):
 _EMPTY_SHARE = 1e-12
 
 
-@njit(cache=True, inline="always")
+@kernel(inline="always")
 def _is_empty(w_left, w_right):
     w = w_left + w_right
     return w_left <= _EMPTY_SHARE * w or w_right <= _EMPTY_SHARE * w
 
 
-@njit(cache=True, inline="always")
+@kernel(inline="always")
 def _xlogx(x):
     return x * np.log(x) if x > 0.0 else 0.0
 
 
-@njit(cache=True, inline="always")
+@kernel(inline="always")
 def cut_score(
     prefix, missing, total, missing_left, criterion, parent_impurity, min_weight_leaf, outputs
 ):
@@ -164,7 +164,7 @@ def cut_score(
     return (parent_impurity + entropy_proxy / _LN2 / (w_left + w_right)) / info
 
 
-@njit(cache=True, _nrt=False, error_model="numpy")
+@kernel(_nrt=False, error_model="numpy")
 def outputs_cut_score(prefix, missing, total, m, criterion, n_outputs, min_weight_leaf):
     """``cut_score`` of a classification on ``n_outputs`` > 1 class columns (gini, entropy or
     misclassification; ``m`` 1.0 when the missing rows go left): the outputs' proxies summed,
@@ -204,7 +204,7 @@ def outputs_cut_score(prefix, missing, total, m, criterion, n_outputs, min_weigh
     return score
 
 
-@njit(cache=True, inline="always")
+@kernel(inline="always")
 def child_value(a, b, criterion):
     """The value a monotonic constraint bounds, of statistics whose channels 1 and 2 are ``a``
     and ``b``: the mean target (regression: the weight and the weighted sum) or the share of
@@ -212,7 +212,7 @@ def child_value(a, b, criterion):
     return b / a if is_regression(criterion) else b / (a + b)
 
 
-@njit(cache=True, inline="always")
+@kernel(inline="always")
 def keeps_monotonic(prefix, missing, total, missing_left, criterion, monotonic, lower, upper):
     """Whether a cut (as ``cut_score`` reads it) keeps a monotonic constraint: both children's
     values (``child_value``) within the node's bounds ``[lower, upper]``, and the left child's
@@ -228,7 +228,7 @@ def keeps_monotonic(prefix, missing, total, missing_left, criterion, monotonic, 
 
 # NumPy's error model: a cut scored without a branch may divide by a zero weight before it is
 # rejected (``_score_cuts``); Python's would raise.
-@njit(cache=True, _nrt=False, error_model="numpy")
+@kernel(_nrt=False, error_model="numpy")
 def scan_cuts(
     stats,
     order,
@@ -340,7 +340,7 @@ _CUT_N, _CUT_A, _CUT_B, _SCORE_RIGHT, _SCORE_LEFT = range(5)
 N_CUT_ROWS = 5
 
 
-@njit(cache=True, inline="always")
+@kernel(inline="always")
 def _rejected(n_left, w_left, w_right, total, min_samples_leaf, min_weight_leaf):
     """Whether a cut breaks a leaf minimum or leaves a child empty, as ``cut_score`` and
     ``scan_cuts`` test it, without a branch."""
@@ -355,7 +355,7 @@ def _rejected(n_left, w_left, w_right, total, min_samples_leaf, min_weight_leaf)
     )
 
 
-@njit(cache=True, inline="always")
+@kernel(inline="always")
 def _score_cuts(
     cuts,
     n_cuts,
@@ -402,7 +402,7 @@ def _score_cuts(
             out[j] = NO_SPLIT if rejected else score
 
 
-@njit(cache=True, inline="always")
+@kernel(inline="always")
 def _scan_two_channels(
     stats, order, n_bins, missing, total, criterion, min_samples_leaf, min_weight_leaf, cuts
 ):
@@ -508,7 +508,7 @@ def category_order(
     _merge_argsort(keys, order, n_bins, merge_buffer)
 
 
-@njit(cache=True, inline="always")
+@kernel(inline="always")
 def _insertion_argsort(keys, order, lo, hi):
     """Stable insertion sort of ``order[lo:hi]`` by ``keys``."""
     for k in range(lo + 1, hi):
@@ -520,7 +520,7 @@ def _insertion_argsort(keys, order, lo, hi):
         order[j + 1] = item
 
 
-@njit(cache=True, inline="always")
+@kernel(inline="always")
 def _merge_argsort(keys, order, n, buffer):
     """Stable sort of ``order[:n]`` by ``keys``: sorted runs of _INSERTION_SORT_BELOW, then
     bottom-up merges between ``order`` and ``buffer``; a tie keeps the left run's item first,
@@ -583,7 +583,7 @@ def random_cut(bins, n_bins, bin_values_f, state):
     return position, bin_threshold
 
 
-@njit(cache=True, inline="always")
+@kernel(inline="always")
 def middle_edge(low_bin, high_bin, bin_values_f, edges_f):
     """Where to cut between two bins that are neighbours in a node: the bin edge in
     ``[edges[low_bin], edges[high_bin - 1]]`` nearest the middle of their values.
@@ -631,7 +631,7 @@ class RowBuffers(NamedTuple):
     words: np.ndarray  # uint64 like ``NodeRows.node_words``: codes in node order
 
 
-@njit(cache=True, inline="always")
+@kernel(inline="always")
 def goes_left(code, rule):
     """1 if a row with this code goes to the left child under ``rule`` (a ``SplitRule``), else
     0, as a uint64.

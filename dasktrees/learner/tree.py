@@ -1,7 +1,7 @@
 """Tree: a grown tree as flat node arrays, and the numba kernels that route rows through it."""
 
 import numpy as np
-from numba import njit, prange
+from numba import prange
 from scipy import sparse
 
 from ..core.bitsets import bitset_has
@@ -15,6 +15,7 @@ from ..core.dtypes import (
     TREE_LEAF,
     TREE_UNDEFINED,
 )
+from ..core.kernel_cache import kernel
 
 # The arrays that define a tree, in the order the kernels take them. Everything a Tree can do
 # (predict, export, save) reads only these.
@@ -576,7 +577,7 @@ LEAF_CONSTANTS = {
 }
 
 
-@njit(cache=True, inline="always")
+@kernel(inline="always")
 def _split_fields_at(arrays, i):
     """The eight split fields of node ``i``: ``arrays[k][i]`` for each array of the tuple
     ``arrays`` (``LEAF_CONSTANTS`` order)."""
@@ -592,7 +593,7 @@ def _split_fields_at(arrays, i):
     )
 
 
-@njit(cache=True, inline="always")
+@kernel(inline="always")
 def _set_split_fields(arrays, i, values):
     """``arrays[k][i] = values[k]`` for the eight split fields (tuples in ``LEAF_CONSTANTS``
     order)."""
@@ -606,7 +607,7 @@ def _set_split_fields(arrays, i, values):
     arrays[7][i] = values[7]
 
 
-@njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def _compact_split_fields(children_left, fields, out):
     """``out[k][:] = fields[k][children_left != TREE_LEAF]`` for the eight split fields (tuples
     of arrays in ``LEAF_CONSTANTS`` order), in one pass."""
@@ -617,7 +618,7 @@ def _compact_split_fields(children_left, fields, out):
             j += 1
 
 
-@njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def _expand_split_fields(is_split, leaf, compact, full):
     """The inverse of ``_compact_split_fields``: split nodes take the next values of the tuple
     of arrays ``compact``, leaves the constants ``leaf`` (``LEAF_CONSTANTS``' values), into the
@@ -631,7 +632,7 @@ def _expand_split_fields(is_split, leaf, compact, full):
             _set_split_fields(full, i, leaf)
 
 
-@njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def _write_routing(
     out,
     node_offset,
@@ -665,7 +666,7 @@ NODE_ARRAY_DTYPES = {n: d for n, d in TREE_ARRAY_DTYPES.items() if n != "categor
 _RECORD_ARRAYS = [name for name in NODE_ARRAY_DTYPES if name != "value"]
 
 
-@njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def fields_from_records(
     nodes,
     thresholds,
@@ -730,7 +731,7 @@ def fields_from_records(
     return n_split, max_depth
 
 
-@njit(cache=True)
+@kernel()
 def fill_depths(children_left, children_right, depth):
     """Depth of every node from the children arrays (children come after their parent)."""
     for i in range(children_left.shape[0]):
@@ -739,7 +740,7 @@ def fill_depths(children_left, children_right, depth):
             depth[children_right[i]] = depth[i] + 1
 
 
-@njit(cache=True, inline="always")
+@kernel(inline="always")
 def goes_left_encoded(X, i, node, bitsets):
     """Whether row i of encoded X goes to the left child of split ``node`` (a routing record):
     a missing value (NaN, or an unseen category) as ``missing_go_to_left`` says, a category
@@ -752,7 +753,7 @@ def goes_left_encoded(X, i, node, bitsets):
     return x <= node["threshold"]
 
 
-@njit(cache=True, inline="always")
+@kernel(inline="always")
 def leaf_encoded(X, i, nodes, bitsets, root):
     """Leaf reached by row i of encoded X in the tree whose root is ``nodes[root]``."""
     k = root
@@ -763,7 +764,7 @@ def leaf_encoded(X, i, nodes, bitsets, root):
     return k
 
 
-@njit(cache=True, inline="always")
+@kernel(inline="always")
 def leaf_binned(codes, i, nodes, bitsets, root, override_feature, override_code):
     """Leaf reached by row i of binned codes in the tree whose root is ``nodes[root]``.
 
@@ -780,7 +781,7 @@ def leaf_binned(codes, i, nodes, bitsets, root, override_feature, override_code)
     return k
 
 
-@njit(cache=True, inline="always")
+@kernel(inline="always")
 def goes_left_binned(code, node, bitsets):
     """Whether a row whose bin code for the split's feature is ``code`` goes to the left child
     of split ``node`` (a routing record): the missing code as ``missing_go_to_left`` says, a
@@ -792,7 +793,7 @@ def goes_left_binned(code, node, bitsets):
     return code <= node["bin_threshold"]
 
 
-@njit(cache=True, parallel=True, nogil=True)
+@kernel(parallel=True, nogil=True)
 def _apply_encoded(X, nodes, bitsets, out):
     """Route every row of encoded X to its leaf.
 
@@ -809,14 +810,14 @@ def _apply_encoded(X, nodes, bitsets, out):
         out[i] = leaf_encoded(X, i, nodes, bitsets, 0)
 
 
-@njit(cache=True, parallel=True, nogil=True)
+@kernel(parallel=True, nogil=True)
 def _apply_binned(codes, nodes, bitsets, out):
     """Route every row of binned codes (uint8, (n_samples, n_features)) to its leaf."""
     for i in prange(codes.shape[0]):
         out[i] = leaf_binned(codes, i, nodes, bitsets, 0, -1, 0)
 
 
-@njit(cache=True)
+@kernel()
 def _fill_paths(leaves, indptr, parents, indices):
     """Write each row's root-to-leaf node list into ``indices[indptr[i]:indptr[i + 1]]``."""
     for i in range(leaves.shape[0]):
@@ -828,7 +829,7 @@ def _fill_paths(leaves, indptr, parents, indices):
             k -= 1
 
 
-@njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def _split_thresholds(thresholds, feature, bin_threshold, bitset_idx, out):
     """Raw thresholds of split nodes: ``thresholds[feature, bin_threshold]`` for numeric
     splits, TREE_UNDEFINED for categorical ones (``bitset_idx >= 0``), as ``from_growth``."""
@@ -845,7 +846,7 @@ def shipped_outputs(state):
     return several_outputs(state.get("n_outputs", 1))
 
 
-@njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def node_class_impurities(value, weighted_n_node_samples, criterion, out, outputs=None):
     """Each node's impurity from its class fractions and weight (``criteria.class_impurity``;
     with ``outputs`` class columns, the mean of their blocks', ``outputs_class_impurity``;
@@ -859,7 +860,7 @@ def node_class_impurities(value, weighted_n_node_samples, criterion, out, output
             out[i] = 0.0
 
 
-@njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def class_fractions(counts, value, weight, outputs=None):
     """Each node's weight and class fractions from its weighted class counts
     (``node_class_fractions``).
@@ -890,7 +891,7 @@ def class_fractions(counts, value, weight, outputs=None):
                 weight[i] = w
 
 
-@njit(cache=True, inline="always")
+@kernel(inline="always")
 def node_class_fractions(counts, value):
     """One node's class fractions (written to ``value``) and weight (returned) from its weighted
     class counts, as the grower computes them: the weight is the counts summed in class order
@@ -904,7 +905,7 @@ def node_class_fractions(counts, value):
     return w
 
 
-@njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def depth_first_children(is_split, n_nodes, out):
     """The left children of a tree numbered as the grower numbers a depth-first tree, from its
     nodes' "is a split" flags alone: the root is node 0, and the split node taken from the top
@@ -930,7 +931,7 @@ def depth_first_children(is_split, n_nodes, out):
     return number_depth_first(is_split, n_nodes, out, rank, stack)
 
 
-@njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def number_depth_first(is_split, n_nodes, out, rank, stack):
     """``depth_first_children`` in given scratch: ``rank`` (int64, ``n_nodes`` entries or more)
     and ``stack`` (int64, as many entries as ``out`` or more, at least one), for callers that
@@ -963,7 +964,7 @@ def number_depth_first(is_split, n_nodes, out, rank, stack):
     return n_numbered
 
 
-@njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def sum_to_root(is_split, children_left, children_right, leaf_rows, out):
     """Every node's row of a per-node quantity given its leaves' (``leaf_rows``, in node order):
     a split node's is its children's summed, left plus right. Children come after their parent,
@@ -991,7 +992,7 @@ def sum_to_root(is_split, children_left, children_right, leaf_rows, out):
             out[i, c] = out[left, c] + out[right, c]
 
 
-@njit(cache=True, inline="always")
+@kernel(inline="always")
 def _split_ids(is_split, n_nodes, n_splits):
     """The ids of the split nodes (``n_splits`` of them) among ``n_nodes``, in node order, from
     their ``np.packbits`` flags ``is_split``."""
@@ -1004,7 +1005,7 @@ def _split_ids(is_split, n_nodes, n_splits):
     return splits
 
 
-@njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def pool_to_root(is_split, children_left, children_right, weight, value, impurity):
     """A regression tree's split nodes' means and impurities (weighted variances) pooled from
     their children's, by the law of total variance; with ``w = w_l + w_r``:
@@ -1057,7 +1058,7 @@ def pool_to_root(is_split, children_left, children_right, weight, value, impurit
             impurity[i] = 0.0
 
 
-@njit(cache=True, inline="always")
+@kernel(inline="always")
 def packed_bit(bits, i):
     """Flag i of ``np.packbits`` output ``bits`` (its bit order: the first flag is the high bit
     of the first byte)."""

@@ -29,10 +29,10 @@ took the client longer than receiving it, on a core the workers' growth needs
 from typing import NamedTuple
 
 import numpy as np
-from numba import njit
 
 from ..core.criteria import is_regression
 from ..core.dtypes import BITSET_DTYPE, BITSET_WORDS, NODE_DTYPE, TREE_LEAF, TREE_UNDEFINED
+from ..core.kernel_cache import kernel
 from .buffers import scratch_array
 from .tree import (
     LEAF_CONSTANTS,
@@ -187,7 +187,7 @@ def _numbered_depth_first(state, left, right, buffers=None):
     return n_numbered == n_nodes and np.array_equal(implied, left)
 
 
-@njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def _right_after_left(left, right):
     """Whether ``right[k] == left[k] + 1`` for every split ``k`` (``np.array_equal(right, left +
     1)`` without the temporary array)."""
@@ -218,7 +218,7 @@ def _node_kinds(is_split, buffers=None):
     return _NodeKinds(is_split, splits[:n_split], leaves[: len(is_split) - n_split])
 
 
-@njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def _positions_of_kinds(is_split, splits, leaves):
     """Write the positions of the split nodes into ``splits`` and of the leaves into ``leaves``
     (each with a slot to spare). Every position is written to both and only its own kind's count
@@ -265,7 +265,7 @@ def _leaf_rows(per_node, leaves):
     return np.take(per_node, leaves, axis=0, mode="clip")
 
 
-@njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def _summed_by_children(per_node, split, left, right):
     """Whether row ``split[k]`` of ``per_node`` equals row ``left[k]`` plus row ``right[k]``,
     exactly, as float64 (counts below 2**53 and their sums are exact there), for every ``k``.
@@ -451,7 +451,7 @@ def narrow_counts(counts):
     return counts.astype(narrowest_uint(counts.max(initial=0)))
 
 
-@njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def _all_whole(values):
     """Whether every entry is a whole number (``np.array_equal(values, np.floor(values))``
     without the temporary: False for a NaN, True for an infinity)."""
