@@ -6,10 +6,9 @@ Tables are handled column by column because a pandas frame mixes numeric and cat
 
 from dataclasses import dataclass
 
+# pandas, scipy and scikit-learn are imported inside the functions that use them: the kernel
+# modules that import this one load without them (docs/design.md, "Compiled for what a fit uses").
 import numpy as np
-import pandas as pd
-from scipy.sparse import issparse
-from sklearn.utils.validation import column_or_1d, validate_data
 
 
 @dataclass
@@ -32,6 +31,9 @@ def check_2d(X):
 
     Raises ``ValueError`` for complex data, a wrong number of dimensions, no rows or no columns.
     """
+    import pandas as pd
+    from scipy.sparse import issparse
+
     if issparse(X):
         X = sparse_rows(X)
     elif not isinstance(X, pd.DataFrame):
@@ -76,6 +78,8 @@ def sparse_rows(X):
 
 
 def _is_categorical_dtype(dtype):
+    import pandas as pd
+
     return (
         isinstance(dtype, pd.CategoricalDtype)
         or pd.api.types.is_bool_dtype(dtype)
@@ -90,6 +94,8 @@ def categorical_mask(X, categorical_features):
     pandas ``category``, ``object``, ``string`` and ``bool`` columns always are; so are the
     columns named (or indexed, or masked) by ``categorical_features``.
     """
+    import pandas as pd
+
     n_features = X.shape[1]
     names = list(map(str, X.columns)) if isinstance(X, pd.DataFrame) else None
     mask = np.zeros(n_features, dtype=bool)
@@ -125,6 +131,8 @@ def categorical_mask(X, categorical_features):
 
 def table_columns(X, is_categorical):
     """Split a checked 2-d X into ``Column``s; numeric ones as real arrays with NaN for missing."""
+    import pandas as pd
+
     names = list(map(str, X.columns)) if isinstance(X, pd.DataFrame) else None
     checked = False
     if names is None and X.dtype.kind == "f":
@@ -156,6 +164,8 @@ def numeric_values(raw, name, check_inf=True):
     Float and integer columns are returned as they are (possibly a strided view); booleans,
     pandas extension types and numeric strings become float64.
     """
+    import pandas as pd
+
     if isinstance(raw, pd.Series):
         if pd.api.types.is_datetime64_any_dtype(raw.dtype) or pd.api.types.is_timedelta64_dtype(
             raw.dtype
@@ -191,6 +201,8 @@ def numeric_values(raw, name, check_inf=True):
 
 def reject_sparse_target(y):
     """A scipy sparse y is a ``ValueError`` (scikit-learn's words: its forests refuse it too)."""
+    from scipy.sparse import issparse
+
     if issparse(y):
         raise ValueError("y: sparse multilabel-indicator for y is not supported.")
 
@@ -199,6 +211,9 @@ def check_target(y, n_samples, is_classifier, multi_output=False):
     """y as a 1-d array, or with ``multi_output`` a (n_samples, k) C-ordered one when y has
     k >= 2 columns (one column is read as 1-d, with scikit-learn's DataConversionWarning); NaN
     (and for regression, inf) is a ValueError."""
+    import pandas as pd
+    from sklearn.utils.validation import column_or_1d
+
     reject_sparse_target(y)
     columns = np.asarray(y) if multi_output else None
     if columns is not None and columns.ndim == 2 and columns.shape[1] > 1:
@@ -278,6 +293,9 @@ def check_predict_columns(estimator, X):
     A DataFrame whose columns are exactly the fitted names passes both checks, so it skips
     ``validate_data``'s name comparison, which costs more than a one-row prediction itself.
     """
+    import pandas as pd
+    from sklearn.utils.validation import validate_data
+
     names = getattr(estimator, "feature_names_in_", None)
     if isinstance(X, pd.DataFrame) and names is not None and list(X.columns) == list(names):
         return

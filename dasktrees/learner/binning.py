@@ -2,9 +2,9 @@
 
 from typing import NamedTuple
 
+# pandas and scipy are imported inside the functions that use them: the kernels load without
+# them (docs/design.md, "Compiled for what a fit uses").
 import numpy as np
-import pandas as pd
-from scipy.sparse import issparse
 
 from ..core.dtypes import MAX_BINS, MISSING_BIN, N_BIN_CODES, X_BINNED_DTYPE, X_DTYPE
 from ..core.kernel_cache import kernel
@@ -197,12 +197,16 @@ def category_counts(values):
     """Counts of the categories of a column (a Series indexed by category): the observed ones,
     and a pandas categorical's declared ones with a count of 0 (``fit_from_pieces`` keeps them
     where runs of neighbours share bins)."""
+    import pandas as pd
+
     return pd.Series(values).value_counts(dropna=True, sort=False)
 
 
 def order_categories(counts):
     """Categories of a counts Series in their natural order: a categorical dtype's own order,
     else sorted (by their text when types are mixed). Returns (categories, counts) arrays."""
+    import pandas as pd
+
     if isinstance(counts.index.dtype, pd.CategoricalDtype):
         counts = counts.sort_index()
     else:
@@ -247,6 +251,8 @@ def by_row_batches(X, rows_fn):
     -------
     ndarray of shape (n_rows, ...)
     """
+    from scipy.sparse import issparse
+
     if not issparse(X):
         return rows_fn(X)
     step = max(1, DENSE_BATCH_BYTES // (np.dtype(X_DTYPE).itemsize * X.shape[1]))
@@ -300,6 +306,8 @@ class BinMapper:
 
         ``row_ids`` are the global ids of X's rows (default 0, 1, ...), which key the sampling.
         """
+        import pandas as pd
+
         X = check_2d(X)
         self._set_columns(X)
         if X.shape[0] > self.subsample:
@@ -317,6 +325,9 @@ class BinMapper:
 
     def _set_columns(self, X):
         """Column names, count and kinds, from X or from an empty frame with X's dtypes."""
+        import pandas as pd
+        from scipy.sparse import issparse
+
         self.n_features_in_ = X.shape[1]
         self.feature_names_in_ = (
             np.asarray(X.columns.astype(str), dtype=object) if isinstance(X, pd.DataFrame) else None
@@ -333,6 +344,8 @@ class BinMapper:
         """What the fit needs from a block of rows: the numeric columns of its sampled rows, and
         the category counts of all its rows. Blocks' pieces combine by concatenation and sum.
         A sparse X's columns are ``SparseSample``s (all numeric)."""
+        from scipy.sparse import issparse
+
         if issparse(sampled):
             n = sampled.shape[0]
             numeric = [
@@ -388,6 +401,8 @@ class BinMapper:
         ``bin_edges_``, ``bin_values_``, ``categories_`` and ``category_bins_`` (see Attributes).
         ``_set_columns`` must have run.
         """
+        import pandas as pd
+
         self.bin_edges_, self.bin_values_ = list(edges), list(values)
         self.categories_, self.category_bins_ = list(categories), list(bins)
         self.n_bins_non_missing_ = np.array(
@@ -413,6 +428,8 @@ class BinMapper:
 
     def _category_bins_of(self, j, values):
         """Bins of the values of categorical feature j; unseen and missing -> MISSING_BIN."""
+        import pandas as pd
+
         if isinstance(getattr(values, "dtype", None), pd.CategoricalDtype):
             # Look up the dtype's categories rather than every value (no Python object per
             # row): one-row predictions of the flights forest spent most of their time here.
@@ -434,6 +451,8 @@ class BinMapper:
         ndarray of uint8, shape (n_samples, n_features)
             Rows x features (C order), missing values coded ``MISSING_BIN``.
         """
+        from scipy.sparse import issparse
+
         if issparse(X):
             return self._transform_sparse(self._checked(X))
         columns = self._columns(X)
@@ -471,6 +490,8 @@ class BinMapper:
             Numeric features unchanged; categorical ones as their bin code; NaN for missing
             values and unseen categories.
         """
+        from scipy.sparse import issparse
+
         if issparse(X):
             X = self._checked(X).toarray()
         if not self.is_categorical_.any() and isinstance(X, np.ndarray) and X.dtype.kind in "fiub":

@@ -15,8 +15,9 @@ Choosing alpha by cross-validation and reduced-error pruning, which fit estimato
 ``dasktrees.pruning``.
 """
 
+# scikit-learn is imported inside the functions that use it: the kernels load without it
+# (docs/design.md, "Compiled for what a fit uses").
 import numpy as np
-from sklearn.utils import Bunch
 
 from ..core.dtypes import BITSET_DTYPE, BITSET_WORDS, TREE_LEAF
 from ..core.kernel_cache import kernel
@@ -129,6 +130,8 @@ def weakest_links(tree, ccp_alpha=np.inf):
     impurity : float
         ``R(T)`` of ``tree`` itself.
     """
+    from sklearn.utils import Bunch
+
     nodes, alphas, impurities, n_leaves, impurity = _weakest_links(
         tree.children_left,
         tree.children_right,
@@ -154,6 +157,8 @@ def pruning_path(tree):
     impurities : ndarray of float64, shape (n_steps + 1,)
         Total leaf impurity ``R(T)`` of the subtree after each step.
     """
+    from sklearn.utils import Bunch
+
     links = weakest_links(tree)
     return Bunch(
         ccp_alphas=np.concatenate([[0.0], links.ccp_alphas]),

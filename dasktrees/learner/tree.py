@@ -1,8 +1,9 @@
 """Tree: a grown tree as flat node arrays, and the numba kernels that route rows through it."""
 
+# scipy is imported inside the function that uses it: the kernels load without it
+# (docs/design.md, "Compiled for what a fit uses").
 import numpy as np
 from numba import prange
-from scipy import sparse
 
 from ..core.bitsets import bitset_has
 from ..core.criteria import class_impurity, is_regression, outputs_class_impurity, several_outputs
@@ -266,6 +267,8 @@ class Tree:
     def paths_to(self, leaves):
         """Indicator matrix (CSR, (len(leaves), n_nodes)) of the nodes from the root to each of
         ``leaves`` (node ids, as ``apply`` returns them)."""
+        from scipy import sparse
+
         indptr = np.zeros(len(leaves) + 1, dtype=np.int64)
         np.cumsum(self.node_depth[leaves] + 1, out=indptr[1:])
         indices = np.empty(indptr[-1], dtype=np.int64)
