@@ -19,7 +19,7 @@ import pytest
 
 import dasktrees
 from dasktrees.command.cli import main
-from dasktrees.core import kernel_cache
+from dasktrees.core import kernel_bundle, kernel_cache
 from dasktrees.estimators import warmup
 
 from .conftest import local_client
@@ -27,10 +27,14 @@ from .conftest import local_client
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def run_python(code, cache_dir, wait=True):
+def run_python(code, cache_dir, wait=True, bundle=False):
     """Run ``code`` in a new Python process whose numba cache is ``cache_dir``; returns the
-    JSON its last line prints (or the ``Popen`` when not ``wait``)."""
+    JSON its last line prints (or the ``Popen`` when not ``wait``). The kernels bundled with an
+    installed dasktrees (``core.kernel_bundle``) are off unless ``bundle``: what compiles is
+    then what a process compiles without them."""
     env = dict(os.environ, NUMBA_CACHE_DIR=str(cache_dir))
+    if not bundle:
+        env[kernel_bundle.OFF] = "0"
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     process = subprocess.Popen(
         [sys.executable, "-c", textwrap.dedent(code)],
@@ -233,7 +237,7 @@ OTHER_NUMBA = """
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         import dasktrees
-        from dasktrees.core import kernel_cache
+        from dasktrees.core import kernel_bundle, kernel_cache
         from dasktrees.learner import binning
 
         for name, dispatcher in kernel_cache.kernels().items():  # again: nothing new to say
@@ -398,7 +402,7 @@ def test_plugin_warms_every_worker_of_a_local_cluster(tmp_path):
 def test_full_warmup_covers_every_kernel_and_real_use_then_compiles_nothing(tmp_path):
     code = """
         import json, dasktrees
-        from dasktrees.core import kernel_cache
+        from dasktrees.core import kernel_bundle, kernel_cache
         r = dasktrees.warmup()
         print(json.dumps(sorted(n for n, d in kernel_cache.kernels().items() if not d.overloads)))
     """
@@ -477,7 +481,7 @@ def test_the_client_compiles_the_signatures_its_trees_need_from_a_stump(tmp_path
         import json
         import numpy as np
         import dasktrees
-        from dasktrees.core import kernel_cache
+        from dasktrees.core import kernel_bundle, kernel_cache
         from dasktrees.estimators import forests
         from dasktrees.distributed import train
 

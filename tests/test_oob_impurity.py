@@ -14,9 +14,9 @@ import yaml
 from sklearn.exceptions import NotFittedError
 
 import dasktrees as dt
-from dasktrees.distributed.reductions import add_oob_impurity
 from dasktrees.forest.exact import EXACT_DIGITS, from_digits, from_exact
 from dasktrees.forest.node_table import NodeTable
+from dasktrees.forest.voting import add_oob_impurity
 from dasktrees.learner.sampling import sampling_rate, tree_counts
 
 from .conftest import local_client

@@ -15,12 +15,16 @@ from collections.abc import Callable
 import numpy as np
 import pandas as pd
 
+# Imported with the module, which a worker imports when it unpickles a loading task, not in the
+# task's thread: a worker's profiler samples its task threads' stacks, and one taken deep in
+# scikit-learn's imports made a profile too deep for distributed to measure ("Sizeof
+# calculation for object of type 'dict' failed").
+from sklearn import datasets as sklearn_datasets
+
 
 def _sklearn(loader_name: str) -> Callable[[], pd.DataFrame]:
     def load() -> pd.DataFrame:
-        from sklearn import datasets
-
-        return getattr(datasets, loader_name)(as_frame=True).frame
+        return getattr(sklearn_datasets, loader_name)(as_frame=True).frame
 
     return load
 

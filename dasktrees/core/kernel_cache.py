@@ -49,6 +49,8 @@ from collections.abc import Callable, Iterator, Mapping
 from types import ModuleType
 from typing import IO, Any
 
+from .kernel_bundle import seed
+
 fcntl: ModuleType | None
 try:
     import fcntl
@@ -175,8 +177,10 @@ def _locked(dispatcher: Dispatcher) -> None:
         # and then wants the same file lock.
         with global_compiler_lock:
             with file_lock(path):
-                # numba looks in the cache first: what another process compiled while this
-                # one waited is loaded, not compiled again.
+                # The kernel's code compiled when dasktrees was built, if its cache has none yet
+                # (``kernel_bundle``); then numba looks in the cache first: that, or what
+                # another process compiled while this one waited, is loaded, not compiled.
+                seed(dispatcher)
                 return compile_unlocked(sig)
 
     def compile(sig: Any) -> Any:

@@ -18,26 +18,21 @@ from collections.abc import Sequence
 import dask.array as da
 import numpy as np
 
-from ..core.dtypes import TREE_LEAF
-from ..core.kernel_cache import kernel
 from ..forest.conformal import ConformalScores, order_sketch
-from ..forest.exact import (
-    ADDS_BEFORE_CARRY,
-    EXACT_DIGITS,
-    add_exact,
-    carry,
-    exact_sum,
-    from_digits,
-    from_exact,
-)
+from ..forest.exact import EXACT_DIGITS, exact_sum, from_digits, from_exact
 from ..forest.node_table import NodeTable
 from ..forest.packing import PackedForest
 from ..forest.parts import ForestPart
 from ..forest.quantiles import LeafTargets, joined, predict_quantiles
 from ..forest.routing import leaves_of_codes
-from ..forest.voting import add_oob_votes, misclassified, misclassified_columns, tree_loss
+from ..forest.voting import (
+    add_oob_impurity,
+    add_oob_votes,
+    misclassified,
+    misclassified_columns,
+    tree_loss,
+)
 from ..learner.sampling import tree_counts
-from ..learner.tree import goes_left_binned
 from .client import Client, Future, is_in_process, sending_large_data
 from .data import BinnedPartition, TrainingData
 from .shards import TreeShards
@@ -402,69 +397,6 @@ def permutation_importance(
     n_oob = np.maximum(n_oob, 1.0)
     increase = (permuted - base[:, None, None]) / n_oob[:, None, None]
     return increase.transpose(1, 0, 2)
-
-
-@kernel(nogil=True)
-def add_oob_impurity(codes, y, w, counts, nodes, bitsets, root, values, classification, acc):
-    """Add one tree's debiased impurity decreases on the out-of-bag rows of a block of binned
-    codes (MDI-oob, Li et al. 2019) to exact sums.
-
-    Each row with ``counts[i] == 0`` and ``w[i] > 0`` walks from the root to its leaf; every
-    split node t it passes, on feature k, adds
-
-        w[i] * <values[child] - values[t], y_i - values[root]>
-
-    to feature k's sum, where child is the node the row goes to and y_i is the row's target,
-    or the one-hot vector of its class index for a classifier. The row's weight is added to the
-    last sum.
-
-    Parameters
-    ----------
-    codes : ndarray of uint8, shape (n_rows, n_features)
-    y : ndarray of float64, shape (n_rows,)
-        Targets, or class indices (``classification``).
-    w : ndarray of float64, shape (n_rows,)
-        Row weights (sample_weight x class_weight).
-    counts : ndarray of float64, shape (n_rows,)
-        The tree's row counts (``sampling.tree_counts``): rows with 0 are out of bag.
-    nodes : ndarray of ROUTING_NODE_DTYPE
-        A ``NodeTable``'s nodes; children are global ids, ``TREE_LEAF`` for a leaf.
-    bitsets : ndarray of uint32, shape (n_bitsets, BITSET_WORDS)
-    root : int
-        The tree's root in ``nodes`` (``NodeTable.starts[t]``).
-    values : ndarray of float64, shape (n_nodes, n_values)
-        Every node's in-bag value: class fractions, or the mean target.
-    classification : bool
-    acc : ndarray of int64, shape (n_features + 1, exact.EXACT_DIGITS)
-        Exact sums (``exact.add_exact``) of each feature's decreases and of the rows' weights;
-        updated.
-    """
-    n_values = values.shape[1]
-    weight_row = acc.shape[0] - 1
-    adds = 0
-    for i in range(codes.shape[0]):
-        if counts[i] != 0.0 or w[i] <= 0.0:
-            continue
-        if adds >= ADDS_BEFORE_CARRY:
-            carry(acc)
-            adds = 0
-        add_exact(acc[weight_row], w[i])
-        adds += 1
-        label = np.int64(y[i]) if classification else -1
-        k = root
-        node = nodes[k]
-        while node["left"] != TREE_LEAF:
-            f = node["feature"]
-            goes_left = goes_left_binned(np.int64(codes[i, f]), node, bitsets)
-            child = node["left"] if goes_left else node["right"]
-            decrease = 0.0
-            for c in range(n_values):
-                target = (1.0 if c == label else 0.0) if classification else y[i]
-                decrease += (values[child, c] - values[k, c]) * (target - values[root, c])
-            add_exact(acc[f], w[i] * decrease)
-            adds += 1
-            k = child
-            node = nodes[k]
 
 
 def oob_impurity_block(

@@ -1,0 +1,107 @@
+"""Kernels compiled into the package when it is built (``core.kernel_bundle``): the default
+use's signatures, a bundle baked from them and seeded into an empty numba cache, and a default
+fit that compiles none of the kernels of the options it does not use.
+
+As in ``test_compilation.py``, compilations are counted by numba's dispatcher statistics in new
+processes on empty caches, never by time.
+"""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dasktrees.command import default_use
+from dasktrees.core import kernel_bundle
+
+from .test_compilation import COMPILED, run_python
+
+# Kernels of options a default fit does not use: several target columns (the ``outputs``
+# kernels), quantiles, intervals, SHAP, distributed mode's rounds, pruning, Poisson targets.
+OPTION_KERNELS = (
+    "dasktrees.forest.quantile",
+    "dasktrees.forest.conformal",
+    "dasktrees.forest.treeshap",
+    "dasktrees.distributed.",
+    "dasktrees.learner.cost_complexity",
+    "dasktrees.learner.levels",
+    "dasktrees.learner.truncation",
+    "split_from_histograms",
+    "poisson_deviance",
+)
+
+# Two small kernels, quick to bake: the random streams of the bootstrap.
+RNG = [
+    entry
+    for entry in kernel_bundle.default_signatures()
+    if entry[0].endswith((".rng.new_state", ".rng.row_uniforms"))
+]
+
+CALL_RNG = """
+import numpy as np
+from dasktrees.core.rng import new_state, row_uniforms
+new_state(7)
+row_uniforms(1, 2, np.arange(5), np.empty(5))
+"""
+
+
+def test_the_signatures_file_reads_back_as_written():
+    text = (Path(kernel_bundle.__file__).parent.parent / kernel_bundle.SIGNATURES).read_text()
+    entries = kernel_bundle.loads(text)
+    assert kernel_bundle.dumps(entries) == text
+    assert len(entries) == len(json.loads(text)) > 20
+
+
+def test_types_round_trip_through_json():
+    from numba import typeof
+    from numba.core import types
+
+    record = np.zeros(2, dtype=[("a", "<i4"), ("b", "<f8")])
+    values = [
+        typeof(np.zeros((2, 3), dtype=np.float32, order="F")),
+        typeof(record),
+        types.literal(3),
+        types.Omitted(None),
+        types.UniTuple(types.int64, 2),
+        types.Tuple([types.float64, types.none, types.boolean]),
+    ]
+    for value in values:
+        assert kernel_bundle.decode_type(json.loads(json.dumps(kernel_bundle.encode_type(value))))
+        assert kernel_bundle.decode_type(kernel_bundle.encode_type(value)) == value
+    with pytest.raises(TypeError, match="no JSON form"):
+        kernel_bundle.encode_type(types.pyobject)
+
+
+def test_a_baked_bundle_seeds_an_empty_cache_and_nothing_compiles(tmp_path):
+    assert len(RNG) == 2
+    bundle = tmp_path / "bundle"
+    written = kernel_bundle.bake(str(bundle), processes=2, entries=RNG)
+    files = sorted(p.suffix for p in (bundle / "core").iterdir())
+    assert written == len(files) == 4 and files.count(".nbi") == 2
+
+    def compiled(cache, setting):
+        code = f"import os; os.environ[{kernel_bundle.OFF!r}] = {setting!r}\n"
+        return run_python(code + CALL_RNG + COMPILED, cache, bundle=True)
+
+    assert compiled(tmp_path / "seeded", str(bundle)) == {}
+    assert list((tmp_path / "seeded").rglob("*.nbi"))
+    off = compiled(tmp_path / "off", "0")
+    assert sum(off.values()) == 2
+    # A cache built here is kept: the bundle seeds only kernels the cache has no index of.
+    index = next((tmp_path / "off").rglob("*new_state*.nbi"))
+    before = index.read_bytes()
+    assert compiled(tmp_path / "off", str(bundle)) == {}
+    assert index.read_bytes() == before
+
+
+@pytest.mark.slow
+def test_the_default_use_compiles_its_listed_kernels_and_none_of_the_options():
+    # In a new process on an empty cache, the bundle off: what README command 1 and the other
+    # first experiments compile, on a cluster of worker processes and without a client.
+    recorded = default_use.record()
+    names = {name for name, _ in kernel_bundle.loads(recorded)}
+    assert not [name for name in names if any(option in name for option in OPTION_KERNELS)]
+    # The package's list is today's: else ``python -m dasktrees.command.default_use``.
+    listed = kernel_bundle.dumps(kernel_bundle.default_signatures())
+    assert recorded == listed
