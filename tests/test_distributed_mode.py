@@ -11,7 +11,7 @@ import dask.array as da
 import numpy as np
 import pandas as pd
 import pytest
-from sklearn.datasets import make_classification, make_regression
+from sklearn.datasets import load_breast_cancer, make_classification, make_regression
 
 from dasktrees import (
     ExtraTreesClassifier,
@@ -296,6 +296,17 @@ def test_a_fit_that_cannot_fit_fails_at_once_saying_how_much_memory_it_needs():
         levels.plan_levels(10_000_000, 50, 2, 4, workers)
     with pytest.raises(MemoryError, match="memory_limit is 64 MiB"):  # the smallest decides
         levels.plan_levels(10_000_000, 50, 2, 4, {**workers, "w0": {"memory_limit": 4 << 30}})
+
+
+def test_a_small_table_without_a_memory_limit_grows_in_this_process():
+    # Threads of this process (no client) report no memory limit: no table is too large, and
+    # one smaller than the smallest subtree task is not too small.
+    plan = levels.plan_levels(569, 30, 2, 4, {"thread-0": {"memory_limit": 0}})
+    assert plan.budget_rows >= 569
+    X, y = load_breast_cancer(return_X_y=True)
+    replicated = RandomForestClassifier(n_estimators=3, random_state=0).fit(X, y)
+    spread = RandomForestClassifier(n_estimators=3, random_state=0, mode="distributed").fit(X, y)
+    assert_same_trees(replicated, spread, X)
 
 
 def test_plan_leaves_room_for_the_blocks_and_a_subtree_per_thread(client):

@@ -264,7 +264,8 @@ def plan_levels(
             room = MEMORY_SHARE * memory - baseline - block_bytes - state_bytes - histogram_bytes
             budget_rows = int(room / threads / (per_row + handed_per_row))
         else:
-            budget_rows = n_rows  # no limit: every tree grows whole in one task
+            # No limit: every tree grows whole in one task (a small table's too).
+            budget_rows = max(n_rows, MIN_BUDGET_ROWS)
     budget = max(int(budget_rows), 0)
     task_rows = max(budget, MIN_BUDGET_ROWS)
     plan = LevelPlan(
