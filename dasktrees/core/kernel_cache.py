@@ -289,8 +289,9 @@ def kernels() -> dict[str, Dispatcher]:
 def kernel(**options: Any) -> Callable[[Callable[..., Any]], Dispatcher]:
     """``numba.njit(cache=True, **options)`` for a dasktrees kernel: the dispatcher compiles
     under its file lock, its cache stamped with its sources (``patch_kernel``; the module
-    docstring). A kernel inlined into others (``inline="always"``) is never compiled alone,
-    and is left as numba makes it.
+    docstring). A kernel inlined into others (``inline="always"``) is patched too: inlining
+    reads its Python source, but some (``rng.hash_key``, ``criteria.is_regression``) are also
+    called from Python, which compiles them alone.
 
     Examples
     --------
@@ -302,8 +303,7 @@ def kernel(**options: Any) -> Callable[[Callable[..., Any]], Dispatcher]:
 
     def decorate(func: Callable[..., Any]) -> Dispatcher:
         dispatcher = njit(cache=True, **options)(func)
-        if options.get("inline", "never") == "never":
-            patch_kernel(f"{func.__module__}.{func.__qualname__}", dispatcher)
+        patch_kernel(f"{func.__module__}.{func.__qualname__}", dispatcher)
         return dispatcher
 
     return decorate
