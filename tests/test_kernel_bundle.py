@@ -76,7 +76,7 @@ def test_types_round_trip_through_json():
 def test_a_baked_bundle_seeds_an_empty_cache_and_nothing_compiles(tmp_path):
     assert len(RNG) == 2
     bundle = tmp_path / "bundle"
-    written = kernel_bundle.bake(str(bundle), processes=2, entries=RNG)
+    written = kernel_bundle.bake(str(bundle), processes=2, entries=RNG, cache=str(tmp_path / "c"))
     files = sorted(p.suffix for p in (bundle / "core").iterdir())
     assert written == len(files) == 4 and files.count(".nbi") == 2
 

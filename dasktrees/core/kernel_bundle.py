@@ -183,18 +183,25 @@ def compile_entries(entries: Sequence[Entry]) -> None:
         dispatcher_of(name).compile(args)
 
 
-def bake(into: str, processes: int = 2, entries: Sequence[Entry] | None = None) -> int:
+def bake(
+    into: str, processes: int = 2, entries: Sequence[Entry] | None = None, cache: str | None = None
+) -> int:
     """Compile ``entries`` (by default the package's ``SIGNATURES``) in ``processes`` new
     processes at once, each taking them in another order (the kernels' locks share the work),
-    into an empty cache, then copy each kernel's cache files into ``into``/<its module's folder
-    in the package>. Returns the number of files written.
+    into numba's cache folder ``cache``, then copy each kernel's cache files into
+    ``into``/<its module's folder in the package>. Returns the number of files written.
 
-    The processes import only the kernels' modules: numpy and numba are all they need.
+    ``cache`` defaults to ``NUMBA_CACHE_DIR`` if it is set (a second build of the same sources
+    in the same place, as CI's two installs, then loads what the first compiled), else a new
+    empty folder. The processes import only the kernels' modules: numpy and numba are all they
+    need.
     """
     entries = default_signatures() if entries is None else list(entries)
-    with tempfile.TemporaryDirectory(prefix="dasktrees-bake-") as cache:
+    cache = cache or os.environ.get("NUMBA_CACHE_DIR")
+    with tempfile.TemporaryDirectory(prefix="dasktrees-bake-") as scratch:
+        cache = cache or scratch
         env = dict(os.environ, NUMBA_CACHE_DIR=cache, **{OFF: "0"})
-        signatures = os.path.join(cache, "signatures.json")
+        signatures = os.path.join(scratch, "signatures.json")
         with open(signatures, "w", encoding="utf-8") as file:
             file.write(dumps(entries))
         _run_all(
