@@ -384,7 +384,7 @@ def test_cli_warmup(monkeypatch, capsys):
 
 
 def test_plugin_warms_every_worker_of_a_local_cluster(tmp_path):
-    env = {"NUMBA_CACHE_DIR": str(tmp_path)}
+    env = {"NUMBA_CACHE_DIR": str(tmp_path), kernel_bundle.OFF: "0"}  # the workers compile
     with local_client(n_workers=2, env=env) as client:
         client.register_plugin(dasktrees.WarmupPlugin(groups=["binning"]))
         reports = client.run(lambda dask_worker: vars(dask_worker.dasktrees_warmup))
