@@ -206,6 +206,10 @@ def test_every_kernel_cache_is_stamped_with_its_sources():
         os.path.join("learner", "splitting.py"),
     } <= sources
     assert not {path for path in sources if path.startswith(("estimators", "command", "forest"))}
+    assert kernel_cache._package_root(grower.__name__, grower.__file__) == root
+    init = os.path.join(root, "core", "__init__.py")
+    assert kernel_cache._package_root("dasktrees.core", init) == root
+    kernel_cache._stamps.clear()  # computed again, not remembered from the kernels' definitions
     for name, dispatcher in kernel_cache.kernels().items():
         path = sys.modules[dispatcher.py_func.__module__].__file__
         stamp = kernel_cache.dependency_stamp(path, root)

@@ -342,8 +342,8 @@ def _stamp_with_sources(dispatcher: Dispatcher) -> None:
 
 def _package_root(module: str, path: str) -> str:
     """The folder of the top-level package of ``module``, whose file is ``path``."""
-    root = os.path.dirname(os.path.abspath(path))
-    for _ in range(module.count(".") - (os.path.basename(path) == "__init__.py")):
+    root = os.path.dirname(os.path.abspath(path))  # the folder of the module's package
+    for _ in range(module.count(".") - (os.path.basename(path) != "__init__.py")):
         root = os.path.dirname(root)
     return root
 
@@ -375,10 +375,10 @@ def _warn_once(found: dict[str, str]) -> None:
     )
 
 
-# Stamps and imports already found in this process, by source file: the files do not change
-# under a running process that has imported them.
-_stamps: dict[str, str] = {}
-_imports: dict[str, set[str]] = {}
+# Stamps and imports already found in this process, by source file (and package folder): the
+# files do not change under a running process that has imported them.
+_stamps: dict[tuple[str, str], str] = {}
+_imports: dict[tuple[str, str], set[str]] = {}
 _THIS_FILE = os.path.abspath(__file__)
 
 
@@ -391,16 +391,16 @@ def dependency_stamp(path: str, root: str) -> str:
     The files' paths relative to ``root`` and their contents are hashed, not their modification
     times: a copy of the same files elsewhere, or written anew, has the same stamp.
     """
-    path = os.path.abspath(path)
-    if path not in _stamps:
+    key = (os.path.abspath(path), os.path.abspath(root))
+    if key not in _stamps:
         digest = hashlib.sha256()
-        for source in sorted(_sources_closure(path, os.path.abspath(root))):
+        for source in sorted(_sources_closure(*key)):
             with open(source, "rb") as file:
                 content = file.read()
-            digest.update(os.path.relpath(source, root).encode())
+            digest.update(os.path.relpath(source, key[1]).encode())
             digest.update(hashlib.sha256(content).digest())
-        _stamps[path] = digest.hexdigest()
-    return _stamps[path]
+        _stamps[key] = digest.hexdigest()
+    return _stamps[key]
 
 
 def _sources_closure(path: str, root: str) -> set[str]:
@@ -410,9 +410,9 @@ def _sources_closure(path: str, root: str) -> set[str]:
     pending = [path]
     while pending:
         module = pending.pop()
-        if module not in _imports:
-            _imports[module] = imported_sources(module, root)
-        for source in _imports[module]:
+        if (module, root) not in _imports:
+            _imports[module, root] = imported_sources(module, root)
+        for source in _imports[module, root]:
             if source not in found:
                 found.add(source)
                 pending.append(source)
