@@ -47,7 +47,7 @@ row_uniforms(1, 2, np.arange(5), np.empty(5))
 
 
 def test_the_signatures_file_reads_back_as_written():
-    text = (Path(kernel_bundle.__file__).parent.parent / kernel_bundle.SIGNATURES).read_text()
+    text = Path(kernel_bundle.signatures_path()).read_text()
     entries = kernel_bundle.loads(text)
     assert kernel_bundle.dumps(entries) == text
     assert len(entries) == len(json.loads(text)) > 20

@@ -161,7 +161,7 @@ def main(argv: list[str]) -> None:
 
         Path(argv[1]).write_text(default_use._record_here(), encoding="utf-8")
         return
-    path = Path(kernel_bundle.__file__).resolve().parent.parent / kernel_bundle.SIGNATURES
+    path = Path(kernel_bundle.signatures_path())
     path.write_text(record(), encoding="utf-8")
     print(f"{len(json.loads(path.read_text()))} kernel signatures: {path}")
 

@@ -27,6 +27,7 @@ say whether the files are the same), or where ``DASKTREES_BUNDLED_KERNELS`` name
 ``DASKTREES_BUNDLED_KERNELS=0`` turns it off.
 """
 
+import functools
 import importlib
 import json
 import os
@@ -162,9 +163,14 @@ def loads(text: str) -> list[Entry]:
     return [(row["kernel"], tuple(decode_type(t) for t in row["args"])) for row in json.loads(text)]
 
 
+def signatures_path() -> str:
+    """The package's file of the default use's signatures (``SIGNATURES``)."""
+    return os.path.join(_package_dir(), SIGNATURES)
+
+
 def default_signatures() -> list[Entry]:
-    """The signatures of the default use, as the package lists them (``SIGNATURES``)."""
-    with open(os.path.join(_package_dir(), SIGNATURES), encoding="utf-8") as file:
+    """The signatures of the default use, as the package lists them (``signatures_path``)."""
+    with open(signatures_path(), encoding="utf-8") as file:
         return loads(file.read())
 
 
@@ -246,21 +252,16 @@ def copy_bundle(entries: Sequence[Entry], into: str) -> int:
 
 # ---- loading from a bundle --------------------------------------------------------------------
 
-# The bundle folder found for this process (None: none), looked for once.
-_bundle: list[str | None] = []
 
-
+@functools.cache
 def bundle_folder() -> str | None:
-    """The folder of the bundled kernels: ``DASKTREES_BUNDLED_KERNELS`` if it names a folder,
-    else the package's own, else the installed distribution's; None when there is none or
-    ``DASKTREES_BUNDLED_KERNELS=0``."""
-    if not _bundle:
-        setting = os.environ.get(OFF, "")
-        if setting == "0":
-            _bundle.append(None)
-        else:
-            _bundle.append(setting if os.path.isdir(setting) else _find_bundle())
-    return _bundle[0]
+    """The folder of the bundled kernels, looked for once a process:
+    ``DASKTREES_BUNDLED_KERNELS`` if it names a folder, else the package's own, else the
+    installed distribution's; None when there is none or ``DASKTREES_BUNDLED_KERNELS=0``."""
+    setting = os.environ.get(OFF, "")
+    if setting == "0":
+        return None
+    return setting if os.path.isdir(setting) else _find_bundle()
 
 
 def _find_bundle() -> str | None:

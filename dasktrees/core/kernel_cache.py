@@ -268,8 +268,8 @@ def _off_task_thread(func: Callable[..., Any], *args: Any) -> Any:
 
 def kernels() -> dict[str, Dispatcher]:
     """Every numba kernel of the dasktrees modules imported so far, as ``{name: dispatcher}``
-    (the kernels numba inlines into others, ``inline="always"``, are never compiled alone and
-    are left out)."""
+    (the kernels numba inlines into others, ``inline="always"``, are left out: inlined, they
+    are compiled as part of their callers)."""
     from numba.core.registry import CPUDispatcher
 
     found: dict[str, Dispatcher] = {}
