@@ -248,6 +248,50 @@ def _leaf_share_at_most(cum_weights, target_ids, first, stop, target):
     return 0.0 if lo == first else cum_weights[lo - 1]
 
 
+@kernel(inline="always")
+def _merge_runs(ids, weights, runs, n_runs):
+    """Sort the entries of row 0 of ``ids`` and ``weights`` by id, given as ``n_runs`` runs of
+    increasing ids (run r is ``runs[r]:runs[r + 1]``): adjacent runs merged pairwise until one
+    is left, between the two rows. Stable (the earlier run first on equal ids), so the entries
+    end in the order a stable sort gives, without compiling numba's sort.
+
+    Returns
+    -------
+    int
+        The row of ``ids`` and ``weights`` holding the sorted entries; ``runs`` is overwritten.
+    """
+    side = 0
+    while n_runs > 1:
+        src_ids, src_weights = ids[side], weights[side]
+        dst_ids, dst_weights = ids[1 - side], weights[1 - side]
+        n_merged = 0
+        for r in range(0, n_runs, 2):
+            first = runs[r]
+            middle = runs[min(r + 1, n_runs)]
+            stop = runs[min(r + 2, n_runs)]
+            a, b, j = first, middle, first
+            while a < middle and b < stop:
+                if src_ids[b] < src_ids[a]:
+                    dst_ids[j], dst_weights[j] = src_ids[b], src_weights[b]
+                    b += 1
+                else:
+                    dst_ids[j], dst_weights[j] = src_ids[a], src_weights[a]
+                    a += 1
+                j += 1
+            for e in range(a, middle):
+                dst_ids[j], dst_weights[j] = src_ids[e], src_weights[e]
+                j += 1
+            for e in range(b, stop):
+                dst_ids[j], dst_weights[j] = src_ids[e], src_weights[e]
+                j += 1
+            runs[n_merged] = first
+            n_merged += 1
+        runs[n_merged] = runs[n_runs]
+        n_runs = n_merged
+        side = 1 - side
+    return side
+
+
 @kernel(nogil=True)
 def quantile_rows(leaves, use, offsets, target_ids, cum_weights, targets, quantiles, out):
     """Weighted quantiles of the leaves each row reaches (``inf {y : F(y | x) >= q}``).
@@ -267,8 +311,9 @@ def quantile_rows(leaves, use, offsets, target_ids, cum_weights, targets, quanti
     """
     n_rows, n_trees = leaves.shape
     n_q = quantiles.shape[0]
-    gathered_ids = np.empty(_MAX_GATHERED, dtype=np.int64)
-    gathered_weights = np.empty(_MAX_GATHERED)
+    gathered_ids = np.empty((2, _MAX_GATHERED), dtype=np.int64)
+    gathered_weights = np.empty((2, _MAX_GATHERED))
+    runs = np.empty(n_trees + 1, dtype=np.int64)
     for i in range(n_rows):
         n_used = 0
         n_entries = 0
@@ -288,28 +333,34 @@ def quantile_rows(leaves, use, offsets, target_ids, cum_weights, targets, quanti
             out[i, :] = np.nan
             continue
         if n_entries <= _MAX_GATHERED:
-            # Gather the entries with their own weights, sort by target, walk up the sums.
+            # Gather the entries with their own weights, a sorted run per tree; merge the runs
+            # by target; walk up the sums.
             m = 0
+            n_runs = 0
             for t in range(n_trees):
                 if use.shape[0] > 0 and not use[i, t]:
                     continue
                 leaf = leaves[i, t]
+                runs[n_runs] = m
+                n_runs += 1
                 previous = 0.0
                 for e in range(offsets[leaf], offsets[leaf + 1]):
-                    gathered_ids[m] = target_ids[e]
-                    gathered_weights[m] = cum_weights[e] - previous
+                    gathered_ids[0, m] = target_ids[e]
+                    gathered_weights[0, m] = cum_weights[e] - previous
                     previous = cum_weights[e]
                     m += 1
-            order = np.argsort(gathered_ids[:m], kind="mergesort")
+            runs[n_runs] = m
+            side = _merge_runs(gathered_ids, gathered_weights, runs, n_runs)
+            ids, weights = gathered_ids[side], gathered_weights[side]
             cumulative = 0.0
             k = 0
             for j in range(m):
-                cumulative += gathered_weights[order[j]]
+                cumulative += weights[j]
                 # A target's entries are all added before it is compared: F steps at targets.
-                if j + 1 < m and gathered_ids[order[j + 1]] == gathered_ids[order[j]]:
+                if j + 1 < m and ids[j + 1] == ids[j]:
                     continue
                 while k < n_q and cumulative >= (quantiles[k] - _TIE_TOLERANCE) * n_used:
-                    out[i, k] = targets[gathered_ids[order[j]]]
+                    out[i, k] = targets[ids[j]]
                     k += 1
             while k < n_q:  # q = 1 short of the total by rounding
                 out[i, k] = targets[highest]

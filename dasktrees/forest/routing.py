@@ -237,16 +237,28 @@ def leaves_of_codes(codes, nodes, bitsets, roots, max_depth, n_leaves, out):
     tree: ``out[i, t]``, ndarray of int64, shape (n_rows, n_trees).
 
     Blocks of rows go down each tree together (``route_block``), as prediction's do; the
-    training blocks' codes are copied a block at a time into the column order it reads."""
+    training blocks' codes are copied a block at a time into the column order it reads.
+
+    Each leaf's "value" is its own index, and ``route_block`` is called with the argument types
+    of a regression forest's prediction, so that it reuses that compilation: the constants are
+    cast (numba types a literal ``False`` or ``2`` as a type of its own), and ``leaf_ids`` is
+    filled by a loop, as the blocks are copied (``reshape`` and the assignment of an array to a
+    slice compile numba's string formatting, for their shape errors).
+    """
     n = min(ROWS_PER_BLOCK, codes.shape[0])
     block_codes = np.empty((codes.shape[1], n), dtype=X_BINNED_DTYPE).T
     rows = np.empty((2, n), dtype=np.int64)
     stack = np.empty((max_depth + 2, 4), dtype=np.int64)
-    leaf_ids = np.arange(n_leaves).astype(np.float64).reshape(n_leaves, 1)
+    leaf_ids = np.empty((n_leaves, 1))
+    for k in range(n_leaves):
+        leaf_ids[k, 0] = k
+    counts, how = np.bool_(False), np.int64(TREE_VALUE)
     tree_leaves = np.empty((n, roots.shape[0]))
     for first in range(0, codes.shape[0], ROWS_PER_BLOCK):
         m = min(ROWS_PER_BLOCK, codes.shape[0] - first)
-        block_codes[:m] = codes[first : first + m]
+        for i in range(m):  # not ``block_codes[:m] = ...``: its shape check formats strings
+            for f in range(codes.shape[1]):
+                block_codes[i, f] = codes[first + i, f]
         for t in range(roots.shape[0]):
             route_block(
                 block_codes,
@@ -257,8 +269,8 @@ def leaves_of_codes(codes, nodes, bitsets, roots, max_depth, n_leaves, out):
                 rows,
                 stack,
                 leaf_ids,
-                False,
-                TREE_VALUE,
+                counts,
+                how,
                 tree_leaves,
                 t,
             )

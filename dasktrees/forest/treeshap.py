@@ -188,11 +188,16 @@ def _edges(nodes, cover, start, stop):
         The most distinct features on a root-to-leaf path.
     """
     n = stop - start
-    parent = np.full(n, -1, dtype=np.int64)
-    previous = np.full(n, -1, dtype=np.int64)
-    zero = np.ones(n)
-    distinct = np.zeros(n, dtype=np.int64)
-    depth = np.zeros(n, dtype=np.int64)
+    # Arrays made by np.empty and filled by loops, and scalars: np.full, np.ones, np.zeros, a
+    # loop over a tuple of the children or ``distinct.max()`` each compile a numba helper of
+    # their own, which together cost as much as this kernel.
+    parent = np.empty(n, dtype=np.int64)
+    previous = np.empty(n, dtype=np.int64)
+    zero = np.empty(n)
+    distinct = np.empty(n, dtype=np.int64)
+    depth = np.empty(n, dtype=np.int64)
+    parent[0], previous[0], zero[0], distinct[0], depth[0] = -1, -1, 1.0, 0, 0
+    n_distinct = 0
     for k in range(n):  # children come after their parent
         node = nodes[start + k]
         if node["left"] == TREE_LEAF:
@@ -204,14 +209,16 @@ def _edges(nodes, cover, start, stop):
                 above = a
                 break
             a = parent[a]
-        for child in (np.int64(node["left"]) - start, np.int64(node["right"]) - start):
+        for side in range(2):
+            child = np.int64(node["left"] if side == 0 else node["right"]) - start
             parent[child] = k
             previous[child] = above
             share = cover[start + child] / cover[start + k] if cover[start + k] > 0 else 0.0
             zero[child] = share * (zero[above] if above >= 0 else 1.0)
             distinct[child] = distinct[k] + (1 if above < 0 else 0)
             depth[child] = depth[k] + 1
-    return parent, previous, zero, depth, distinct.max()
+            n_distinct = max(n_distinct, distinct[child])
+    return parent, previous, zero, depth, n_distinct
 
 
 @kernel(nogil=True, error_model="numpy")
