@@ -7,9 +7,10 @@ out-of-bag impurity importances, predictions of the test rows), the same experim
 regression on numeric and categorical columns (ISLR's Carseats, through the ``datasets`` extra),
 with extra-trees and with a single tree, and a forest and a tree fitted and predicted without a
 client, as scikit-learn users first do. ``record`` runs it
-in a new process on an empty numba cache, on a cluster whose workers report what they compile,
-and returns the signatures compiled; ``python -m dasktrees.command.default_use`` writes them to
-the package's ``default_kernels.json``, which a wheel's build compiles.
+in a new process on an empty numba cache, on a cluster whose workers report what they compile
+and load, and returns the signatures of each; ``python -m dasktrees.command.default_use`` writes
+those compiled without a bundle to the package's ``default_kernels.json``, which a wheel's build
+compiles.
 
 Every other use (several target columns, quantile forests, distributed mode, out-of-bag
 pruning, intervals, SHAP, ...) compiles its own kernels at its first call.
@@ -110,18 +111,33 @@ def _listen() -> list[kernel_bundle.Entry]:
     return compiled
 
 
-def _compiled_by_worker() -> str:
+def _loaded() -> list[kernel_bundle.Entry]:
+    """The signatures this process loaded from numba's cache rather than compiled (a kernel
+    loaded whole brings its callees' code with it: they are not loaded on their own)."""
+    from ..core import kernel_cache
+
+    return [
+        (name, tuple(signature))
+        for name, dispatcher in kernel_cache.kernels().items()
+        for signature in dispatcher.stats.cache_hits
+    ]
+
+
+def _seen_by_worker() -> tuple[str, str]:
     import builtins
 
-    return kernel_bundle.dumps(builtins._dasktrees_compiled)  # type: ignore[attr-defined]
+    compiled = builtins._dasktrees_compiled  # type: ignore[attr-defined]
+    return kernel_bundle.dumps(compiled), kernel_bundle.dumps(_loaded())
 
 
 def _record_here() -> str:
     """The default use in this process and a LocalCluster of two worker processes, each
-    recording what it compiles; the union as a signatures file's text."""
+    recording what it compiles and what it loads; the unions as ``{"compiled": signatures
+    file's text, "loaded": ...}`` in JSON."""
     from distributed import Client, LocalCluster
 
     compiled = _listen()
+    loaded: list[kernel_bundle.Entry] = []
     with tempfile.TemporaryDirectory(prefix="dasktrees-default-use-") as folder:
         with (
             LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=None) as cluster,
@@ -129,16 +145,21 @@ def _record_here() -> str:
         ):
             client.run(_listen)
             run_default_use(cluster.scheduler_address, Path(folder))
-            for text in client.run(_compiled_by_worker).values():
-                compiled += kernel_bundle.loads(text)
-    return kernel_bundle.dumps(compiled)
+            for worker_compiled, worker_loaded in client.run(_seen_by_worker).values():
+                compiled += kernel_bundle.loads(worker_compiled)
+                loaded += kernel_bundle.loads(worker_loaded)
+    loaded += _loaded()
+    return json.dumps(
+        {"compiled": kernel_bundle.dumps(compiled), "loaded": kernel_bundle.dumps(loaded)}
+    )
 
 
-def record() -> str:
-    """The signatures the default use compiles, as a signatures file's text: run in a new
-    process on an empty numba cache, the bundled kernels off."""
+def record(bundle: str | None = None) -> tuple[str, str]:
+    """What the default use compiles and what it loads, as two signatures files' texts: run in
+    a new process on an empty numba cache, with the bundled kernels of the folder ``bundle``,
+    or none (then everything it runs compiles, and the first text is the package's list)."""
     with tempfile.TemporaryDirectory(prefix="dasktrees-record-") as cache:
-        env = dict(os.environ, NUMBA_CACHE_DIR=cache, **{kernel_bundle.OFF: "0"})
+        env = dict(os.environ, NUMBA_CACHE_DIR=cache, **{kernel_bundle.OFF: bundle or "0"})
         out = Path(cache) / "signatures.json"
         process = subprocess.run(
             [sys.executable, "-m", "dasktrees.command.default_use", "--here", str(out)],
@@ -148,7 +169,8 @@ def record() -> str:
         )
         if process.returncode != 0:
             raise RuntimeError(f"the default use failed:\n{process.stderr}")
-        return out.read_text(encoding="utf-8")
+        texts = json.loads(out.read_text(encoding="utf-8"))
+        return texts["compiled"], texts["loaded"]
 
 
 def main(argv: list[str]) -> None:
@@ -162,7 +184,7 @@ def main(argv: list[str]) -> None:
         Path(argv[1]).write_text(default_use._record_here(), encoding="utf-8")
         return
     path = Path(kernel_bundle.signatures_path())
-    path.write_text(record(), encoding="utf-8")
+    path.write_text(record()[0], encoding="utf-8")
     print(f"{len(json.loads(path.read_text()))} kernel signatures: {path}")
 
 

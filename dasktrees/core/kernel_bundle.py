@@ -267,11 +267,16 @@ def bundle_folder() -> str | None:
 def _find_bundle() -> str | None:
     candidates = [os.path.join(_package_dir(), BUNDLE)]
     try:
-        from importlib.metadata import PackageNotFoundError, distribution
+        from importlib.metadata import distributions
 
-        installed = distribution(PACKAGE).locate_file(os.path.join(PACKAGE, BUNDLE))
-        candidates.append(str(installed))
-    except (ImportError, PackageNotFoundError):
+        # Every dasktrees distribution on the path: a checkout that pip built in place holds
+        # its own metadata (dasktrees.egg-info) and is found first when it is the working
+        # folder, as in CI, but its bundle is the installed one's.
+        candidates += [
+            os.path.abspath(str(found.locate_file(os.path.join(PACKAGE, BUNDLE))))
+            for found in distributions(name=PACKAGE)
+        ]
+    except ImportError:
         pass
     return next((path for path in candidates if os.path.isdir(path)), None)
 
