@@ -316,7 +316,10 @@ def add_truncated_votes(
             while closed > 0 and cuts[closed - 1] >= keys[k]:
                 closed -= 1
         if closed < n_open:
-            c_hard = np.argmax(values[k])
+            c_hard = 0  # np.argmax's first largest, without compiling numba's argmax
+            for c in range(1, values.shape[1]):
+                if values[k, c] > values[k, c_hard]:
+                    c_hard = c
             for r in range(first, stop):
                 i = src[r]
                 for j in range(closed, n_open):
