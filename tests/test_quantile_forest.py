@@ -12,7 +12,7 @@ from sklearn.metrics import mean_pinball_loss
 from sklearn.model_selection import KFold
 
 import dasktrees as dt
-from dasktrees.forest.quantiles import _MAX_GATHERED
+from dasktrees.forest.quantiles import _MAX_GATHERED, _merge_runs
 from dasktrees.learner.sampling import tree_counts
 
 from .conftest import carseats, hitters
@@ -27,6 +27,27 @@ def in_bag_counts(est, n_rows):
     for t in range(len(est.estimators_)):
         tree_counts(est._seed, t, 0, lam, counts[t])
     return counts
+
+
+@pytest.mark.parametrize("n_runs", [1, 2, 3, 8, 13])
+def test_merged_runs_are_in_a_stable_sorts_order(n_runs):
+    # The runs of one row (a run a tree, increasing ids, some empty) against numpy's stable
+    # sort of the same entries: the same ids and, on equal ids, the earlier run's entry first.
+    rng = np.random.default_rng(n_runs)
+    lengths = rng.integers(0, 9, n_runs)
+    runs = np.zeros(n_runs + 1, dtype=np.int64)
+    np.cumsum(lengths, out=runs[1:])
+    ids = np.zeros((2, 120), dtype=np.int64)
+    weights = np.zeros((2, 120))
+    for r in range(n_runs):
+        ids[0, runs[r] : runs[r + 1]] = np.sort(rng.choice(12, lengths[r], replace=False))
+    m = runs[-1]
+    weights[0, :m] = np.arange(m)  # each entry's place before the merge
+    order = np.argsort(ids[0, :m], kind="stable")
+    expected_ids, expected_places = ids[0, order], weights[0, order]
+    side = _merge_runs(ids, weights, runs, n_runs)
+    assert np.array_equal(ids[side, :m], expected_ids)
+    assert np.array_equal(weights[side, :m], expected_places)
 
 
 def naive_quantiles(est, X_train, y_train, X, quantiles, sample_weight=None, oob=False):
