@@ -2,7 +2,8 @@
 
 Everything else about the package is declared in ``pyproject.toml``. ``build_py`` copies the
 modules into the build folder as usual, then compiles the kernels that a first fit uses
-(``dasktrees/default_kernels.json``) into ``dasktrees/_kernels/`` there, with the numba of the
+(``dasktrees/default_kernels.json``), and those of the options with the longest first compile
+(``dasktrees/option_kernels.json``), into ``dasktrees/_kernels/`` there, with the numba of the
 build environment (``[build-system] requires``), in two processes. A fresh install's first fit
 then loads them instead of compiling (``dasktrees/core/kernel_bundle.py``; measured in
 ``docs/benchmarks.md``, "Cold and warm start").

@@ -1,6 +1,6 @@
 """Kernels compiled into the package when it is built (``core.kernel_bundle``): the default
-use's signatures, a bundle baked from them and seeded into an empty numba cache, and a default
-fit that compiles none of the kernels of the options it does not use.
+use's and the bundled options' signatures, a bundle baked from them and seeded into an empty
+numba cache, and a default fit that compiles none of the kernels of the options it does not use.
 
 As in ``test_compilation.py``, compilations are counted by numba's dispatcher statistics in new
 processes on empty caches, never by time.
@@ -26,8 +26,8 @@ OPTION_KERNELS = (
     "dasktrees.forest.treeshap",
     "dasktrees.distributed.",
     "dasktrees.learner.cost_complexity",
-    "dasktrees.learner.levels",
-    "dasktrees.learner.truncation",
+    "dasktrees.forest.truncation",
+    "routing.leaves_of_codes",
     "split_from_histograms",
     "poisson_deviance",
 )
@@ -47,11 +47,12 @@ row_uniforms(1, 2, np.arange(5), np.empty(5))
 """
 
 
-def test_the_signatures_file_reads_back_as_written():
-    text = Path(kernel_bundle.signatures_path()).read_text()
+@pytest.mark.parametrize("options", [False, True])
+def test_the_signatures_files_read_back_as_written(options):
+    text = Path(kernel_bundle.signatures_path(options)).read_text()
     entries = kernel_bundle.loads(text)
     assert kernel_bundle.dumps(entries) == text
-    assert len(entries) == len(json.loads(text)) > 20
+    assert len(entries) == len(json.loads(text)) > (5 if options else 20)
 
 
 def test_types_round_trip_through_json():
@@ -128,24 +129,31 @@ def test_a_baked_bundle_seeds_an_empty_cache_and_nothing_compiles(tmp_path):
 
 @pytest.mark.slow
 def test_the_default_use_loads_listed_kernels_only_and_compiles_nothing(tmp_path):
-    # The package's list names none of the options' kernels.
+    # The package's list of the default use names none of the options' kernels; the bundled
+    # options' list names only theirs.
     listed = kernel_bundle.default_signatures()
     assert not [name for name, _ in listed if any(o in name for o in OPTION_KERNELS)]
+    options = {name for name, _ in kernel_bundle.default_signatures(options=True)}
+    assert {name.rpartition(".")[2] for name in options} >= {
+        "quantile_rows", "shap_rows", "add_truncated_votes"
+    }  # fmt: skip
+    assert not {name for name, _ in listed} & options
     # README command 1 and the other first experiments, on a cluster of worker processes and
-    # without a client, in a new process on an empty cache with the bundle of the installed
-    # dasktrees (CI's), else one baked here: every kernel they run loads from it, so none of
-    # them compiles, and what they load is listed. Either fails when the list is out of date:
-    # ``python -m dasktrees.command.default_use`` (or, for an installed bundle older than the
-    # checkout, a reinstall).
+    # without a client, then the bundled options, in a new process on an empty cache with the
+    # bundle of the installed dasktrees (CI's), else one baked here: every kernel they run
+    # loads from it, so none of them compiles, and what the default use loads is on its list.
+    # Either fails when a list is out of date: ``python -m dasktrees.command.default_use``
+    # (or, for an installed bundle older than the checkout, a reinstall).
     bundle = kernel_bundle.bundle_folder()
     if bundle is None:
         bundle = str(tmp_path / "bundle")
         kernel_bundle.bake(bundle, cache=str(tmp_path / "bake"))
-    compiled, loaded = default_use.record(bundle)
-    assert kernel_bundle.loads(compiled) == []
-    loaded_names = {name for name, _ in kernel_bundle.loads(loaded)}
+    recorded = default_use.record(bundle)
+    assert kernel_bundle.loads(recorded["compiled"]) == []
+    assert kernel_bundle.loads(recorded["options"]) == []
+    loaded_names = {name for name, _ in kernel_bundle.loads(recorded["loaded"])}
     assert len(loaded_names) > 20
-    assert set(_rows(loaded)) <= set(_rows(kernel_bundle.dumps(listed)))
+    assert set(_rows(recorded["loaded"])) <= set(_rows(kernel_bundle.dumps(listed)))
 
 
 def _rows(signatures_text):

@@ -6,14 +6,20 @@ classifier on a LocalCluster of worker processes, its out-of-bag score and curve
 out-of-bag impurity importances, predictions of the test rows), the same experiment as a
 regression on numeric and categorical columns (ISLR's Carseats, through the ``datasets`` extra),
 with extra-trees and with a single tree, and a forest and a tree fitted and predicted without a
-client, as scikit-learn users first do. ``record`` runs it
-in a new process on an empty numba cache, on a cluster whose workers report what they compile
-and load, and returns the signatures of each; ``python -m dasktrees.command.default_use`` writes
-those compiled without a bundle to the package's ``default_kernels.json``, which a wheel's build
-compiles.
+client, as scikit-learn users first do.
 
-Every other use (several target columns, quantile forests, distributed mode, out-of-bag
-pruning, intervals, SHAP, ...) compiles its own kernels at its first call.
+The bundled options are the uses whose kernels took longest to compile at their first call
+(``run_bundled_options``: a quantile forest's fit and quantiles, SHAP values, out-of-bag
+pruning; 3-6 s each, where every other option's first call costs under 2 s). A wheel's build
+compiles their kernels too, though the default use never runs them.
+
+``record`` runs both in a new process on an empty numba cache, on a cluster whose workers report
+what they compile and load, and returns the signatures of each;
+``python -m dasktrees.command.default_use`` writes those compiled without a bundle to the
+package's ``default_kernels.json`` and ``option_kernels.json``, which a wheel's build compiles.
+
+Every other use (several target columns, distributed mode, intervals, ...) compiles its own
+kernels at its first call.
 """
 
 import json
@@ -88,6 +94,24 @@ def run_default_use(address: str, folder: Path) -> None:
     DecisionTreeRegressor(random_state=0).fit(X, X[:, 0]).predict(X)
 
 
+def run_bundled_options() -> None:
+    """The bundled options' first calls, without a client: a quantile forest's fit and
+    quantiles, SHAP values of a classifier and of a regressor, out-of-bag pruning."""
+    from sklearn.datasets import load_breast_cancer, load_diabetes
+
+    from ..estimators.forests import RandomForestClassifier, RandomForestRegressor
+    from ..estimators.quantile_forests import RandomForestQuantileRegressor
+
+    X, y = load_diabetes(return_X_y=True)
+    quantiles = RandomForestQuantileRegressor(n_estimators=N_TREES, random_state=0).fit(X, y)
+    quantiles.predict(X, quantiles=[0.1, 0.5, 0.9])
+    RandomForestRegressor(n_estimators=N_TREES, random_state=0).fit(X, y).shap_values(X[:5])
+    X, y = load_breast_cancer(return_X_y=True)
+    pruned = RandomForestClassifier(n_estimators=N_TREES, prune="oob", random_state=0).fit(X, y)
+    pruned.predict_proba(X)
+    pruned.shap_values(X[:5])
+
+
 def _listen() -> list[kernel_bundle.Entry]:
     """Record every dasktrees kernel this process compiles from now on, into the list
     returned (kept as ``builtins._dasktrees_compiled`` for a worker's later ``client.run``)."""
@@ -132,8 +156,9 @@ def _seen_by_worker() -> tuple[str, str]:
 
 def _record_here() -> str:
     """The default use in this process and a LocalCluster of two worker processes, each
-    recording what it compiles and what it loads; the unions as ``{"compiled": signatures
-    file's text, "loaded": ...}`` in JSON."""
+    recording what it compiles and what it loads, then the bundled options in this process;
+    as ``{"compiled": signatures file's text, "loaded": ..., "options": ...}`` in JSON (the
+    default use's unions, and what the options compile after it)."""
     from distributed import Client, LocalCluster
 
     compiled = _listen()
@@ -149,15 +174,25 @@ def _record_here() -> str:
                 compiled += kernel_bundle.loads(worker_compiled)
                 loaded += kernel_bundle.loads(worker_loaded)
     loaded += _loaded()
+    default = list(compiled)
+    # The listener goes on appending to ``compiled``: what the options add comes after, less
+    # what a worker compiled for the default use and this process only now.
+    run_bundled_options()
+    options = [entry for entry in compiled[len(default) :] if entry not in set(default)]
     return json.dumps(
-        {"compiled": kernel_bundle.dumps(compiled), "loaded": kernel_bundle.dumps(loaded)}
+        {
+            "compiled": kernel_bundle.dumps(default),
+            "loaded": kernel_bundle.dumps(loaded),
+            "options": kernel_bundle.dumps(options),
+        }
     )
 
 
-def record(bundle: str | None = None) -> tuple[str, str]:
-    """What the default use compiles and what it loads, as two signatures files' texts: run in
-    a new process on an empty numba cache, with the bundled kernels of the folder ``bundle``,
-    or none (then everything it runs compiles, and the first text is the package's list)."""
+def record(bundle: str | None = None) -> dict[str, str]:
+    """What the default use compiles and loads, and what the bundled options compile after it,
+    as signatures files' texts (``"compiled"``, ``"loaded"``, ``"options"``): run in a new
+    process on an empty numba cache, with the bundled kernels of the folder ``bundle``, or none
+    (then everything they run compiles: the package's two lists)."""
     with tempfile.TemporaryDirectory(prefix="dasktrees-record-") as cache:
         env = dict(os.environ, NUMBA_CACHE_DIR=cache, **{kernel_bundle.OFF: bundle or "0"})
         out = Path(cache) / "signatures.json"
@@ -169,13 +204,14 @@ def record(bundle: str | None = None) -> tuple[str, str]:
         )
         if process.returncode != 0:
             raise RuntimeError(f"the default use failed:\n{process.stderr}")
-        texts = json.loads(out.read_text(encoding="utf-8"))
-        return texts["compiled"], texts["loaded"]
+        texts: dict[str, str] = json.loads(out.read_text(encoding="utf-8"))
+        return texts
 
 
 def main(argv: list[str]) -> None:
     """``python -m dasktrees.command.default_use``: write the package's
-    ``default_kernels.json`` (``--here FILE``: record in this process, into FILE)."""
+    ``default_kernels.json`` and ``option_kernels.json`` (``--here FILE``: record in this
+    process, into FILE)."""
     if argv[:1] == ["--here"]:
         # Through the module's own name: the functions the workers run are then pickled by
         # reference, as ``__main__``'s would not be.
@@ -183,9 +219,11 @@ def main(argv: list[str]) -> None:
 
         Path(argv[1]).write_text(default_use._record_here(), encoding="utf-8")
         return
-    path = Path(kernel_bundle.signatures_path())
-    path.write_text(record()[0], encoding="utf-8")
-    print(f"{len(json.loads(path.read_text()))} kernel signatures: {path}")
+    texts = record()
+    for options, key in ((False, "compiled"), (True, "options")):
+        path = Path(kernel_bundle.signatures_path(options))
+        path.write_text(texts[key], encoding="utf-8")
+        print(f"{len(json.loads(texts[key]))} kernel signatures: {path}")
 
 
 if __name__ == "__main__":

@@ -9,9 +9,12 @@ would:
 * ``default_kernels.json`` (beside the package's modules) lists the kernel signatures that the
   default use compiles (``command.default_use``: forests and trees fitted and predicted on
   numeric and categorical columns, out-of-bag scores, permutation importance, on a cluster of
-  worker processes and without one). ``python -m dasktrees.command.default_use`` writes it;
-  ``tests/test_kernel_bundle.py`` checks that it is what that use compiles today.
-* ``bake`` compiles those signatures into a folder: when a wheel is built (``setup.py``), in
+  worker processes and without one). ``option_kernels.json`` lists those that the options with
+  the longest first compile add to it (quantile forests, SHAP, out-of-bag pruning: seconds
+  each, against well under one for the others; ``docs/benchmarks.md``).
+  ``python -m dasktrees.command.default_use`` writes both; ``tests/test_kernel_bundle.py``
+  checks that they are what those uses compile today.
+* ``bake`` compiles the signatures of both into a folder: when a wheel is built (``setup.py``), in
   processes that need only numpy and numba, the build's own. Each kernel's cache files go to
   the folder of its module's name (``_kernels/learner/``, ...).
 * ``seed``, called by a kernel's compilation wrapper (``kernel_cache``) before numba looks in its
@@ -38,8 +41,10 @@ import tempfile
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-# The signatures of the default use, and the folder of their compiled code, in the package.
+# The signatures of the default use and of the bundled options, and the folder of their
+# compiled code, in the package.
 SIGNATURES = "default_kernels.json"
+OPTION_SIGNATURES = "option_kernels.json"
 BUNDLE = "_kernels"
 PACKAGE = "dasktrees"
 OFF = "DASKTREES_BUNDLED_KERNELS"
@@ -163,15 +168,22 @@ def loads(text: str) -> list[Entry]:
     return [(row["kernel"], tuple(decode_type(t) for t in row["args"])) for row in json.loads(text)]
 
 
-def signatures_path() -> str:
-    """The package's file of the default use's signatures (``SIGNATURES``)."""
-    return os.path.join(_package_dir(), SIGNATURES)
+def signatures_path(options: bool = False) -> str:
+    """The package's file of the default use's signatures (``SIGNATURES``), or of the bundled
+    options' (``OPTION_SIGNATURES``)."""
+    return os.path.join(_package_dir(), OPTION_SIGNATURES if options else SIGNATURES)
 
 
-def default_signatures() -> list[Entry]:
-    """The signatures of the default use, as the package lists them (``signatures_path``)."""
-    with open(signatures_path(), encoding="utf-8") as file:
+def default_signatures(options: bool = False) -> list[Entry]:
+    """The signatures of the default use, or of the bundled options, as the package lists them
+    (``signatures_path``)."""
+    with open(signatures_path(options), encoding="utf-8") as file:
         return loads(file.read())
+
+
+def bundled_signatures() -> list[Entry]:
+    """Every signature a bundle carries: the default use's, then the bundled options'."""
+    return default_signatures() + default_signatures(options=True)
 
 
 # ---- compiling into a bundle ------------------------------------------------------------------
@@ -192,7 +204,7 @@ def compile_entries(entries: Sequence[Entry]) -> None:
 def bake(
     into: str, processes: int = 2, entries: Sequence[Entry] | None = None, cache: str | None = None
 ) -> int:
-    """Compile ``entries`` (by default the package's ``SIGNATURES``) in ``processes`` new
+    """Compile ``entries`` (by default ``bundled_signatures()``) in ``processes`` new
     processes at once, each taking them in another order (the kernels' locks share the work),
     into numba's cache folder ``cache``, then copy each kernel's cache files into
     ``into``/<its module's folder in the package>. Returns the number of files written.
@@ -202,7 +214,7 @@ def bake(
     empty folder. The processes import only the kernels' modules: numpy and numba are all they
     need.
     """
-    entries = default_signatures() if entries is None else list(entries)
+    entries = bundled_signatures() if entries is None else list(entries)
     cache = cache or os.environ.get("NUMBA_CACHE_DIR")
     with tempfile.TemporaryDirectory(prefix="dasktrees-bake-") as scratch:
         cache = cache or scratch
