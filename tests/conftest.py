@@ -1,6 +1,7 @@
 """Shared test data: the classical worked examples and the real datasets the tests compare on."""
 
 import contextlib
+import os
 
 import numpy as np
 import pytest
@@ -10,6 +11,14 @@ from dasktrees.datasets import load_builtin
 # The worked examples of docs/algorithms.md, shipped as builtin datasets.
 GOLF = load_builtin("golf")
 ACTIVITY = load_builtin("activity")
+
+
+def pytest_xdist_auto_num_workers(config):
+    """Test processes for ``-n auto`` (pyproject's addopts): one for two cores, at least two.
+    Each process has its own session cluster of two single-threaded workers, and a test
+    process alone keeps about 1.2 of two cores busy (waiting on its workers, subprocesses and
+    sockets): two on two cores took the suite from 709 to 569 s (docs/benchmarks.md)."""
+    return max(2, (os.cpu_count() or 2) // 2)
 
 
 @pytest.fixture
