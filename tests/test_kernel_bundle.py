@@ -55,6 +55,26 @@ def test_the_signatures_files_read_back_as_written(options):
     assert len(entries) == len(json.loads(text)) > (5 if options else 20)
 
 
+def test_every_bundled_kernel_imports_with_numpy_and_numba_alone():
+    # A build bakes in an environment of numpy and numba only (setup.py): a kernel module that
+    # imports more at its top fails the bake, and the package is built without a bundle.
+    modules = sorted({name.rpartition(".")[0] for name, _ in kernel_bundle.bundled_signatures()})
+    code = f"""
+        import importlib, json, sys
+
+        class Refuse:
+            def find_spec(self, name, path=None, target=None):
+                if name.split(".")[0] in ("dask", "distributed", "pandas", "scipy", "sklearn"):
+                    raise ImportError(f"{{name}} is not in a build's environment")
+
+        sys.meta_path.insert(0, Refuse())
+        for module in {modules!r}:
+            importlib.import_module(module)
+        print(json.dumps(sorted(m for m in sys.modules if m.startswith("dasktrees."))))
+    """
+    assert set(modules) <= set(run_python(code, None))
+
+
 def test_types_round_trip_through_json():
     from numba import typeof
     from numba.core import types

@@ -24,7 +24,6 @@ for Algorithm 2 of Lundberg et al. (the polynomial view is that of Linear TreeSH
 from functools import lru_cache
 from typing import NamedTuple
 
-import dask.array as da
 import numpy as np
 
 from ..core.dtypes import TREE_LEAF
@@ -135,6 +134,8 @@ def shaped(flat, n_features, n_values, is_classifier):
     """SHAP values from (n_samples, n_features * n_values) rows (what a forest computes block
     by block) to (n_samples, n_features) for a regressor or (n_samples, n_features, n_values)
     for a classifier or a regressor on n_values target columns; numpy or dask."""
+    import dask.array as da  # here: a kernel module imports numpy and numba alone (a build's)
+
     if not is_classifier and n_values == 1:
         return flat
     if isinstance(flat, da.Array):
