@@ -17,7 +17,8 @@ def pytest_xdist_auto_num_workers(config):
     """Test processes for ``-n auto`` (pyproject's addopts): one for two cores, at least two.
     Each process has its own session cluster of two single-threaded workers, and a test
     process alone keeps about 1.2 of two cores busy (waiting on its workers, subprocesses and
-    sockets): two on two cores took the suite from 709 to 569 s (docs/benchmarks.md)."""
+    sockets): two on two cores took the suite from 709 to 569 s, and three took longer than
+    two, 836 s against 650 (docs/benchmarks.md)."""
     return max(2, (os.cpu_count() or 2) // 2)
 
 
