@@ -178,7 +178,8 @@ def _record_here() -> str:
     # The listener goes on appending to ``compiled``: what the options add comes after, less
     # what a worker compiled for the default use and this process only now.
     run_bundled_options()
-    options = [entry for entry in compiled[len(default) :] if entry not in set(default)]
+    seen = set(default)
+    options = [entry for entry in compiled[len(default) :] if entry not in seen]
     return json.dumps(
         {
             "compiled": kernel_bundle.dumps(default),
