@@ -47,12 +47,14 @@ row_uniforms(1, 2, np.arange(5), np.empty(5))
 """
 
 
-@pytest.mark.parametrize("options", [False, True])
-def test_the_signatures_files_read_back_as_written(options):
-    text = Path(kernel_bundle.signatures_path(options)).read_text()
+@pytest.mark.parametrize(
+    "file_name, at_least", [(kernel_bundle.SIGNATURES, 20), (kernel_bundle.OPTION_SIGNATURES, 5)]
+)
+def test_the_signatures_files_read_back_as_written(file_name, at_least):
+    text = Path(kernel_bundle.signatures_path(file_name)).read_text()
     entries = kernel_bundle.loads(text)
     assert kernel_bundle.dumps(entries) == text
-    assert len(entries) == len(json.loads(text)) > (5 if options else 20)
+    assert len(entries) == len(json.loads(text)) > at_least
 
 
 def test_every_bundled_kernel_imports_with_numpy_and_numba_alone():
@@ -153,7 +155,7 @@ def test_the_default_use_loads_listed_kernels_only_and_compiles_nothing(tmp_path
     # options' list names only theirs.
     listed = kernel_bundle.default_signatures()
     assert not [name for name, _ in listed if any(o in name for o in OPTION_KERNELS)]
-    options = {name for name, _ in kernel_bundle.default_signatures(options=True)}
+    options = {name for name, _ in kernel_bundle.option_signatures()}
     assert {name.rpartition(".")[2] for name in options} >= {
         "quantile_rows", "shap_rows", "add_truncated_votes"
     }  # fmt: skip

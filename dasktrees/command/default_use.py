@@ -221,8 +221,11 @@ def main(argv: list[str]) -> None:
         Path(argv[1]).write_text(default_use._record_here(), encoding="utf-8")
         return
     texts = record()
-    for options, key in ((False, "compiled"), (True, "options")):
-        path = Path(kernel_bundle.signatures_path(options))
+    for file_name, key in (
+        (kernel_bundle.SIGNATURES, "compiled"),
+        (kernel_bundle.OPTION_SIGNATURES, "options"),
+    ):
+        path = Path(kernel_bundle.signatures_path(file_name))
         path.write_text(texts[key], encoding="utf-8")
         print(f"{len(json.loads(texts[key]))} kernel signatures: {path}")
 

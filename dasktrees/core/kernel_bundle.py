@@ -168,22 +168,31 @@ def loads(text: str) -> list[Entry]:
     return [(row["kernel"], tuple(decode_type(t) for t in row["args"])) for row in json.loads(text)]
 
 
-def signatures_path(options: bool = False) -> str:
-    """The package's file of the default use's signatures (``SIGNATURES``), or of the bundled
-    options' (``OPTION_SIGNATURES``)."""
-    return os.path.join(_package_dir(), OPTION_SIGNATURES if options else SIGNATURES)
+def signatures_path(file_name: str = SIGNATURES) -> str:
+    """The package's signatures file ``file_name``: the default use's (``SIGNATURES``) or the
+    bundled options' (``OPTION_SIGNATURES``)."""
+    return os.path.join(_package_dir(), file_name)
 
 
-def default_signatures(options: bool = False) -> list[Entry]:
-    """The signatures of the default use, or of the bundled options, as the package lists them
-    (``signatures_path``)."""
-    with open(signatures_path(options), encoding="utf-8") as file:
-        return loads(file.read())
+def default_signatures() -> list[Entry]:
+    """The signatures of the default use, as the package lists them (``SIGNATURES``)."""
+    return _listed(SIGNATURES)
+
+
+def option_signatures() -> list[Entry]:
+    """The signatures of the bundled options, as the package lists them
+    (``OPTION_SIGNATURES``)."""
+    return _listed(OPTION_SIGNATURES)
 
 
 def bundled_signatures() -> list[Entry]:
     """Every signature a bundle carries: the default use's, then the bundled options'."""
-    return default_signatures() + default_signatures(options=True)
+    return default_signatures() + option_signatures()
+
+
+def _listed(file_name: str) -> list[Entry]:
+    with open(signatures_path(file_name), encoding="utf-8") as file:
+        return loads(file.read())
 
 
 # ---- compiling into a bundle ------------------------------------------------------------------
