@@ -378,3 +378,40 @@ def test_dask_predictions_with_and_without_a_cluster(client):
         distributed.default_client()
     local = copy.predict_proba(da.from_array(X, chunks=100))
     np.testing.assert_array_equal(dask.compute(local, scheduler="threads")[0], expected)
+
+
+# Refused to a worker by its preload: what a numpy fit's tasks must not need.
+REFUSE_HEAVY_IMPORTS = """
+import sys
+
+class Refuse:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] == "sklearn" or name.startswith(("dask.array", "dask.dataframe")):
+            raise ImportError(f"{name}: a worker of a numpy fit imports no " + name)
+
+sys.meta_path.insert(0, Refuse())
+"""
+
+
+# A worker that cannot unpickle a task's function drops its connection and Dask starts it again,
+# without end: the code that imported them hung here until this timeout.
+@pytest.mark.timeout(120)
+def test_a_numpy_fit_runs_on_workers_that_cannot_import_scikit_learn_or_dask_collections(tmp_path):
+    # Every new worker paid about two seconds of imports at its first task for scikit-learn's
+    # checks of y and dask's collections; a local y is checked on the client instead
+    # (distributed/binned.py), and a numpy fit's tasks import neither.
+    from .conftest import local_client
+
+    preload = tmp_path / "refuse_heavy_imports.py"
+    preload.write_text(REFUSE_HEAVY_IMPORTS)
+    X, y = make_classification(n_samples=300, n_features=6, random_state=0)
+    params = dict(n_estimators=12, oob_score=True, random_state=0)
+    with local_client(n_workers=1, preload=[str(preload)]) as lean:
+        forest = dt.RandomForestClassifier(client=lean, **params).fit(X, y)
+        loaded = lean.run(lambda: sorted(m for m in __import__("sys").modules if "sklearn" in m))
+        with pytest.raises(ImportError, match="sklearn"):  # the preload does refuse
+            lean.submit(__import__, "sklearn.utils", pure=False).result()
+    assert list(loaded.values()) == [[]]
+    here = dt.RandomForestClassifier(**params).fit(X, y)
+    np.testing.assert_array_equal(forest.predict_proba(X), here.predict_proba(X))
+    assert forest.oob_score_ == here.oob_score_

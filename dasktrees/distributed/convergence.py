@@ -33,8 +33,8 @@ from ..forest.exact import exact_sum, from_exact
 from ..forest.packing import PackedForest
 from ..forest.voting import add_oob_moments
 from ..learner.sampling import tree_counts
+from .binned import BinnedPartition, TrainingData
 from .client import Client, Future
-from .data import BinnedPartition, TrainingData
 from .reductions import forest_task
 
 # Trees added between two checks: a constant, so that where the forest stops does not depend on

@@ -18,8 +18,8 @@ from ..forest.node_table import NodeTable
 from ..forest.truncation import add_truncated_votes
 from ..forest.voting import misclassified
 from ..learner.sampling import tree_counts
+from .binned import BinnedPartition
 from .client import Client, Future
-from .data import BinnedPartition
 from .reductions import Draws, scores_of, squared_error_sum, target_sums
 
 # Rows whose votes under every cut a lone part's block task holds at a time (a forest in

@@ -14,8 +14,8 @@ import functools
 import operator
 import warnings
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-import dask.array as da
 import numpy as np
 
 from ..forest.conformal import ConformalScores, order_sketch
@@ -33,9 +33,12 @@ from ..forest.voting import (
     tree_loss,
 )
 from ..learner.sampling import tree_counts
+from .binned import BinnedPartition, TrainingData
 from .client import Client, Future, is_in_process, sending_large_data
-from .data import BinnedPartition, TrainingData
 from .shards import TreeShards
+
+if TYPE_CHECKING:  # only this process builds dask arrays: workers import no dask.array
+    import dask.array as da
 
 
 @dataclasses.dataclass(frozen=True)
@@ -294,6 +297,8 @@ def _row_output(client, data, futures, n_columns):
     chunks when the input was a dask collection (left on the workers)."""
     if not data.is_dask:
         return np.concatenate(client.gather(futures))
+    import dask.array as da
+
     if is_in_process(client):  # already here: a dask array of the same chunks as the input
         return da.from_array(
             np.concatenate(client.gather(futures)), chunks=(data.row_chunks, n_columns)

@@ -30,15 +30,18 @@ import pickle
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import dask
-import dask.array as da
 import numpy as np
 
 from ..forest.parts import ForestPart, pickled, truncated
 from ..learner.binning import BinMapper
 from ..learner.tree import Tree
 from .client import as_completed, cluster_workers, sending_large_data
+
+if TYPE_CHECKING:  # only this process builds dask arrays: workers import no dask.array
+    import dask.array as da
 
 
 @dataclass
@@ -383,6 +386,8 @@ def rows_through_shards(
 
     def call(function, *args, key):
         return dask.delayed(function)(*args, dask_key_name=key)
+
+    import dask.array as da
 
     columns = []
     for b, (block, n) in enumerate(zip(blocks, lengths)):

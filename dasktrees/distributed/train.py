@@ -36,8 +36,8 @@ from ..learner.grower import Workspace, grow_tree_state
 from ..learner.sampling import tree_counts, tree_seed, tree_subspace
 from ..learner.tree import Tree
 from . import levels, shards
+from .binned import BinnedPartition, TrainingData
 from .client import Client, as_completed, cluster_workers, is_in_process
-from .data import BinnedPartition, TrainingData
 from .shards import TreeShards
 
 
