@@ -384,9 +384,11 @@ def test_dask_predictions_with_and_without_a_cluster(client):
 REFUSE_HEAVY_IMPORTS = """
 import sys
 
+REFUSED = ("dask.array", "dask.dataframe", "scipy.sparse", "scipy.stats")
+
 class Refuse:
     def find_spec(self, name, path=None, target=None):
-        if name.split(".")[0] == "sklearn" or name.startswith(("dask.array", "dask.dataframe")):
+        if name.split(".")[0] in ("sklearn", "pandas") or name.startswith(REFUSED):
             raise ImportError(f"{name}: a worker of a numpy fit imports no " + name)
 
 sys.meta_path.insert(0, Refuse())
@@ -396,22 +398,24 @@ sys.meta_path.insert(0, Refuse())
 # A worker that cannot unpickle a task's function drops its connection and Dask starts it again,
 # without end: the code that imported them hung here until this timeout.
 @pytest.mark.timeout(120)
-def test_a_numpy_fit_runs_on_workers_that_cannot_import_scikit_learn_or_dask_collections(tmp_path):
+def test_a_numpy_fit_runs_on_workers_that_cannot_import_sklearn_pandas_or_dask_collections(
+    tmp_path,
+):
     # Every new worker paid about two seconds of imports at its first task for scikit-learn's
-    # checks of y and dask's collections; a local y is checked on the client instead
-    # (distributed/binned.py), and a numpy fit's tasks import neither.
+    # checks of y, dask's collections and pandas; a local y is checked on the client instead
+    # (distributed/binned.py), inputs are recognised without importing pandas or scipy
+    # (core/validation.py, is_frame), and a numpy fit's tasks import none of them.
     from .conftest import local_client
 
     preload = tmp_path / "refuse_heavy_imports.py"
     preload.write_text(REFUSE_HEAVY_IMPORTS)
     X, y = make_classification(n_samples=300, n_features=6, random_state=0)
-    params = dict(n_estimators=12, oob_score=True, random_state=0)
+    params = dict(n_estimators=20, oob_score=True, random_state=0)
     with local_client(n_workers=1, preload=[str(preload)]) as lean:
         forest = dt.RandomForestClassifier(client=lean, **params).fit(X, y)
-        loaded = lean.run(lambda: sorted(m for m in __import__("sys").modules if "sklearn" in m))
-        with pytest.raises(ImportError, match="sklearn"):  # the preload does refuse
-            lean.submit(__import__, "sklearn.utils", pure=False).result()
-    assert list(loaded.values()) == [[]]
+        for refused in ("sklearn", "pandas", "dask.dataframe"):  # the preload does refuse
+            with pytest.raises(ImportError, match=f"imports no {refused}"):
+                lean.submit(__import__, refused, pure=False).result()
     here = dt.RandomForestClassifier(**params).fit(X, y)
     np.testing.assert_array_equal(forest.predict_proba(X), here.predict_proba(X))
     assert forest.oob_score_ == here.oob_score_

@@ -4,11 +4,33 @@ Tables are handled column by column because a pandas frame mixes numeric and cat
 ``table_columns`` turns X into a list of 1-d columns plus the information needed to bin them.
 """
 
+import sys
 from dataclasses import dataclass
 
 # pandas, scipy and scikit-learn are imported inside the functions that use them: the kernel
 # modules that import this one load without them (docs/design.md, "Compiled for what a fit uses").
 import numpy as np
+
+
+# Whether an input is of pandas' or scipy's types, asked without importing them: an object of a
+# library this process has not imported is none of its types. A worker binning a numpy fit's
+# blocks so imports neither (docs/design.md, "Where work runs").
+def is_frame(X) -> bool:
+    """Whether X is a pandas DataFrame."""
+    pandas = sys.modules.get("pandas")
+    return pandas is not None and isinstance(X, pandas.DataFrame)
+
+
+def is_series(X) -> bool:
+    """Whether X is a pandas Series."""
+    pandas = sys.modules.get("pandas")
+    return pandas is not None and isinstance(X, pandas.Series)
+
+
+def is_sparse(X) -> bool:
+    """Whether X is a scipy sparse matrix or array."""
+    sparse = sys.modules.get("scipy.sparse")
+    return sparse is not None and sparse.issparse(X)
 
 
 @dataclass
@@ -31,12 +53,9 @@ def check_2d(X):
 
     Raises ``ValueError`` for complex data, a wrong number of dimensions, no rows or no columns.
     """
-    import pandas as pd
-    from scipy.sparse import issparse
-
-    if issparse(X):
+    if is_sparse(X):
         X = sparse_rows(X)
-    elif not isinstance(X, pd.DataFrame):
+    elif not is_frame(X):
         X = np.asarray(X)
         if np.iscomplexobj(X):
             raise ValueError("X: Complex data not supported")
@@ -94,12 +113,10 @@ def categorical_mask(X, categorical_features):
     pandas ``category``, ``object``, ``string`` and ``bool`` columns always are; so are the
     columns named (or indexed, or masked) by ``categorical_features``.
     """
-    import pandas as pd
-
     n_features = X.shape[1]
-    names = list(map(str, X.columns)) if isinstance(X, pd.DataFrame) else None
+    names = list(map(str, X.columns)) if is_frame(X) else None
     mask = np.zeros(n_features, dtype=bool)
-    if isinstance(X, pd.DataFrame):
+    if names is not None:
         mask[:] = [_is_categorical_dtype(dtype) for dtype in X.dtypes]
     if categorical_features is None:
         return mask
@@ -131,9 +148,7 @@ def categorical_mask(X, categorical_features):
 
 def table_columns(X, is_categorical):
     """Split a checked 2-d X into ``Column``s; numeric ones as real arrays with NaN for missing."""
-    import pandas as pd
-
-    names = list(map(str, X.columns)) if isinstance(X, pd.DataFrame) else None
+    names = list(map(str, X.columns)) if is_frame(X) else None
     checked = False
     if names is None and X.dtype.kind == "f":
         # One pass over the whole matrix rather than one strided pass per column.
@@ -164,9 +179,9 @@ def numeric_values(raw, name, check_inf=True):
     Float and integer columns are returned as they are (possibly a strided view); booleans,
     pandas extension types and numeric strings become float64.
     """
-    import pandas as pd
+    if is_series(raw):
+        import pandas as pd
 
-    if isinstance(raw, pd.Series):
         if pd.api.types.is_datetime64_any_dtype(raw.dtype) or pd.api.types.is_timedelta64_dtype(
             raw.dtype
         ):

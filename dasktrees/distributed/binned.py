@@ -23,6 +23,7 @@ from ..core.validation import (
     check_poisson_target,
     check_sample_weight,
     check_target,
+    is_frame,
 )
 from ..learner.binning import BinMapper, joined_sample, sample_mask
 
@@ -73,8 +74,6 @@ def mapper_pieces(mapper, x, w, first_row, n_in_fit):
     """A block's part of the bin mapper fit: its sampled numeric rows and category counts.
     Rows of zero weight take no part; ``n_in_fit``, the rows that take part in all blocks, says
     which share of them the mapper samples."""
-    import pandas as pd
-
     x = check_2d(x)
     n = x.shape[0]
     in_fit = _block_weights(w, n) > 0
@@ -82,19 +81,22 @@ def mapper_pieces(mapper, x, w, first_row, n_in_fit):
     sampled = in_fit & sample_mask(
         np.arange(first_row, first_row + n), fraction, mapper.random_state
     )
-    take = (
-        (lambda m: x.iloc[np.flatnonzero(m)]) if isinstance(x, pd.DataFrame) else (lambda m: x[m])
-    )
+    take = (lambda m: x.iloc[np.flatnonzero(m)]) if is_frame(x) else (lambda m: x[m])
     return mapper.pieces(take(in_fit), take(sampled))
 
 
 def fit_mapper(mapper, *pieces):
     """The bin mapper fitted from every block's ``mapper_pieces``."""
+    numeric = [joined_sample(columns) for columns in zip(*(p[0] for p in pieces))]
+    counts = [_summed_counts(c) for c in zip(*(p[1] for p in pieces))]
+    return mapper.fit_from_pieces(numeric, counts)
+
+
+def _summed_counts(counts):
+    """A categorical feature's category counts summed over the blocks (pandas Series)."""
     import pandas as pd
 
-    numeric = [joined_sample(columns) for columns in zip(*(p[0] for p in pieces))]
-    counts = [pd.concat(c).groupby(level=0, sort=False).sum() for c in zip(*(p[1] for p in pieces))]
-    return mapper.fit_from_pieces(numeric, counts)
+    return pd.concat(counts).groupby(level=0, sort=False).sum()
 
 
 def block_labels(y, w, n_rows, is_classifier, checked=False):

@@ -9,7 +9,7 @@ import numpy as np
 from ..core.dtypes import MAX_BINS, MISSING_BIN, N_BIN_CODES, X_BINNED_DTYPE, X_DTYPE
 from ..core.kernel_cache import kernel
 from ..core.rng import row_uniforms
-from ..core.validation import categorical_mask, check_2d, table_columns
+from ..core.validation import categorical_mask, check_2d, is_frame, is_sparse, table_columns
 
 # Stream of the counter-based hash that picks the rows whose values set the bin edges.
 _BINNING_STREAM = 0
@@ -251,12 +251,18 @@ def by_row_batches(X, rows_fn):
     -------
     ndarray of shape (n_rows, ...)
     """
-    from scipy.sparse import issparse
-
-    if not issparse(X):
+    if not is_sparse(X):
         return rows_fn(X)
     step = max(1, DENSE_BATCH_BYTES // (np.dtype(X_DTYPE).itemsize * X.shape[1]))
     return np.concatenate([rows_fn(X[a : a + step]) for a in range(0, X.shape[0], step)])
+
+
+def _object_index(categories):
+    """A pandas Index of object dtype over a feature's categories (pandas imported only for a
+    feature that has categories)."""
+    import pandas as pd
+
+    return pd.Index(categories, dtype=object)
 
 
 class BinMapper:
@@ -306,15 +312,13 @@ class BinMapper:
 
         ``row_ids`` are the global ids of X's rows (default 0, 1, ...), which key the sampling.
         """
-        import pandas as pd
-
         X = check_2d(X)
         self._set_columns(X)
         if X.shape[0] > self.subsample:
             if row_ids is None:
                 row_ids = np.arange(X.shape[0], dtype=np.int64)
             keep = sample_mask(row_ids, self.sampling_fraction(X.shape[0]), self.random_state)
-            sampled = X.iloc[np.flatnonzero(keep)] if isinstance(X, pd.DataFrame) else X[keep]
+            sampled = X.iloc[np.flatnonzero(keep)] if is_frame(X) else X[keep]
         else:
             sampled = X
         return self.fit_from_pieces(*self.pieces(X, sampled))
@@ -325,15 +329,12 @@ class BinMapper:
 
     def _set_columns(self, X):
         """Column names, count and kinds, from X or from an empty frame with X's dtypes."""
-        import pandas as pd
-        from scipy.sparse import issparse
-
         self.n_features_in_ = X.shape[1]
         self.feature_names_in_ = (
-            np.asarray(X.columns.astype(str), dtype=object) if isinstance(X, pd.DataFrame) else None
+            np.asarray(X.columns.astype(str), dtype=object) if is_frame(X) else None
         )
         self.is_categorical_ = categorical_mask(X, self.categorical_features)
-        if issparse(X) and self.is_categorical_.any():
+        if is_sparse(X) and self.is_categorical_.any():
             raise ValueError(
                 "categorical_features: the columns of a sparse X are numeric; pass a DataFrame "
                 "with category columns, or a dense array, to treat columns as categorical"
@@ -344,9 +345,7 @@ class BinMapper:
         """What the fit needs from a block of rows: the numeric columns of its sampled rows, and
         the category counts of all its rows. Blocks' pieces combine by concatenation and sum.
         A sparse X's columns are ``SparseSample``s (all numeric)."""
-        from scipy.sparse import issparse
-
-        if issparse(sampled):
+        if is_sparse(sampled):
             n = sampled.shape[0]
             numeric = [
                 SparseSample(values, n - len(values)) for _, values in sparse_column_parts(sampled)
@@ -401,17 +400,13 @@ class BinMapper:
         ``bin_edges_``, ``bin_values_``, ``categories_`` and ``category_bins_`` (see Attributes).
         ``_set_columns`` must have run.
         """
-        import pandas as pd
-
         self.bin_edges_, self.bin_values_ = list(edges), list(values)
         self.categories_, self.category_bins_ = list(categories), list(bins)
         self.n_bins_non_missing_ = np.array(
             [_n_bins(e, b) for e, b in zip(self.bin_edges_, self.category_bins_)], dtype=np.int32
         )
         self.missing_values_bin_idx_ = MISSING_BIN
-        self._category_index = [
-            None if c is None else pd.Index(c, dtype=object) for c in self.categories_
-        ]
+        self._category_index = [None if c is None else _object_index(c) for c in self.categories_]
         return self
 
     def _checked(self, X):
@@ -451,9 +446,7 @@ class BinMapper:
         ndarray of uint8, shape (n_samples, n_features)
             Rows x features (C order), missing values coded ``MISSING_BIN``.
         """
-        from scipy.sparse import issparse
-
-        if issparse(X):
+        if is_sparse(X):
             return self._transform_sparse(self._checked(X))
         columns = self._columns(X)
         out = np.empty((X.shape[0], len(columns)), dtype=X_BINNED_DTYPE)
@@ -490,9 +483,7 @@ class BinMapper:
             Numeric features unchanged; categorical ones as their bin code; NaN for missing
             values and unseen categories.
         """
-        from scipy.sparse import issparse
-
-        if issparse(X):
+        if is_sparse(X):
             X = self._checked(X).toarray()
         if not self.is_categorical_.any() and isinstance(X, np.ndarray) and X.dtype.kind in "fiub":
             return self._encode_numeric(X)
