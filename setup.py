@@ -9,8 +9,9 @@ then loads them instead of compiling (``dasktrees/core/kernel_bundle.py``; measu
 ``docs/benchmarks.md``, "Cold and warm start").
 
 The bundle is an optimisation, never a condition: an editable install, ``DASKTREES_BAKE=0``, a
-build without numba or a failing compilation builds the package without it (with a message),
-and the kernels compile at their first call as before.
+build without numba or a failing compilation builds the package without it (with a message,
+and for a failure a marker that the package warns of at its first compile), and the kernels
+compile at their first call as before.
 """
 
 import os
@@ -19,6 +20,19 @@ import sys
 
 from setuptools import setup
 from setuptools.command.build_py import build_py
+
+# The marker of a failed bake, in the bundle's folder (``core/kernel_bundle.py``'s BAKE_FAILED:
+# the package warns at its first compile, since pip -q hides this build's messages).
+BAKE_FAILED = "BAKE_FAILED.txt"
+
+
+def record_bake_failure(into: str, error: str) -> None:
+    """Say that the bake failed: on the build's output, and in ``into`` for the package."""
+    message = "dasktrees: built without compiled kernels (they compile at first use):\n"
+    print(message + error[-2000:], file=sys.stderr)
+    os.makedirs(into, exist_ok=True)
+    with open(os.path.join(into, BAKE_FAILED), "w", encoding="utf-8") as marker:
+        marker.write(error[-2000:])
 
 
 class BuildWithKernels(build_py):
@@ -37,13 +51,10 @@ class BuildWithKernels(build_py):
         command = [sys.executable, "-m", "dasktrees.core.kernel_bundle", "bake", into]
         result = subprocess.run(command, env=env, capture_output=True, text=True)
         if result.returncode != 0:
-            print(
-                "dasktrees: built without compiled kernels (they compile at first use):\n"
-                + result.stderr[-2000:],
-                file=sys.stderr,
-            )
+            record_bake_failure(into, result.stderr)
             return
         print(result.stdout.strip())
 
 
-setup(cmdclass={"build_py": BuildWithKernels})
+if __name__ == "__main__":  # as setuptools runs it; a test imports the module to check the above
+    setup(cmdclass={"build_py": BuildWithKernels})

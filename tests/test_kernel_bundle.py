@@ -6,8 +6,11 @@ As in ``test_compilation.py``, compilations are counted by numba's dispatcher st
 processes on empty caches, never by time.
 """
 
+import ast
 import json
 import os
+import sys
+import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +19,7 @@ import pytest
 from dasktrees.command import default_use
 from dasktrees.core import kernel_bundle
 
-from .test_compilation import COMPILED, run_python
+from .test_compilation import COMPILED, ROOT, run_python
 
 # Kernels of options a default fit does not use: several target columns (the ``outputs``
 # kernels), quantiles, intervals, SHAP, distributed mode's rounds, pruning, Poisson targets.
@@ -125,6 +128,47 @@ def test_the_installed_bundle_is_found_from_a_checkout_pip_built_in(tmp_path, mo
     )
     monkeypatch.setattr(kernel_bundle, "_package_dir", lambda: str(tmp_path / "checkout"))
     assert kernel_bundle._find_bundle() == str(installed / "dasktrees" / "_kernels")
+
+
+def _setup_py_failure_recorder():
+    """``setup.py``'s ``record_bake_failure`` and its ``BAKE_FAILED``, taken out of the file
+    (importing it would need setuptools, which a test environment may not have)."""
+    tree = ast.parse((ROOT / "setup.py").read_text())
+    kept = [
+        node
+        for node in tree.body
+        if (isinstance(node, ast.FunctionDef) and node.name == "record_bake_failure")
+        or (isinstance(node, ast.Assign) and node.targets[0].id == "BAKE_FAILED")
+    ]
+    namespace = {"os": os, "sys": sys}
+    exec(compile(ast.Module(kept, type_ignores=[]), "setup.py", "exec"), namespace)
+    return namespace["record_bake_failure"], namespace["BAKE_FAILED"]
+
+
+def test_a_build_whose_bake_failed_says_why_at_the_first_compile(tmp_path, capsys):
+    # pip -q hides the build's message; the package says it at its first compile instead.
+    record_bake_failure, marker_name = _setup_py_failure_recorder()
+    assert marker_name == kernel_bundle.BAKE_FAILED
+    bundle = tmp_path / "_kernels"
+    error = "Traceback (most recent call last):\nImportError: No module named 'dask'"
+    record_bake_failure(str(bundle), error)
+    assert "built without compiled kernels" in capsys.readouterr().err
+    code = (
+        f"""
+        import json, os, warnings
+        os.environ[{kernel_bundle.OFF!r}] = {str(bundle)!r}
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+    """
+        + textwrap.indent(CALL_RNG, " " * 12)
+        + """
+        print(json.dumps([str(w.message) for w in caught if w.category is RuntimeWarning]))
+    """
+    )
+    said = run_python(code, tmp_path / "cache", bundle=True)
+    assert len(said) == 1, said  # once a process, though two kernels compiled
+    assert "installed without its compiled kernels" in said[0]
+    assert "ImportError: No module named 'dask'" in said[0]
 
 
 def test_a_baked_bundle_seeds_an_empty_cache_and_nothing_compiles(tmp_path):

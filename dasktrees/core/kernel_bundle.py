@@ -38,6 +38,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import warnings
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -48,6 +49,9 @@ OPTION_SIGNATURES = "option_kernels.json"
 BUNDLE = "_kernels"
 PACKAGE = "dasktrees"
 OFF = "DASKTREES_BUNDLED_KERNELS"
+# Left in the bundle's folder by a build whose bake failed (``setup.py`` writes it, with the
+# bake's error): the package then has no compiled kernels, and its first compile says why.
+BAKE_FAILED = "BAKE_FAILED.txt"
 _MODULE = "dasktrees.core.kernel_bundle"  # as ``python -m`` runs it (``__name__`` is then __main__)
 
 Entry = tuple[str, tuple[Any, ...]]  # (kernel's qualified name, numba types of its arguments)
@@ -310,6 +314,7 @@ def seed(dispatcher: Any) -> bool:
     bundle = bundle_folder()
     if bundle is None:
         return False
+    _warn_if_not_baked(bundle)
     try:
         cache_file = dispatcher._cache._cache_file
         source = os.path.join(bundle, *_module_folder(dispatcher))
@@ -327,6 +332,26 @@ def seed(dispatcher: Any) -> bool:
     except (AttributeError, OSError):
         return False
     return True
+
+
+@functools.cache
+def _warn_if_not_baked(bundle: str) -> None:
+    """Warn, once a process, that the build of this dasktrees could not compile its kernels
+    (``BAKE_FAILED``): a first fit then compiles for about a minute, and ``pip install -q``
+    hid the build's message."""
+    try:
+        with open(os.path.join(bundle, BAKE_FAILED), encoding="utf-8") as marker:
+            lines = marker.read().strip().splitlines()
+    except OSError:
+        return
+    why = lines[-1] if lines else "no error recorded"
+    warnings.warn(
+        f"dasktrees was installed without its compiled kernels: the build could not compile "
+        f"them ({why}). Each kernel compiles at its first call instead (about a minute for a "
+        f"first fit, once a machine); the build's error is in {os.path.join(bundle, BAKE_FAILED)}",
+        RuntimeWarning,
+        stacklevel=2,
+    )
 
 
 def _copy_atomically(source: str, target: str, file_name: str) -> None:
