@@ -153,18 +153,17 @@ def test_a_build_whose_bake_failed_says_why_at_the_first_compile(tmp_path, capsy
     error = "Traceback (most recent call last):\nImportError: No module named 'dask'"
     record_bake_failure(str(bundle), error)
     assert "built without compiled kernels" in capsys.readouterr().err
-    code = (
-        f"""
+    # The two kernels compile in a process that records its warnings.
+    recording = f"""
         import json, os, warnings
         os.environ[{kernel_bundle.OFF!r}] = {str(bundle)!r}
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
+        caught = warnings.catch_warnings(record=True).__enter__()
+        warnings.simplefilter("always")
     """
-        + textwrap.indent(CALL_RNG, " " * 12)
-        + """
-        print(json.dumps([str(w.message) for w in caught if w.category is RuntimeWarning]))
-    """
+    runtime_warnings = (
+        "print(json.dumps([str(w.message) for w in caught if w.category is RuntimeWarning]))"
     )
+    code = textwrap.dedent(recording) + CALL_RNG + runtime_warnings
     said = run_python(code, tmp_path / "cache", bundle=True)
     assert len(said) == 1, said  # once a process, though two kernels compiled
     assert "installed without its compiled kernels" in said[0]
