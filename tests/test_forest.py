@@ -12,7 +12,7 @@ from sklearn.model_selection import KFold, cross_val_score, train_test_split
 
 import dasktrees as dt
 
-from .conftest import carseats, hitters
+from .conftest import carseats, hitters, local_client
 
 CV = KFold(5, shuffle=True, random_state=0)
 
@@ -405,8 +405,6 @@ def test_a_numpy_fit_runs_on_workers_that_cannot_import_sklearn_pandas_or_dask_c
     # checks of y, dask's collections and pandas; a local y is checked on the client instead
     # (distributed/binned.py), inputs are recognised without importing pandas or scipy
     # (core/validation.py, is_frame), and a numpy fit's tasks import none of them.
-    from .conftest import local_client
-
     preload = tmp_path / "refuse_heavy_imports.py"
     preload.write_text(REFUSE_HEAVY_IMPORTS)
     X, y = make_classification(n_samples=300, n_features=6, random_state=0)

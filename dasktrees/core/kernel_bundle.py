@@ -339,16 +339,17 @@ def _warn_if_not_baked(bundle: str) -> None:
     """Warn, once a process, that the build of this dasktrees could not compile its kernels
     (``BAKE_FAILED``): a first fit then compiles for about a minute, and ``pip install -q``
     hid the build's message."""
+    marker = os.path.join(bundle, BAKE_FAILED)
     try:
-        with open(os.path.join(bundle, BAKE_FAILED), encoding="utf-8") as marker:
-            lines = marker.read().strip().splitlines()
+        with open(marker, encoding="utf-8") as file:
+            lines = file.read().strip().splitlines()
     except OSError:
         return
     why = lines[-1] if lines else "no error recorded"
     warnings.warn(
         f"dasktrees was installed without its compiled kernels: the build could not compile "
         f"them ({why}). Each kernel compiles at its first call instead (about a minute for a "
-        f"first fit, once a machine); the build's error is in {os.path.join(bundle, BAKE_FAILED)}",
+        f"first fit, once a machine); the build's error is in {marker}",
         RuntimeWarning,
         stacklevel=2,
     )

@@ -216,9 +216,7 @@ def numeric_values(raw, name, check_inf=True):
 
 def reject_sparse_target(y):
     """A scipy sparse y is a ``ValueError`` (scikit-learn's words: its forests refuse it too)."""
-    from scipy.sparse import issparse
-
-    if issparse(y):
+    if is_sparse(y):
         raise ValueError("y: sparse multilabel-indicator for y is not supported.")
 
 
