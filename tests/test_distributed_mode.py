@@ -21,7 +21,10 @@ from dasktrees import (
 )
 from dasktrees.core.criteria import GINI
 from dasktrees.distributed import levels
+from dasktrees.distributed.client import cluster_workers
 from dasktrees.distributed.levels import gathered_rows
+from dasktrees.distributed.local import InProcessClient
+from dasktrees.distributed.memory import planned_workers
 
 TREE_ARRAYS = (
     "children_left",
@@ -299,9 +302,12 @@ def test_a_fit_that_cannot_fit_fails_at_once_saying_how_much_memory_it_needs():
 
 
 def test_a_small_table_without_a_memory_limit_grows_in_this_process():
-    # Threads of this process (no client) report no memory limit: no table is too large, and
-    # one smaller than the smallest subtree task is not too small.
-    plan = levels.plan_levels(569, 30, 2, 4, {"thread-0": {"memory_limit": 0}})
+    # Threads of this process (no client) have no memory limit: they are planned within this
+    # machine's (tests/test_memory.py), and a table smaller than the smallest subtree task is
+    # not too small.
+    with InProcessClient(1) as local:
+        workers = planned_workers(local, cluster_workers(local))
+    plan = levels.plan_levels(569, 30, 2, 4, workers)
     assert plan.budget_rows >= 569
     X, y = load_breast_cancer(return_X_y=True)
     replicated = RandomForestClassifier(n_estimators=3, random_state=0).fit(X, y)
@@ -406,7 +412,6 @@ def test_auto_mode_grows_across_workers_only_when_a_tree_does_not_fit(binary):
     large = {"w": {"memory_limit": 64 << 30}}
     assert choose_mode("auto", Data, Spec, small) == "distributed"
     assert choose_mode("auto", Data, Spec, large) == "replicated"
-    assert choose_mode("auto", Data, Spec, {"w": {"memory_limit": 0}}) == "replicated"
     Spec.lam = 0.1
     assert choose_mode("auto", Data, Spec, small) == "sampled"
 

@@ -37,6 +37,7 @@ from .binned import (
     mapper_pieces,
 )
 from .client import Client, cluster_workers, is_in_process, sending_large_data
+from .memory import check_workers_running
 
 # What a fit takes as X, y or sample_weight: numpy or pandas (in this process), or dask (where
 # it lives).
@@ -193,6 +194,8 @@ def prepare(
     -------
     TrainingData
     """
+    # Before the first task: one a paused cluster would never start.
+    check_workers_running(cluster_workers(client))
     if n_blocks is None:
         n_blocks = default_n_blocks(client)
     x_blocks, y_blocks, w_blocks, lengths, meta, is_dask = input_blocks(

@@ -77,6 +77,7 @@ from ..learner.sampling import tree_counts, tree_seed, tree_subspace, tree_weigh
 from ..learner.splitting import child_value
 from ..learner.tree import Tree
 from .client import Client, as_completed, cluster_workers, is_in_process
+from .memory import describe_limit, mib, smallest_limit
 
 logger = logging.getLogger(__name__)
 
@@ -221,7 +222,8 @@ def plan_levels(
     own_bytes: int | None = None,
     constrained: bool = False,
 ) -> LevelPlan:
-    """Plan a distributed fit on the cluster's ``workers`` (``scheduler_info()["workers"]``).
+    """Plan a distributed fit on the cluster's ``workers``, each with the memory it is planned
+    within as its ``memory_limit`` (``memory.planned_workers``).
 
     Each worker is planned to hold its own memory (``own_bytes``, the most of any worker's
     process memory outside the data Dask manages, ``workers_own_memory``; by default from the
@@ -240,8 +242,7 @@ def plan_levels(
         When a worker cannot hold its blocks and a subtree task of ``MIN_BUDGET_ROWS`` rows.
     """
     n_workers = max(1, len(workers))
-    limits = [w.get("memory_limit") or 0 for w in workers.values()]
-    memory = min(limits) if limits and all(limits) else 0
+    memory = smallest_limit(workers)
     threads = max([w.get("nthreads", 1) or 1 for w in workers.values()] or [1])
     metrics = [w.get("metrics", {}) for w in workers.values()]
     if own_bytes is None:
@@ -255,17 +256,11 @@ def plan_levels(
     trees_per_batch = 1
     state_bytes = 2 * 4 * trees_per_batch * -(-n_rows // n_workers)
     copies = histogram_copies(threads)
-    round_histograms = MAX_ROUND_HISTOGRAM_BYTES
-    if memory:
-        round_histograms = min(round_histograms, int(HISTOGRAM_SHARE * memory / copies))
+    round_histograms = min(MAX_ROUND_HISTOGRAM_BYTES, int(HISTOGRAM_SHARE * memory / copies))
     histogram_bytes = copies * round_histograms
     if budget_rows is None:
-        if memory:
-            room = MEMORY_SHARE * memory - baseline - block_bytes - state_bytes - histogram_bytes
-            budget_rows = int(room / threads / (per_row + handed_per_row))
-        else:
-            # No limit: every tree grows whole in one task (a small table's too).
-            budget_rows = max(n_rows, MIN_BUDGET_ROWS)
+        room = MEMORY_SHARE * memory - baseline - block_bytes - state_bytes - histogram_bytes
+        budget_rows = int(room / threads / (per_row + handed_per_row))
     budget = max(int(budget_rows), 0)
     task_rows = max(budget, MIN_BUDGET_ROWS)
     plan = LevelPlan(
@@ -285,14 +280,13 @@ def plan_levels(
         smallest = MIN_BUDGET_ROWS * (per_row + handed_per_row)
         needed = baseline + block_bytes + state_bytes + threads * smallest
         raise MemoryError(
-            f'mode="distributed" needs about {_mib(needed / (MEMORY_SHARE - HISTOGRAM_SHARE))} of '
+            f'mode="distributed" needs about {mib(needed / (MEMORY_SHARE - HISTOGRAM_SHARE))} of '
             f"memory per worker for {n_rows} rows of {n_features} features on {n_workers} "
-            f"worker(s) of {threads} thread(s) ({_mib(baseline)} of its own, "
-            f"{_mib(block_bytes)} of binned rows and {_mib(state_bytes)} of node ids each, "
-            f"{_mib(smallest)} a thread for the smallest subtree tasks and "
+            f"worker(s) of {threads} thread(s) ({mib(baseline)} of its own, "
+            f"{mib(block_bytes)} of binned rows and {mib(state_bytes)} of node ids each, "
+            f"{mib(smallest)} a thread for the smallest subtree tasks and "
             f"{HISTOGRAM_SHARE:.0%} of the limit for histograms, within {MEMORY_SHARE:.0%} of it); "
-            f"the workers' memory_limit is {_mib(memory)}: add workers or memory, or use "
-            "max_samples"
+            f"{describe_limit(workers)}: add workers or memory, or use max_samples"
         )
     return plan
 
@@ -310,10 +304,6 @@ def _own_memory(dask_worker) -> int:
     import psutil  # a dependency of distributed
 
     return max(0, psutil.Process().memory_info().rss - dask_worker.state.nbytes)
-
-
-def _mib(n_bytes: float) -> str:
-    return f"{n_bytes / 2**20:,.0f} MiB"
 
 
 # --- on the workers: the blocks' part of a round ----------------------------------------------

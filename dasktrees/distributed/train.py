@@ -38,6 +38,7 @@ from ..learner.tree import Tree
 from . import levels, shards
 from .binned import BinnedPartition, TrainingData
 from .client import Client, as_completed, cluster_workers, is_in_process
+from .memory import planned_workers, smallest_limit
 from .shards import TreeShards
 
 
@@ -249,10 +250,11 @@ def choose_mode(mode: str, data: TrainingData, spec: ForestSpec, workers: dict) 
 
     "auto" samples when trees draw under half the rows on average (Poisson mean below 0.5).
     Otherwise it replicates the blocks while a worker can hold the whole binned table and a
-    tree's growth beside it (``replicated_bytes``) within ``levels.MEMORY_SHARE`` of its memory
-    limit; else it samples while a tree's rows and growth fit (``sampled_bytes``), or when
-    distributed mode does not grow this forest's trees (``levels.supports``); else it grows the
-    trees across the workers (``levels``).
+    tree's growth beside it (``replicated_bytes``) within ``levels.MEMORY_SHARE`` of the
+    memory it is planned within (``workers`` of ``memory.planned_workers``: its memory_limit,
+    else its share of its host's available memory); else it samples while a tree's rows and
+    growth fit (``sampled_bytes``), or when distributed mode does not grow this forest's trees
+    (``levels.supports``); else it grows the trees across the workers (``levels``).
     """
     if mode in ("replicated", "sampled", "distributed"):
         return mode
@@ -260,13 +262,9 @@ def choose_mode(mode: str, data: TrainingData, spec: ForestSpec, workers: dict) 
         raise ValueError(
             f'mode must be "auto", "replicated", "sampled" or "distributed", got {mode!r}'
         )
-    limits = [w.get("memory_limit") or 0 for w in workers.values()]
-    memory = min(limits) if limits and all(limits) else 0
     if 0.0 < spec.lam < 0.5:
         return "sampled"
-    if not memory:
-        return "replicated"
-    room = levels.MEMORY_SHARE * memory
+    room = levels.MEMORY_SHARE * smallest_limit(workers)
     if replicated_bytes(data, spec) <= room:
         return "replicated"
     if sampled_bytes(data, spec) <= room or not levels.supports(spec):
@@ -343,7 +341,7 @@ def grow_forest(
     mode : str
         The mode used.
     """
-    workers = cluster_workers(client)
+    workers = planned_workers(client, cluster_workers(client))
     mode = choose_mode(mode, data, spec, workers)
     if mode == "distributed":
         levels.check_supports(spec)  # before the plan, whose memory checks would speak first
