@@ -101,9 +101,12 @@ def run_one(args):
             if record.name == "dasktrees.distributed.levels":
                 result["levels"] = record.args[2]
                 result["budget_rows"] = record.args[1]
+            if record.name == "dasktrees.distributed.train":  # sampled mode's plan
+                result["planned_mib"] = [record.args[2], record.args[3]]
 
-    logging.getLogger("dasktrees.distributed.levels").addHandler(Recorder())
-    logging.getLogger("dasktrees.distributed.levels").setLevel(logging.INFO)
+    for name in ("dasktrees.distributed.levels", "dasktrees.distributed.train"):
+        logging.getLogger(name).addHandler(Recorder())
+        logging.getLogger(name).setLevel(logging.INFO)
     with cluster, Client(cluster) as client:
         X, y = dask_table(args.rows, args.table)
         X_test, y_test = make_block(10**6, TEST_ROWS, args.table)
@@ -118,8 +121,8 @@ def run_one(args):
                 dasktrees.RandomForestClassifier(
                     n_estimators=2, mode=mode, oob_score=True, client=client
                 ).fit(X_warm, y_warm)
-        result.pop("levels", None)  # the warm-up's
-        result.pop("budget_rows", None)
+        for key in ("levels", "budget_rows", "planned_mib"):  # the warm-up's
+            result.pop(key, None)
         with PeakWorkerMemory(client) as memory:
             start = time.perf_counter()
             try:

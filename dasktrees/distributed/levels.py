@@ -198,18 +198,44 @@ def bytes_per_gathered_row(
     records grown so far (a tree on n distinct rows has at most 2 n - 1 nodes). Pickling the
     records for the client comes after the workspace and the stack are freed: the pieces and
     two copies of the records, less than this."""
-    words = max(1, -(-n_features // 8))
     rows = 2 * (n_features + 8 * n_targets + 8)
     node = NODE_DTYPE.itemsize + 8 * n_values + 8 + (24 if constrained else 0)
-    # (the targets and their partition buffer: n_targets each; five more arrays of 8 bytes)
-    workspace = 5 * 8 + 16 * n_targets + 16 * words + 2 * node
-    records = 2 * (NODE_DTYPE.itemsize + 8 * n_values)
-    return rows + workspace + records
+    workspace = row_buffer_bytes(n_features, n_targets) + 2 * node
+    return rows + workspace + records_per_row(n_values)
+
+
+def row_buffer_bytes(n_features: int, n_targets: int = 1) -> int:
+    """The grower's workspace per row, but its room for node records: the row buffers, the
+    targets and their partition buffer (``n_targets`` each), five more arrays of 8 bytes, and
+    the codes' bitsets in node order."""
+    words = max(1, -(-n_features // 8))
+    return 5 * 8 + 16 * n_targets + 16 * words
+
+
+def records_per_row(n_values: int) -> int:
+    """The most bytes a tree's node records take per row it grew on (two records a row: a tree
+    on n distinct rows has at most 2 n - 1 nodes), ``n_values`` values a node."""
+    return 2 * (NODE_DTYPE.itemsize + 8 * n_values)
 
 
 def histogram_copies(threads: int) -> int:
     """Round histograms a worker may hold at once (``LevelPlan.histogram_bytes``)."""
     return 2 * threads + REDUCTION_FAN_IN + 1
+
+
+def most_threads(workers: dict) -> int:
+    """The most threads of any of ``workers`` (``client.cluster_workers``)."""
+    return max([w.get("nthreads", 1) or 1 for w in workers.values()] or [1])
+
+
+def own_memory(workers: dict, own_bytes: int | None = None) -> int:
+    """A worker's own memory, as a plan counts it: ``own_bytes`` (``workers_own_memory``), by
+    default the most of any worker's process memory outside the data Dask manages in their last
+    heartbeats (which may predate the data), and at least ``KERNELS_MEMORY``."""
+    if own_bytes is None:
+        metrics = [w.get("metrics", {}) for w in workers.values()]
+        own_bytes = max([m.get("memory", 0) - m.get("managed_bytes", 0) for m in metrics] or [0])
+    return max(int(own_bytes), KERNELS_MEMORY)
 
 
 def plan_levels(
@@ -243,11 +269,8 @@ def plan_levels(
     """
     n_workers = max(1, len(workers))
     memory = smallest_limit(workers)
-    threads = max([w.get("nthreads", 1) or 1 for w in workers.values()] or [1])
-    metrics = [w.get("metrics", {}) for w in workers.values()]
-    if own_bytes is None:
-        own_bytes = max([m.get("memory", 0) - m.get("managed_bytes", 0) for m in metrics] or [0])
-    baseline = max(int(own_bytes), KERNELS_MEMORY)
+    threads = most_threads(workers)
+    baseline = own_memory(workers, own_bytes)
     per_row = bytes_per_gathered_row(n_features, n_values, constrained)
     # A worker holds the rows it handed over to the tasks of HANDED_PER_TASK budgets a thread.
     handed_per_row = HANDED_PER_TASK * (n_features + 24)

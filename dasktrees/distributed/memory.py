@@ -3,9 +3,10 @@
 A fit chooses its mode and sizes distributed mode's tasks against each worker's memory
 (``train.choose_mode``, ``levels.plan_levels``). A worker's ``memory_limit`` is that memory when
 it has one. A worker without one (Dask's ``memory_limit=0``, or this process's threads when there
-is no client) is planned within the memory its host has available when the fit starts, shared
-equally among the host's workers without a limit: the most it could use before the machine runs
-out, which is what Dask's own ``memory_limit="auto"`` divides among a host's workers too.
+is no client) is planned within what it could reach when the fit starts: the memory its process
+holds already, and the memory its host has available, shared equally among the host's workers
+without a limit (as Dask's own ``memory_limit="auto"`` divides a host among its workers). This
+process's threads share its memory and the machine's available memory equally.
 
 A worker that Dask's memory monitor has paused (its process above
 ``distributed.worker.memory.pause`` of its limit) runs no task until its memory falls. When every
@@ -37,23 +38,38 @@ def available_memory() -> int:
     return int(min(psutil.virtual_memory().available, MEMORY_LIMIT))
 
 
+def process_memory() -> int:
+    """This process's resident memory now, in bytes."""
+    import psutil  # a dependency of distributed
+
+    return int(psutil.Process().memory_info().rss)
+
+
+def _within_reach() -> tuple[int, int]:
+    """What a worker without a limit could hold: (its process's memory, its host's available
+    memory)."""
+    return process_memory(), available_memory()
+
+
 def planned_workers(client: Client, workers: dict[str, dict]) -> dict[str, dict]:
     """``workers`` (``client.cluster_workers``) with the memory each is planned within as its
     ``"memory_limit"``, and ``"limit_from"``: ``FROM_LIMIT`` for a worker's own limit,
-    ``FROM_AVAILABLE`` for one without a limit, planned within its host's available memory
-    shared among the host's workers without a limit (this process's threads without a client
-    share this machine's)."""
+    ``FROM_AVAILABLE`` for one without a limit: its process's memory and its share of its host's
+    available memory, shared among the host's workers without a limit (this process's threads,
+    without a client, share both equally)."""
     unlimited = [address for address, w in workers.items() if not w.get("memory_limit")]
     planned = {address: {**w, "limit_from": FROM_LIMIT} for address, w in workers.items()}
     if not unlimited:
         return planned
     if isinstance(client, InProcessClient):  # is_in_process, which mypy cannot narrow by
-        available = dict.fromkeys(unlimited, available_memory())
+        held, available = _within_reach()
+        reach = {address: (held // len(unlimited), available) for address in unlimited}
     else:
-        available = client.run(available_memory, workers=unlimited)
+        reach = client.run(_within_reach, workers=unlimited)
     sharing = collections.Counter(workers[address].get("host") for address in unlimited)
     for address in unlimited:
-        share = available[address] // sharing[workers[address].get("host")]
+        held, available = reach[address]
+        share = held + available // sharing[workers[address].get("host")]
         planned[address].update(memory_limit=share, limit_from=FROM_AVAILABLE)
     return planned
 
@@ -69,8 +85,8 @@ def describe_limit(workers: dict[str, dict]) -> str:
     memory = smallest_limit(workers)
     if any(w.get("limit_from") == FROM_AVAILABLE for w in workers.values()):
         return (
-            f"the workers have no memory_limit, and their host's available memory, shared "
-            f"among them, is {mib(memory)} each"
+            f"the workers have no memory_limit, and what they can reach (their own memory "
+            f"and their host's available memory, shared among them) is {mib(memory)} each"
         )
     return f"the workers' memory_limit is {mib(memory)}"
 

@@ -119,9 +119,11 @@ def keep_on_workers(
     n_trees: int,
     retries: int = 1,
     progress: Callable[[int, int], None] | None = None,
+    tasks_per_shard: int = 1,
 ) -> TreeShards:
-    """Make a shard of each tree task's result and wait for them: on the worker ``placements``
-    gives it, where the task's result is moved if it grew elsewhere.
+    """Make a shard of each tree task's result, or of each run of ``tasks_per_shard``
+    consecutive tasks' results, and wait for them: on the worker ``placements`` gives it, where
+    the tasks' results are moved if they grew elsewhere.
 
     Parameters
     ----------
@@ -137,8 +139,14 @@ def keep_on_workers(
     retries : int
     progress : callable, optional
         Called with (trees done, ``n_trees``) as shards are made.
+    tasks_per_shard : int, default=1
+        Consecutive tasks whose trees make one shard (sampled mode grows a tree a task).
     """
     token = uuid.uuid4().hex[:8]
+    if tasks_per_shard > 1:
+        runs = range(0, len(shipped), tasks_per_shard)
+        shipped = [shipped[i : i + tasks_per_shard] for i in runs]
+        first_trees = first_trees[::tasks_per_shard]
     sizes = np.diff([*first_trees, first_trees[0] + n_trees]).tolist()
     workers = placements(client, sizes)
     parts = [

@@ -9,8 +9,11 @@ order and grows its trees on the whole table, each tree weighting row i by its c
     block 2 ─┘        (every block)                 (every block)
 
 Sampled mode (``max_samples`` well below n, or data larger than a worker): each block extracts
-the rows a batch of trees draws (small tasks where the data lives), and the tree task grows on
-their concatenation, so a task's memory is bounded by the sample, not by the data.
+the rows a tree draws (small tasks where the data lives), and the tree task grows on their
+concatenation, so a task's memory is bounded by the sample, not by the data. A task grows one
+tree unless ``trees_per_task`` says otherwise: a task holds its trees' rows until it ends, so
+batches of trees made the workers' peak grow with the forest. The fit is planned against the
+workers' memory first (``plan_sampled``), as distributed mode's is (``levels.plan_levels``).
 
 Both modes compute the same counts from (seed, tree, global row id) and stack rows in the same
 order, so they grow the same trees.
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import logging
 import pickle
 import threading
 import uuid
@@ -38,7 +42,7 @@ from ..learner.tree import Tree
 from . import levels, shards
 from .binned import BinnedPartition, TrainingData
 from .client import Client, as_completed, cluster_workers, is_in_process
-from .memory import planned_workers, smallest_limit
+from .memory import describe_limit, mib, planned_workers, smallest_limit
 from .shards import TreeShards
 
 
@@ -61,6 +65,8 @@ class ForestSpec:
         """Class columns of a classification: k of a multi-output one, else 1."""
         return max(1, len(self.column_classes))
 
+
+logger = logging.getLogger(__name__)
 
 # Called with (trees grown, trees to grow) each time a tree task's trees reach the client.
 _progress: contextvars.ContextVar[Callable[[int, int], None] | None] = contextvars.ContextVar(
@@ -282,6 +288,79 @@ def _tree_row_bytes(data: TrainingData, spec: ForestSpec) -> float:
     )
 
 
+def plan_sampled(
+    data: TrainingData,
+    spec: ForestSpec,
+    trees_per_task: int,
+    workers: dict,
+    own_bytes: int | None = None,
+) -> tuple[int, int]:
+    """The memory a worker holds in a sampled fit, at least and at most, in bytes, checked
+    against the memory it is planned within (``workers`` of ``memory.planned_workers``).
+
+    A worker holds its own memory (``own_bytes``, as distributed mode's plan counts it:
+    ``levels.own_memory``), its share of the binned blocks (codes, targets and weight), and for
+    each thread a tree task: at least its trees' rows as the blocks extracted them, one tree's
+    stack and the grower's row buffers (``sampled_least_bytes_per_row`` an in-bag row); at
+    most ``sampled_bytes_per_row`` an in-bag row, which counts a full-depth tree's node records
+    at two a row (what regression trees on distinct targets reach and classification trees do
+    not come near), and the rows extracted for the next task, waiting.
+
+    Raises
+    ------
+    MemoryError
+        When the least exceeds the share of the planned memory at which Dask pauses a worker
+        (``distributed.worker.memory.pause``): the fit could not run to its end.
+    """
+    import dask
+
+    n_features = data.bin_mapper.n_features_in_
+    n_workers, threads = max(1, len(workers)), levels.most_threads(workers)
+    in_bag = levels.estimate_tree_rows(data.n_rows, spec.lam)
+    baseline = levels.own_memory(workers, own_bytes)
+    block_bytes = -(-data.n_rows * (n_features + 8 * data.n_outputs + 8) // n_workers)
+    extracted = trees_per_task * in_bag * _extracted_row_bytes(data)  # the next task's
+    least_task = in_bag * sampled_least_bytes_per_row(data, trees_per_task)
+    most_task = in_bag * sampled_bytes_per_row(data, spec, trees_per_task)
+    least = baseline + block_bytes + threads * least_task
+    most = baseline + block_bytes + threads * (most_task + extracted)
+    memory = smallest_limit(workers)
+    pause = dask.config.get("distributed.worker.memory.pause", 0.8) or 1.0
+    if least > pause * memory:
+        raise MemoryError(
+            f'mode="sampled" needs at least {mib(least / pause)} of memory per worker (up to '
+            f"{mib(most / pause)} for full-depth trees) for trees of {in_bag} in-bag rows of "
+            f"{n_features} features, {trees_per_task} a task, on {n_workers} worker(s) of "
+            f"{threads} thread(s) ({mib(baseline)} of its own, {mib(block_bytes)} of binned "
+            f"rows and {mib(least_task)} a thread at least, within the "
+            f"{pause:.0%} of it at which Dask pauses a worker); {describe_limit(workers)}: add "
+            "workers or memory, or lower max_samples"
+        )
+    return least, most
+
+
+def _extracted_row_bytes(data: TrainingData) -> int:
+    """An in-bag row as a block extracts it (``extract_in_bag``): codes, targets, weight, count."""
+    return data.bin_mapper.n_features_in_ + 8 * data.n_outputs + 16
+
+
+def sampled_bytes_per_row(data: TrainingData, spec: ForestSpec, trees_per_task: int = 1) -> int:
+    """The most a sampled tree task holds per in-bag row of a tree: one tree's rows as the
+    blocks extracted them, stacked, and grown (``levels.bytes_per_gathered_row``, with the
+    rows' counts), and each other tree of the task's rows and node records."""
+    one_tree = _tree_row_bytes(data, spec) + 16  # (the counts, extracted and stacked)
+    others = _extracted_row_bytes(data) + levels.records_per_row(max(1, spec.n_classes))
+    return int(one_tree + (trees_per_task - 1) * others)
+
+
+def sampled_least_bytes_per_row(data: TrainingData, trees_per_task: int = 1) -> int:
+    """The least a sampled tree task holds per in-bag row of a tree: its trees' rows as the
+    blocks extracted them, one tree's stack, and the grower's row buffers."""
+    n_features = data.bin_mapper.n_features_in_
+    row = _extracted_row_bytes(data)
+    return (trees_per_task + 1) * row + levels.row_buffer_bytes(n_features, data.n_outputs)
+
+
 def replicated_bytes(data: TrainingData, spec: ForestSpec) -> float:
     """A replicated tree task's memory: the stacked binned table (codes, targets, weight,
     count, row weight) and a tree's growth on its in-bag rows."""
@@ -293,7 +372,7 @@ def replicated_bytes(data: TrainingData, spec: ForestSpec) -> float:
 
 def sampled_bytes(data: TrainingData, spec: ForestSpec) -> float:
     """A sampled tree task's memory: a tree's in-bag rows and its growth."""
-    return levels.estimate_tree_rows(data.n_rows, spec.lam) * _tree_row_bytes(data, spec)
+    return levels.estimate_tree_rows(data.n_rows, spec.lam) * sampled_bytes_per_row(data, spec)
 
 
 # The shipped feature types for which this process has compiled its kernels of a fit
@@ -365,6 +444,17 @@ def grow_forest(
             client, data, spec, tree_ids, plan, retries, progress, on_tree=joined.add
         )
         return joined.shards(), mode
+    tasks_per_shard = 1
+    if mode == "sampled":
+        if trees_per_task is None:  # a tree a task; a shard on the workers as many as before
+            trees_per_task = 1
+            tasks_per_shard = default_trees_per_task(len(tree_ids), len(workers))
+        own = levels.workers_own_memory(client)
+        least, most = plan_sampled(data, spec, trees_per_task, workers, own)
+        logger.info(
+            "sampled mode: %d trees, %d a task, planned %d to %d MiB a worker",
+            len(tree_ids), trees_per_task, least >> 20, most >> 20,
+        )  # fmt: skip
     batches = tree_batches(tree_ids, trees_per_task, len(workers))
     token = uuid.uuid4().hex[:8]
     ship = not is_in_process(client)  # pickled only to cross a process boundary
@@ -420,7 +510,14 @@ def grow_forest(
     if on_workers:
         first_trees = [batch[0] for batch in batches]
         return shards.keep_on_workers(
-            client, futures, first_trees, data.bin_mapper, len(tree_ids), retries, progress
+            client,
+            futures,
+            first_trees,
+            data.bin_mapper,
+            len(tree_ids),
+            retries,
+            progress,
+            tasks_per_shard,
         ), mode
     # Fetch each batch as soon as its task ends, while the others still grow: trees are large
     # (tens of bytes per node) and moving them to the client overlaps with the growth.

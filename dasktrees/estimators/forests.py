@@ -1346,7 +1346,8 @@ FOREST_DOC = """
         The cluster to use; None: the default client if there is one, else threads of this
         process (no cluster is started).
     trees_per_task : int, default=None
-        Trees grown by one task; None: about four tasks per worker.
+        Trees grown by one task; None: about four tasks per worker, or one tree a task in
+        sampled mode (a task holds its trees' sampled rows until it ends).
     n_blocks : int, default=None
         Blocks to cut numpy / pandas input into; None: one per worker. Dask input keeps its
         partitions.

@@ -63,14 +63,17 @@ class ForestPart:
     leaf_targets: LeafTargets | None = field(default=None, repr=False)
 
     @classmethod
-    def from_shipped(cls, shipped: np.ndarray, first_tree: int, bin_mapper: BinMapper):
-        """The part of the trees a tree task shipped (``train._shipped``: their pickled states)
-        or a part shipped (``shipped``: its pickled trees), unpacked and packed where it lies:
-        how a shard is made on its worker."""
+    def from_shipped(
+        cls, shipped: np.ndarray | list[np.ndarray], first_tree: int, bin_mapper: BinMapper
+    ):
+        """The part of the trees a tree task shipped (``train._shipped``: their pickled states),
+        or several consecutive tasks in a list, or a part shipped (``shipped``: its pickled
+        trees), unpacked and packed where it lies: how a shard is made on its worker."""
         thresholds = bin_mapper.kernel_arrays().thresholds
         trees = [
             item if isinstance(item, Tree) else wire.decode(item, thresholds)
-            for item in pickle.loads(shipped.data)
+            for blob in (shipped if isinstance(shipped, list) else [shipped])
+            for item in pickle.loads(blob.data)
         ]
         return cls(first_tree, PackedForest(trees, bin_mapper), trees)
 
