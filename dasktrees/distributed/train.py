@@ -30,6 +30,7 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
+import dask
 import numpy as np
 
 from ..core.params import GrowthParams
@@ -258,7 +259,7 @@ def choose_mode(mode: str, data: TrainingData, spec: ForestSpec, workers: dict) 
     Otherwise it replicates the blocks while a worker can hold the whole binned table and a
     tree's growth beside it (``replicated_bytes``) within ``levels.MEMORY_SHARE`` of the
     memory it is planned within (``workers`` of ``memory.planned_workers``: its memory_limit,
-    else its share of its host's available memory); else it samples while a tree's rows and
+    else what it can reach); else it samples while a tree's rows and
     growth fit (``sampled_bytes``), or when distributed mode does not grow this forest's trees
     (``levels.supports``); else it grows the trees across the workers (``levels``).
     """
@@ -312,8 +313,6 @@ def plan_sampled(
         When the least exceeds the share of the planned memory at which Dask pauses a worker
         (``distributed.worker.memory.pause``): the fit could not run to its end.
     """
-    import dask
-
     n_features = data.bin_mapper.n_features_in_
     n_workers, threads = max(1, len(workers)), levels.most_threads(workers)
     in_bag = levels.estimate_tree_rows(data.n_rows, spec.lam)
