@@ -14,6 +14,7 @@ path; its y is checked here, whole, and its blocks need no check on the workers.
 
 from __future__ import annotations
 
+import operator
 from typing import Union
 
 import dask
@@ -73,7 +74,8 @@ def input_blocks(
     -------
     x_blocks, y_blocks, w_blocks : lists of Delayed (dask input) or Future (local input);
         w_blocks entries None without weights
-    lengths : ndarray of int64
+    lengths : ndarray of int64, or None for a dask DataFrame (its partitions' lengths are
+        counted where they are read, in the preparation's graph: ``prepare``)
     meta : empty pandas frame or numpy array with X's columns and dtypes
     is_dask : bool
     """
@@ -84,10 +86,9 @@ def input_blocks(
                 "columns) with the same partitions (for example a column of the same frame)"
             )
         x_blocks, y_blocks = list(X.to_delayed()), list(y.to_delayed())
-        lengths = np.array(client.compute(X.map_partitions(len), sync=True), dtype=np.int64)
         meta = X._meta
         w_blocks = _dask_weight_blocks(sample_weight, X.npartitions)
-        return x_blocks, y_blocks, w_blocks, lengths, meta, True
+        return x_blocks, y_blocks, w_blocks, None, meta, True
     if isinstance(X, da.Array):
         if X.ndim != 2:
             raise ValueError(f"X must be 2-d (n_samples, n_features), got shape {X.shape}")
@@ -201,25 +202,35 @@ def prepare(
     x_blocks, y_blocks, w_blocks, lengths, meta, is_dask = input_blocks(
         client, X, y, sample_weight, n_blocks, is_classifier
     )
-    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
     # One graph from the blocks to their bins: the labels, the mapper's fit and the binning
     # follow one another on the workers without a round trip to this process each, which waits
     # only for the fitted mapper and the classes (the round trips were most of a small fit's
     # preparation in a slow hour; docs/benchmarks.md).
+    if lengths is None:
+        # A dask DataFrame's partitions are counted in the graph that reads them, not in a
+        # pass of their own that read the whole input once more; each block's first row
+        # (its global row id, which the trees' counts hash) follows from those before it.
+        counted: list = [dask.delayed(len)(xb) for xb in x_blocks]
+        firsts: list = [0]
+        for n in counted[:-1]:
+            firsts.append(dask.delayed(operator.add)(firsts[-1], n))
+    else:
+        counted = [int(n) for n in lengths]
+        firsts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64).tolist()
     labels = dask.delayed(all_labels)(
         is_classifier,
         poisson,
         *(
-            dask.delayed(block_labels)(yb, wb, int(n), is_classifier, not is_dask)
-            for yb, wb, n in zip(y_blocks, w_blocks, lengths)
+            dask.delayed(block_labels)(yb, wb, n, is_classifier, not is_dask)
+            for yb, wb, n in zip(y_blocks, w_blocks, counted)
         ),
     )
     classes, n_in_fit, n_outputs = labels[0], labels[1], labels[2]
     if not hasattr(mapper, "n_bins_non_missing_"):
         mapper._set_columns(meta)
         pieces = [
-            dask.delayed(mapper_pieces)(mapper, xb, wb, int(first), n_in_fit)
-            for xb, wb, first in zip(x_blocks, w_blocks, offsets[:-1])
+            dask.delayed(mapper_pieces)(mapper, xb, wb, first, n_in_fit)
+            for xb, wb, first in zip(x_blocks, w_blocks, firsts)
         ]
         mapper = dask.delayed(fit_mapper)(mapper, *pieces)
     elif meta.shape[1] != mapper.n_features_in_:
@@ -233,10 +244,12 @@ def prepare(
         class_weights = dask.delayed(class_weight_vector)(class_weight, classes, *counts)
 
     binned = [
-        dask.delayed(bin_block)(mapper, xb, yb, wb, int(first), classes, class_weights)
-        for xb, yb, wb, first in zip(x_blocks, y_blocks, w_blocks, offsets[:-1])
+        dask.delayed(bin_block)(mapper, xb, yb, wb, first, classes, class_weights)
+        for xb, yb, wb, first in zip(x_blocks, y_blocks, w_blocks, firsts)
     ]
-    mapper, classes, n_outputs, *parts = client.compute([mapper, classes, n_outputs, *binned])
-    mapper, classes, n_outputs = client.gather([mapper, classes, n_outputs])
-    lengths = tuple(int(n) for n in lengths)
+    summaries = [mapper, classes, n_outputs, dask.delayed(tuple)(counted)]
+    mapper, classes, n_outputs, counted, *parts = client.compute([*summaries, *binned])
+    mapper, classes, n_outputs, counted = client.gather([mapper, classes, n_outputs, counted])
+    offsets = np.concatenate([[0], np.cumsum(counted)]).astype(np.int64)
+    lengths = tuple(int(n) for n in counted)
     return TrainingData(parts, offsets, mapper, classes, is_dask, lengths, n_outputs)
