@@ -102,6 +102,7 @@ def run_one(args):
                 result["levels"] = record.args[2]
                 result["budget_rows"] = record.args[1]
             if record.name == "dasktrees.distributed.train":  # sampled mode's plan
+                result["trees_per_task"] = record.args[1]
                 result["planned_mib"] = [record.args[2], record.args[3]]
 
     for name in ("dasktrees.distributed.levels", "dasktrees.distributed.train"):
@@ -121,7 +122,7 @@ def run_one(args):
                 dasktrees.RandomForestClassifier(
                     n_estimators=2, mode=mode, oob_score=True, client=client
                 ).fit(X_warm, y_warm)
-        for key in ("levels", "budget_rows", "planned_mib"):  # the warm-up's
+        for key in ("levels", "budget_rows", "trees_per_task", "planned_mib"):  # the warm-up's
             result.pop(key, None)
         with PeakWorkerMemory(client) as memory:
             start = time.perf_counter()

@@ -11,36 +11,53 @@ import psutil
 import pytest
 from sklearn.datasets import make_classification
 
-from dasktrees import RandomForestClassifier
-from dasktrees.distributed import memory
+from dasktrees import RandomForestClassifier, RandomForestQuantileRegressor
+from dasktrees.distributed import levels, memory
 from dasktrees.distributed.client import cluster_workers
 from dasktrees.distributed.local import InProcessClient
-from dasktrees.distributed.train import default_trees_per_task
+from dasktrees.distributed.train import plan_sampled
 
 from .conftest import local_client
 
 X, Y = make_classification(n_samples=20_000, n_features=10, random_state=0)
 
 
-def test_a_worker_without_a_limit_gets_its_share_of_its_hosts_available_memory():
+def test_without_a_client_the_process_is_one_worker_of_its_threads():
     with InProcessClient(2) as local:
-        workers = {
-            "limited": {"memory_limit": 2 << 30, "host": "elsewhere"},
-            **cluster_workers(local),  # this process's two threads, without a limit
-        }
         reach = psutil.Process().memory_info().rss + psutil.virtual_memory().available
-        planned = memory.planned_workers(local, workers)
-    assert planned["limited"]["memory_limit"] == 2 << 30
-    assert planned["limited"]["limit_from"] == memory.FROM_LIMIT
-    for thread in ("thread-0", "thread-1"):
-        assert planned[thread]["limit_from"] == memory.FROM_AVAILABLE
-        # this process's memory and the machine's available memory, shared by the two threads
-        # (both move a little)
-        assert 0.4 * reach <= planned[thread]["memory_limit"] <= 0.6 * reach
-    assert memory.smallest_limit(planned) == 2 << 30  # the smallest decides
-    assert "no memory_limit" in memory.describe_limit(planned)
-    limited = memory.describe_limit({"w": planned["limited"]})
-    assert limited == "the workers' memory_limit is 2,048 MiB"
+        planned = memory.planned_workers(local, cluster_workers(local))
+    [process] = planned.values()
+    assert process["nthreads"] == 2 and process["limit_from"] == memory.FROM_AVAILABLE
+    # what it holds and the machine's available memory (both move a little), its own memory
+    # counted once, not once a thread
+    assert 0.8 * reach <= process["memory_limit"] <= 1.2 * reach
+    assert process["metrics"]["memory"] <= process["memory_limit"]
+
+
+def test_many_threads_share_one_process_memory(monkeypatch):
+    # Sixteen threads and 6 GiB free: a small fit is planned, where sixteen "workers" of 384 MiB
+    # each, every one counting the kernels' 320 MiB, could not hold it.
+    monkeypatch.setattr(memory, "available_memory", lambda: 6 << 30)
+    with InProcessClient(16) as local:
+        planned = memory.planned_workers(local, cluster_workers(local))
+    assert levels.plan_levels(569, 30, 2, 4, planned).budget_rows >= 569
+    data = SimpleNamespace(bin_mapper=SimpleNamespace(n_features_in_=30), n_rows=569, n_outputs=1)
+    spec = SimpleNamespace(lam=0.3, n_classes=2, params=SimpleNamespace(constrained=False))
+    assert plan_sampled(data, spec, planned).least_bytes < 6 << 30
+
+
+def test_the_smallest_worker_says_where_its_memory_came_from():
+    limited = {"memory_limit": 2 << 30, "limit_from": memory.FROM_LIMIT}
+    reaching = {"memory_limit": 8 << 30, "limit_from": memory.FROM_AVAILABLE}
+    mixed = {"a": limited, "b": reaching}
+    assert memory.smallest_limit(mixed) == 2 << 30
+    assert memory.describe_limit(mixed) == "the workers' memory_limit is 2,048 MiB"
+    assert "no memory_limit" in memory.describe_limit({"a": {**limited, **reaching}})
+    assert memory.pause_share(mixed) == pytest.approx(0.8)  # Dask's default
+    assert memory.pause_share({"b": reaching}) == 1.0  # Dask never pauses it
+    assert memory.smallest_limit({}) == 0  # no worker yet: nothing to plan against
+    with pytest.raises(ValueError, match="plan with planned_workers"):
+        memory.smallest_limit({"a": {"memory_limit": 0}})
 
 
 def _little_memory(monkeypatch, n_bytes):
@@ -57,21 +74,22 @@ def test_without_a_client_a_fit_is_planned_within_the_machines_memory(monkeypatc
     assert plain.mode_ == "replicated"
     spread = RandomForestClassifier(n_estimators=3, random_state=0, mode="distributed")
     np.testing.assert_array_equal(spread.fit(X, Y).predict_proba(X), plain.predict_proba(X))
-    # 1 MiB a thread: no mode fits, and auto mode no longer replicates regardless.
+    # 2 MiB within reach: no mode fits, and auto mode no longer replicates regardless.
     _little_memory(monkeypatch, 1 << 20)
     for forest in (RandomForestClassifier(n_estimators=3), spread):
-        with pytest.raises(MemoryError, match="no memory_limit, and what they can reach"):
+        with pytest.raises(MemoryError, match="no memory_limit, and what it can reach"):
             forest.fit(X, Y)
 
 
 def test_workers_of_memory_limit_0_are_planned_within_their_hosts_memory(monkeypatch):
-    # Dask's memory_limit=0, "no limit": two workers of one host share its available memory.
+    # Dask's memory_limit=0, "no limit": two workers of one process (processes=False) share its
+    # memory and its host's available memory.
     with local_client(n_workers=2, processes=False, memory_limit=0) as client:
-        held = psutil.Process().memory_info().rss  # each in-process worker's process: this one
+        held = psutil.Process().memory_info().rss
         available = psutil.virtual_memory().available
         planned = memory.planned_workers(client, cluster_workers(client))
         for worker in planned.values():
-            assert 0.8 <= worker["memory_limit"] / (held + available / 2) <= 1.2
+            assert 0.8 <= worker["memory_limit"] / ((held + available) / 2) <= 1.2
         params = dict(n_estimators=3, random_state=0, client=client)
         plain = RandomForestClassifier(**params).fit(X, Y)
         spread = RandomForestClassifier(mode="distributed", **params).fit(X, Y)
@@ -79,7 +97,7 @@ def test_workers_of_memory_limit_0_are_planned_within_their_hosts_memory(monkeyp
         np.testing.assert_array_equal(spread.predict_proba(X), plain.predict_proba(X))
         _little_memory(monkeypatch, 1 << 20)  # what each worker asks its host (in this process)
         for mode in ("auto", "distributed"):
-            with pytest.raises(MemoryError, match="their host's available memory, shared among"):
+            with pytest.raises(MemoryError, match="no memory_limit, and what it can reach"):
                 RandomForestClassifier(mode=mode, **params).fit(X, Y)
 
 
@@ -108,20 +126,50 @@ def test_a_fit_starts_when_some_workers_run():
 
 
 def test_sampled_mode_is_planned_and_refused_at_once_when_it_cannot_fit(monkeypatch, client):
-    # max_samples under half the rows: auto mode samples, a tree a task.
-    params = dict(n_estimators=8, max_samples=0.3, random_state=0)
+    # max_samples under half the rows: auto mode samples.
+    params = dict(n_estimators=20, max_samples=0.3, random_state=0)
     sampled = RandomForestClassifier(**params).fit(X, Y)
     replicated = RandomForestClassifier(mode="replicated", **params).fit(X, Y)
     assert sampled.mode_ == "sampled"
     np.testing.assert_array_equal(sampled.predict_proba(X), replicated.predict_proba(X))
-    # on the workers, the trees of a task each make shards of the usual size
-    kept = RandomForestClassifier(tree_storage="workers", client=client, **params).fit(X, Y)
+    # On the workers, a tree a task: shards of the usual size (3 trees, the last 2), the same
+    # forest; a quantile forest's shards carry their leaves' targets too.
+    kept = RandomForestClassifier(
+        tree_storage="workers", trees_per_task=1, client=client, **params
+    ).fit(X, Y)
     assert kept.mode_ == "sampled"
-    assert len(kept._tree_shards.parts) == 8 // default_trees_per_task(8, 2)
+    assert np.diff(kept._tree_shards.first_trees).tolist() == [3] * 6 + [2]
     np.testing.assert_array_equal(kept.predict_proba(X), replicated.predict_proba(X))
+    rows, target = X[:3000], X[:3000, 0] + X[:3000, 1]
+    quantiles = dict(n_estimators=12, max_samples=0.3, random_state=0, trees_per_task=1)
+    here = RandomForestQuantileRegressor(**quantiles).fit(rows, target)
+    there = RandomForestQuantileRegressor(tree_storage="workers", client=client, **quantiles)
+    there.fit(rows, target)
+    assert np.diff(there._tree_shards.first_trees).tolist() == [2] * 6
+    np.testing.assert_array_equal(there.predict(rows, [0.1, 0.9]), here.predict(rows, [0.1, 0.9]))
     _little_memory(monkeypatch, 1 << 20)
     with pytest.raises(MemoryError, match=r'mode="sampled" needs at least [\d,]+ MiB of memory'):
+        RandomForestClassifier(mode="sampled", **params).fit(X, Y)
+    # auto mode, when a sampled tree does not fit, grows it across the workers, if they can
+    with pytest.raises(MemoryError, match='mode="distributed" needs about'):
         RandomForestClassifier(**params).fit(X, Y)
+
+
+def test_a_sampled_task_grows_as_many_trees_as_fit():
+    workers = {"w": {"memory_limit": 4 << 30, "nthreads": 1, "limit_from": memory.FROM_LIMIT}}
+    data = SimpleNamespace(
+        bin_mapper=SimpleNamespace(n_features_in_=50), n_rows=10_000_000, n_outputs=1
+    )
+    spec = SimpleNamespace(lam=0.1, n_classes=2, params=SimpleNamespace(constrained=False))
+    roomy = plan_sampled(data, spec, workers, 320 << 20, usual_trees_per_task=2)
+    assert roomy.trees_per_task == 2  # the usual batch fits
+    tight = plan_sampled(data, spec, workers, 320 << 20, usual_trees_per_task=40)
+    assert 1 <= tight.trees_per_task < 40
+    assert tight.most_bytes <= levels.MEMORY_SHARE * (4 << 30)
+    given = plan_sampled(data, spec, workers, 320 << 20, trees_per_task=tight.trees_per_task + 1)
+    assert given.most_bytes > levels.MEMORY_SHARE * (4 << 30)  # the user's, kept, if it runs
+    with pytest.raises(MemoryError, match="40 a task"):
+        plan_sampled(data, spec, workers, 320 << 20, trees_per_task=40)
 
 
 @pytest.mark.parametrize("regression, trees_per_task", [(True, 1), (True, 3), (False, 3)])
@@ -137,7 +185,6 @@ def test_a_sampled_task_peaks_within_its_planned_memory(regression, trees_per_ta
 
     from dasktrees import BinMapper, DecisionTreeClassifier, DecisionTreeRegressor
     from dasktrees.core.params import check_tree_params
-    from dasktrees.distributed import levels
     from dasktrees.distributed.binned import BinnedPartition
     from dasktrees.distributed.train import (
         ForestSpec,

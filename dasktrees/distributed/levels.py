@@ -279,11 +279,16 @@ def plan_levels(
     trees_per_batch = 1
     state_bytes = 2 * 4 * trees_per_batch * -(-n_rows // n_workers)
     copies = histogram_copies(threads)
-    round_histograms = min(MAX_ROUND_HISTOGRAM_BYTES, int(HISTOGRAM_SHARE * memory / copies))
+    round_histograms = MAX_ROUND_HISTOGRAM_BYTES
+    if memory:
+        round_histograms = min(round_histograms, int(HISTOGRAM_SHARE * memory / copies))
     histogram_bytes = copies * round_histograms
     if budget_rows is None:
-        room = MEMORY_SHARE * memory - baseline - block_bytes - state_bytes - histogram_bytes
-        budget_rows = int(room / threads / (per_row + handed_per_row))
+        if memory:
+            room = MEMORY_SHARE * memory - baseline - block_bytes - state_bytes - histogram_bytes
+            budget_rows = int(room / threads / (per_row + handed_per_row))
+        else:  # no worker yet (an adaptive cluster's): nothing to plan against
+            budget_rows = max(n_rows, MIN_BUDGET_ROWS)
     budget = max(int(budget_rows), 0)
     task_rows = max(budget, MIN_BUDGET_ROWS)
     plan = LevelPlan(

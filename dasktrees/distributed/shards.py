@@ -1,8 +1,9 @@
 """A forest kept on the workers (``tree_storage="workers"``): its shards, the predictions that go
 to them, and bringing its trees home.
 
-The trees of each tree task become one shard: a task unpacks and packs them (``ForestPart.
-from_shipped``) on the worker ``placements`` gives it, consecutive shards on the same worker
+The trees of each tree task (or of a run of sampled mode's smaller tasks) become one shard: a
+task unpacks and packs them (``ForestPart.from_shipped``) on the worker ``placements`` gives it,
+consecutive shards on the same worker
 (worker A the first trees, worker B the next, ...), and the client keeps the shard's future and
 a summary of it (each tree's impurity importances and node count, the shard's bytes), never its
 trees. A prediction sends each block of rows through the shards in tree order

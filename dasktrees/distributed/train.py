@@ -9,11 +9,11 @@ order and grows its trees on the whole table, each tree weighting row i by its c
     block 2 ─┘        (every block)                 (every block)
 
 Sampled mode (``max_samples`` well below n, or data larger than a worker): each block extracts
-the rows a tree draws (small tasks where the data lives), and the tree task grows on their
-concatenation, so a task's memory is bounded by the sample, not by the data. A task grows one
-tree unless ``trees_per_task`` says otherwise: a task holds its trees' rows until it ends, so
-batches of trees made the workers' peak grow with the forest. The fit is planned against the
-workers' memory first (``plan_sampled``), as distributed mode's is (``levels.plan_levels``).
+the rows a batch of trees draws (small tasks where the data lives), and the tree task grows on
+their concatenation, so a task's memory is bounded by the sample, not by the data. A task holds
+its trees' rows until it ends: its batch is as many trees as the workers' memory fits, up to
+the usual (``plan_sampled``, which refuses a fit that cannot run at once, as
+``levels.plan_levels`` does distributed mode's).
 
 Both modes compute the same counts from (seed, tree, global row id) and stack rows in the same
 order, so they grow the same trees.
@@ -30,7 +30,6 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
-import dask
 import numpy as np
 
 from ..core.params import GrowthParams
@@ -43,7 +42,7 @@ from ..learner.tree import Tree
 from . import levels, shards
 from .binned import BinnedPartition, TrainingData
 from .client import Client, as_completed, cluster_workers, is_in_process
-from .memory import describe_limit, mib, planned_workers, smallest_limit
+from .memory import describe_limit, mib, pause_share, planned_workers, smallest_limit
 from .shards import TreeShards
 
 
@@ -271,7 +270,10 @@ def choose_mode(mode: str, data: TrainingData, spec: ForestSpec, workers: dict) 
         )
     if 0.0 < spec.lam < 0.5:
         return "sampled"
-    room = levels.MEMORY_SHARE * smallest_limit(workers)
+    memory = smallest_limit(workers)
+    if not memory:  # no worker yet (an adaptive cluster's): replicated tasks wait for workers
+        return "replicated"
+    room = levels.MEMORY_SHARE * memory
     if replicated_bytes(data, spec) <= room:
         return "replicated"
     if sampled_bytes(data, spec) <= room or not levels.supports(spec):
@@ -289,53 +291,82 @@ def _tree_row_bytes(data: TrainingData, spec: ForestSpec) -> float:
     )
 
 
+@dataclass(frozen=True)
+class SampledPlan:
+    """The memory plan of a sampled fit (``plan_sampled``)."""
+
+    trees_per_task: int
+    least_bytes: int  # a worker holds at least this much (what the fit is refused by)
+    most_bytes: int  # and at most this much (for full-depth regression trees)
+
+
 def plan_sampled(
     data: TrainingData,
     spec: ForestSpec,
-    trees_per_task: int,
     workers: dict,
     own_bytes: int | None = None,
-) -> tuple[int, int]:
-    """The memory a worker holds in a sampled fit, at least and at most, in bytes, checked
-    against the memory it is planned within (``workers`` of ``memory.planned_workers``).
+    trees_per_task: int | None = None,
+    usual_trees_per_task: int = 1,
+) -> SampledPlan:
+    """Plan a sampled fit on the ``workers`` of ``memory.planned_workers``.
 
     A worker holds its own memory (``own_bytes``, as distributed mode's plan counts it:
     ``levels.own_memory``), its share of the binned blocks (codes, targets and weight), and for
-    each thread a tree task: at least its trees' rows as the blocks extracted them, one tree's
-    stack and the grower's row buffers (``sampled_least_bytes_per_row`` an in-bag row); at
-    most ``sampled_bytes_per_row`` an in-bag row, which counts a full-depth tree's node records
-    at two a row (what regression trees on distinct targets reach and classification trees do
-    not come near), and the rows extracted for the next task, waiting.
+    each thread a tree task of ``trees_per_task`` trees: at least their rows as the blocks
+    extracted them, one tree's stack and the grower's row buffers
+    (``sampled_least_bytes_per_row`` an in-bag row); at most ``sampled_bytes_per_row`` an in-bag
+    row, which counts a full-depth tree's node records at two a row (what regression trees on
+    distinct targets reach; classification trees hold far fewer), and the rows extracted for the
+    next task, waiting.
+
+    ``trees_per_task`` None: the most, up to ``usual_trees_per_task``, whose most fits
+    ``levels.MEMORY_SHARE`` of the smallest worker's memory, and at least one (a task holds its
+    trees' rows until it ends: more trees a task, fewer tasks, more memory).
 
     Raises
     ------
     MemoryError
-        When the least exceeds the share of the planned memory at which Dask pauses a worker
-        (``distributed.worker.memory.pause``): the fit could not run to its end.
+        When the least exceeds ``memory.pause_share`` of the smallest worker's memory: the fit
+        could not run to its end.
     """
-    n_features = data.bin_mapper.n_features_in_
-    n_workers, threads = max(1, len(workers)), levels.most_threads(workers)
-    in_bag = levels.estimate_tree_rows(data.n_rows, spec.lam)
-    baseline = levels.own_memory(workers, own_bytes)
-    block_bytes = -(-data.n_rows * (n_features + 8 * data.n_outputs + 8) // n_workers)
-    extracted = trees_per_task * in_bag * _extracted_row_bytes(data)  # the next task's
-    least_task = in_bag * sampled_least_bytes_per_row(data, trees_per_task)
-    most_task = in_bag * sampled_bytes_per_row(data, spec, trees_per_task)
-    least = baseline + block_bytes + threads * least_task
-    most = baseline + block_bytes + threads * (most_task + extracted)
     memory = smallest_limit(workers)
-    pause = dask.config.get("distributed.worker.memory.pause", 0.8) or 1.0
-    if least > pause * memory:
+
+    def least_and_most(trees: int) -> tuple[int, int]:
+        n_workers, threads = max(1, len(workers)), levels.most_threads(workers)
+        in_bag = levels.estimate_tree_rows(data.n_rows, spec.lam)
+        fixed = levels.own_memory(workers, own_bytes) + _block_bytes(data, n_workers)
+        waiting = trees * in_bag * _extracted_row_bytes(data)  # the next task's rows
+        least = fixed + threads * in_bag * sampled_least_bytes_per_row(data, trees)
+        most = fixed + threads * (in_bag * sampled_bytes_per_row(data, spec, trees) + waiting)
+        return int(least), int(most)
+
+    if trees_per_task is None:
+        trees_per_task = max(1, usual_trees_per_task)
+        while trees_per_task > 1 and least_and_most(trees_per_task)[1] > (
+            levels.MEMORY_SHARE * memory
+        ):
+            trees_per_task -= 1
+    least, most = least_and_most(trees_per_task)
+    share = pause_share(workers) if workers else 1.0
+    if memory and least > share * memory:
+        n_workers, threads = max(1, len(workers)), levels.most_threads(workers)
+        in_bag = levels.estimate_tree_rows(data.n_rows, spec.lam)
+        baseline = levels.own_memory(workers, own_bytes)
         raise MemoryError(
-            f'mode="sampled" needs at least {mib(least / pause)} of memory per worker (up to '
-            f"{mib(most / pause)} for full-depth trees) for trees of {in_bag} in-bag rows of "
-            f"{n_features} features, {trees_per_task} a task, on {n_workers} worker(s) of "
-            f"{threads} thread(s) ({mib(baseline)} of its own, {mib(block_bytes)} of binned "
-            f"rows and {mib(least_task)} a thread at least, within the "
-            f"{pause:.0%} of it at which Dask pauses a worker); {describe_limit(workers)}: add "
-            "workers or memory, or lower max_samples"
+            f'mode="sampled" needs at least {mib(least / share)} of memory per worker (up to '
+            f"{mib(most / share)} for full-depth trees) for trees of {in_bag} in-bag rows of "
+            f"{data.bin_mapper.n_features_in_} features, {trees_per_task} a task, on "
+            f"{n_workers} worker(s) of {threads} thread(s) ({mib(baseline)} of its own and "
+            f"{mib(_block_bytes(data, n_workers))} of binned rows, within {share:.0%} of it); "
+            f"{describe_limit(workers)}: add workers or memory, or lower max_samples"
         )
-    return least, most
+    return SampledPlan(trees_per_task, least, most)
+
+
+def _block_bytes(data: TrainingData, n_workers: int) -> int:
+    """A worker's share of the binned blocks: codes, targets and weight."""
+    row = data.bin_mapper.n_features_in_ + 8 * data.n_outputs + 8
+    return -(-data.n_rows * row // n_workers)
 
 
 def _extracted_row_bytes(data: TrainingData) -> int:
@@ -411,7 +442,7 @@ def grow_forest(
     on_workers: bool = False,
 ) -> tuple[list[Tree] | TreeShards, str]:
     """Submit the tree tasks and gather their trees in tree order, or with ``on_workers``
-    keep them on the workers, a shard a task (``shards``).
+    keep them on the workers, a shard a task, or a run of sampled tasks (``shards``).
 
     Returns
     -------
@@ -419,8 +450,21 @@ def grow_forest(
     mode : str
         The mode used.
     """
-    workers = planned_workers(client, cluster_workers(client))
-    mode = choose_mode(mode, data, spec, workers)
+    workers = cluster_workers(client)
+    planned = planned_workers(client, workers)  # (without a client: one worker, the process)
+    chosen = choose_mode(mode, data, spec, planned)
+    own = None if chosen == "replicated" else levels.workers_own_memory(client)
+    usual = default_trees_per_task(len(tree_ids), len(workers))
+    sampled = None
+    if chosen == "sampled":
+        asked = None if trees_per_task is None else min(trees_per_task, len(tree_ids))
+        try:
+            sampled = plan_sampled(data, spec, planned, own, asked, usual)
+        except MemoryError:
+            if mode != "auto" or not levels.supports(spec):
+                raise
+            chosen = "distributed"  # a tree's rows do not fit a task: grow it across workers
+    mode = chosen
     if mode == "distributed":
         levels.check_supports(spec)  # before the plan, whose memory checks would speak first
         plan = levels.plan_levels(
@@ -428,31 +472,27 @@ def grow_forest(
             data.bin_mapper.n_features_in_,
             max(1, spec.n_classes),
             len(tree_ids),
-            workers,
+            planned,
             levels.budget_override(),
-            levels.workers_own_memory(client),
+            own,
             constrained=spec.params.constrained,
         )
         progress = _progress.get()
         if not on_workers:
             trees = levels.grow_forest_levels(client, data, spec, tree_ids, plan, retries, progress)
             return trees, mode
-        size = default_trees_per_task(len(tree_ids), len(workers))
-        joined = shards.ShardsAsJoined(client, tree_ids, size, data.bin_mapper)
+        joined = shards.ShardsAsJoined(client, tree_ids, usual, data.bin_mapper)
         levels.grow_forest_levels(
             client, data, spec, tree_ids, plan, retries, progress, on_tree=joined.add
         )
         return joined.shards(), mode
     tasks_per_shard = 1
-    if mode == "sampled":
-        if trees_per_task is None:  # a tree a task; a shard on the workers as many as before
-            trees_per_task = 1
-            tasks_per_shard = default_trees_per_task(len(tree_ids), len(workers))
-        own = levels.workers_own_memory(client)
-        least, most = plan_sampled(data, spec, trees_per_task, workers, own)
+    if sampled is not None:
+        trees_per_task = sampled.trees_per_task
+        tasks_per_shard = max(1, usual // trees_per_task)  # shards of about the usual size
         logger.info(
             "sampled mode: %d trees, %d a task, planned %d to %d MiB a worker",
-            len(tree_ids), trees_per_task, least >> 20, most >> 20,
+            len(tree_ids), trees_per_task, sampled.least_bytes >> 20, sampled.most_bytes >> 20,
         )  # fmt: skip
     batches = tree_batches(tree_ids, trees_per_task, len(workers))
     token = uuid.uuid4().hex[:8]

@@ -1346,8 +1346,9 @@ FOREST_DOC = """
         The cluster to use; None: the default client if there is one, else threads of this
         process (no cluster is started).
     trees_per_task : int, default=None
-        Trees grown by one task; None: about four tasks per worker, or one tree a task in
-        sampled mode (a task holds its trees' sampled rows until it ends).
+        Trees grown by one task; None: about four tasks per worker, in sampled mode at most
+        that, as many as the workers' memory fits (a task holds its trees' sampled rows until
+        it ends).
     n_blocks : int, default=None
         Blocks to cut numpy / pandas input into; None: one per worker. Dask input keeps its
         partitions.
@@ -1363,8 +1364,8 @@ FOREST_DOC = """
         same trees.
     tree_storage : {"client", "workers", "auto"}, default="client"
         Where the fitted trees are kept (docs/forests.md, "Forests kept on the workers"): in
-        this process; or on the workers, in shards (the trees of a tree task, in the memory of
-        the worker that grew them), where predictions, ``apply`` and the out-of-bag estimates
+        this process; or on the workers, in shards (the trees of a tree task, or of a run of
+        them, in a worker's memory), where predictions, ``apply`` and the out-of-bag estimates
         go to them, the client keeping only small summaries; ``gather_trees()`` brings them
         home. "auto": on the workers when the trees take more than a tenth of this machine's
         memory (a quantile forest's leaf targets, made after, not counted: they take about as
