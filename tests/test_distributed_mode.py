@@ -412,6 +412,9 @@ def test_auto_mode_grows_across_workers_only_when_a_tree_does_not_fit(binary):
     large = {"w": {"memory_limit": 64 << 30}}
     assert choose_mode("auto", Data, Spec, small) == "distributed"
     assert choose_mode("auto", Data, Spec, large) == "replicated"
+    # a worker runs a task a thread, each holding its own stack of the table
+    threaded = {"w": {"memory_limit": 64 << 30, "nthreads": 16}}
+    assert choose_mode("auto", Data, Spec, threaded) == "distributed"
     Spec.lam = 0.1
     assert choose_mode("auto", Data, Spec, small) == "sampled"
 

@@ -9,6 +9,7 @@ from types import SimpleNamespace
 import numpy as np
 import psutil
 import pytest
+from distributed.system import MEMORY_LIMIT
 from sklearn.datasets import make_classification
 
 from dasktrees import RandomForestClassifier, RandomForestQuantileRegressor
@@ -25,6 +26,7 @@ X, Y = make_classification(n_samples=20_000, n_features=10, random_state=0)
 def test_without_a_client_the_process_is_one_worker_of_its_threads():
     with InProcessClient(2) as local:
         reach = psutil.Process().memory_info().rss + psutil.virtual_memory().available
+        reach = min(reach, MEMORY_LIMIT)  # (a container's limit caps it)
         planned = memory.planned_workers(local, cluster_workers(local))
     [process] = planned.values()
     assert process["nthreads"] == 2 and process["limit_from"] == memory.FROM_AVAILABLE
@@ -56,6 +58,8 @@ def test_the_smallest_worker_says_where_its_memory_came_from():
     assert memory.pause_share(mixed) == pytest.approx(0.8)  # Dask's default
     assert memory.pause_share({"b": reaching}) == 1.0  # Dask never pauses it
     assert memory.smallest_limit({}) == 0  # no worker yet: nothing to plan against
+    nobody = plan_sampled(_TABLE, _SAMPLE, {}, usual_trees_per_task=4)
+    assert nobody.trees_per_task == 4  # planned against nothing, refused by nothing
     with pytest.raises(ValueError, match="plan with planned_workers"):
         memory.smallest_limit({"a": {"memory_limit": 0}})
 
@@ -85,11 +89,15 @@ def test_workers_of_memory_limit_0_are_planned_within_their_hosts_memory(monkeyp
     # Dask's memory_limit=0, "no limit": two workers of one process (processes=False) share its
     # memory and its host's available memory.
     with local_client(n_workers=2, processes=False, memory_limit=0) as client:
-        held = psutil.Process().memory_info().rss
-        available = psutil.virtual_memory().available
+        held = psutil.Process().memory_info().rss  # each in-process worker's process: this one
+        share = min(held + psutil.virtual_memory().available, MEMORY_LIMIT) / 2
         planned = memory.planned_workers(client, cluster_workers(client))
         for worker in planned.values():
-            assert 0.8 <= worker["memory_limit"] / ((held + available) / 2) <= 1.2
+            assert 0.8 <= worker["memory_limit"] / share <= 1.2
+            assert worker["sharing_process"] == 2
+        # and its own memory: the process's, counted once between the two
+        own = levels.workers_own_memory(client)
+        assert levels.own_memory(planned, own) == max(own, levels.KERNELS_MEMORY) // 2
         params = dict(n_estimators=3, random_state=0, client=client)
         plain = RandomForestClassifier(**params).fit(X, Y)
         spread = RandomForestClassifier(mode="distributed", **params).fit(X, Y)
@@ -123,6 +131,9 @@ def test_a_fit_starts_when_some_workers_run():
     memory.check_workers_running({"thread-0": {"memory_limit": 0}})  # no status: no client
     with pytest.raises(MemoryError, match="the largest uses 900 MiB"):
         memory.check_workers_running({"b": paused, "c": paused})
+    unlimited = {"status": "paused", "memory_limit": 0}  # (Dask pauses none, but if it did)
+    with pytest.raises(MemoryError, match="the smallest limit is 1,024 MiB"):
+        memory.check_workers_running({"b": paused, "c": unlimited})
 
 
 def test_sampled_mode_is_planned_and_refused_at_once_when_it_cannot_fit(monkeypatch, client):
@@ -150,17 +161,23 @@ def test_sampled_mode_is_planned_and_refused_at_once_when_it_cannot_fit(monkeypa
     _little_memory(monkeypatch, 1 << 20)
     with pytest.raises(MemoryError, match=r'mode="sampled" needs at least [\d,]+ MiB of memory'):
         RandomForestClassifier(mode="sampled", **params).fit(X, Y)
-    # auto mode, when a sampled tree does not fit, grows it across the workers, if they can
-    with pytest.raises(MemoryError, match='mode="distributed" needs about'):
+    # auto mode, when a sampled tree does not fit, grows it across the workers, if they can,
+    # and says why neither fits
+    with pytest.raises(MemoryError, match='mode="distributed" needs about') as refused:
         RandomForestClassifier(**params).fit(X, Y)
+    assert 'mode="sampled" needs at least' in str(refused.value.__cause__)
+
+
+# A table and a sample as the plans see them: 10M rows of 50 features, a tenth of them a tree.
+_TABLE = SimpleNamespace(
+    bin_mapper=SimpleNamespace(n_features_in_=50), n_rows=10_000_000, n_outputs=1
+)
+_SAMPLE = SimpleNamespace(lam=0.1, n_classes=2, params=SimpleNamespace(constrained=False))
 
 
 def test_a_sampled_task_grows_as_many_trees_as_fit():
     workers = {"w": {"memory_limit": 4 << 30, "nthreads": 1, "limit_from": memory.FROM_LIMIT}}
-    data = SimpleNamespace(
-        bin_mapper=SimpleNamespace(n_features_in_=50), n_rows=10_000_000, n_outputs=1
-    )
-    spec = SimpleNamespace(lam=0.1, n_classes=2, params=SimpleNamespace(constrained=False))
+    data, spec = _TABLE, _SAMPLE
     roomy = plan_sampled(data, spec, workers, 320 << 20, usual_trees_per_task=2)
     assert roomy.trees_per_task == 2  # the usual batch fits
     tight = plan_sampled(data, spec, workers, 320 << 20, usual_trees_per_task=40)

@@ -14,7 +14,6 @@ path; its y is checked here, whole, and its blocks need no check on the workers.
 
 from __future__ import annotations
 
-import operator
 from typing import Union
 
 import dask
@@ -163,6 +162,11 @@ def _dask_weight_blocks(sample_weight, n_blocks):
     )
 
 
+def first_rows(*lengths: int) -> tuple[int, ...]:
+    """Each block's first row id, from the blocks' lengths in order."""
+    return tuple(int(first) for first in np.cumsum((0, *lengths[:-1])))
+
+
 def default_n_blocks(client: Client) -> int:
     """The blocks a table is cut in when ``n_blocks`` is None: one a worker."""
     return max(1, len(cluster_workers(client)))
@@ -208,12 +212,11 @@ def prepare(
     # preparation in a slow hour; docs/benchmarks.md).
     if lengths is None:
         # A dask DataFrame's partitions are counted in the graph that reads them, not in a
-        # pass of their own that read the whole input once more; each block's first row
-        # (its global row id, which the trees' counts hash) follows from those before it.
+        # pass of their own that read the whole input once more; each block's first row (its
+        # global row id, which the trees' counts hash) follows from those before it, in one
+        # task (a chain of additions made the graph as long as the partitions).
         counted: list = [dask.delayed(len)(xb) for xb in x_blocks]
-        firsts: list = [0]
-        for n in counted[:-1]:
-            firsts.append(dask.delayed(operator.add)(firsts[-1], n))
+        firsts: list = list(dask.delayed(first_rows, nout=len(counted))(*counted))
     else:
         counted = [int(n) for n in lengths]
         firsts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64).tolist()

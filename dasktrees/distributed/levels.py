@@ -231,11 +231,13 @@ def most_threads(workers: dict) -> int:
 def own_memory(workers: dict, own_bytes: int | None = None) -> int:
     """A worker's own memory, as a plan counts it: ``own_bytes`` (``workers_own_memory``), by
     default the most of any worker's process memory outside the data Dask manages in their last
-    heartbeats (which may predate the data), and at least ``KERNELS_MEMORY``."""
+    heartbeats (which may predate the data), and at least ``KERNELS_MEMORY``; shared among the
+    workers of one process (``memory.planned_workers``' ``sharing_process``)."""
     if own_bytes is None:
         metrics = [w.get("metrics", {}) for w in workers.values()]
         own_bytes = max([m.get("memory", 0) - m.get("managed_bytes", 0) for m in metrics] or [0])
-    return max(int(own_bytes), KERNELS_MEMORY)
+    sharing = max([w.get("sharing_process", 1) for w in workers.values()] or [1])
+    return max(int(own_bytes), KERNELS_MEMORY) // sharing
 
 
 def plan_levels(

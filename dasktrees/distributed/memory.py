@@ -89,7 +89,9 @@ def planned_workers(client: Client, workers: dict[str, dict]) -> dict[str, dict]
         host = workers[address].get("host")
         share = held // in_process[host, pid] + available // on_host[host]
         limit = min(share, total // on_host[host])
-        planned[address].update(memory_limit=limit, limit_from=FROM_AVAILABLE)
+        planned[address].update(
+            memory_limit=limit, limit_from=FROM_AVAILABLE, sharing_process=in_process[host, pid]
+        )
     return planned
 
 
@@ -148,7 +150,8 @@ def check_workers_running(workers: dict[str, dict]) -> None:
     if not workers or any(w.get("status", "running") != "paused" for w in workers.values()):
         return
     used = max(w.get("metrics", {}).get("memory", 0) for w in workers.values())
-    limit = smallest_limit(workers)
+    # (a paused worker has a limit: Dask pauses none without one)
+    limit = min((w["memory_limit"] for w in workers.values() if w.get("memory_limit")), default=0)
     raise MemoryError(
         f"every worker is paused by Dask's memory monitor: its process uses more of its "
         f"memory_limit than distributed.worker.memory.pause allows (the largest uses "

@@ -273,7 +273,7 @@ def choose_mode(mode: str, data: TrainingData, spec: ForestSpec, workers: dict) 
     memory = smallest_limit(workers)
     if not memory:  # no worker yet (an adaptive cluster's): replicated tasks wait for workers
         return "replicated"
-    room = levels.MEMORY_SHARE * memory
+    room = levels.MEMORY_SHARE * memory / levels.most_threads(workers)  # a task a thread
     if replicated_bytes(data, spec) <= room:
         return "replicated"
     if sampled_bytes(data, spec) <= room or not levels.supports(spec):
@@ -342,8 +342,10 @@ def plan_sampled(
 
     if trees_per_task is None:
         trees_per_task = max(1, usual_trees_per_task)
-        while trees_per_task > 1 and least_and_most(trees_per_task)[1] > (
-            levels.MEMORY_SHARE * memory
+        while (
+            memory
+            and trees_per_task > 1
+            and least_and_most(trees_per_task)[1] > (levels.MEMORY_SHARE * memory)
         ):
             trees_per_task -= 1
     least, most = least_and_most(trees_per_task)
@@ -455,28 +457,31 @@ def grow_forest(
     chosen = choose_mode(mode, data, spec, planned)
     own = None if chosen == "replicated" else levels.workers_own_memory(client)
     usual = default_trees_per_task(len(tree_ids), len(workers))
-    sampled = None
+    sampled = refused = None
     if chosen == "sampled":
         asked = None if trees_per_task is None else min(trees_per_task, len(tree_ids))
         try:
             sampled = plan_sampled(data, spec, planned, own, asked, usual)
-        except MemoryError:
+        except MemoryError as error:
             if mode != "auto" or not levels.supports(spec):
                 raise
-            chosen = "distributed"  # a tree's rows do not fit a task: grow it across workers
+            chosen, refused = "distributed", error  # a tree's rows do not fit a task
     mode = chosen
     if mode == "distributed":
         levels.check_supports(spec)  # before the plan, whose memory checks would speak first
-        plan = levels.plan_levels(
-            data.n_rows,
-            data.bin_mapper.n_features_in_,
-            max(1, spec.n_classes),
-            len(tree_ids),
-            planned,
-            levels.budget_override(),
-            own,
-            constrained=spec.params.constrained,
-        )
+        try:
+            plan = levels.plan_levels(
+                data.n_rows,
+                data.bin_mapper.n_features_in_,
+                max(1, spec.n_classes),
+                len(tree_ids),
+                planned,
+                levels.budget_override(),
+                own,
+                constrained=spec.params.constrained,
+            )
+        except MemoryError as error:
+            raise error from refused  # (auto mode: why sampled mode did not fit either)
         progress = _progress.get()
         if not on_workers:
             trees = levels.grow_forest_levels(client, data, spec, tree_ids, plan, retries, progress)
@@ -488,11 +493,13 @@ def grow_forest(
         return joined.shards(), mode
     tasks_per_shard = 1
     if sampled is not None:
-        trees_per_task = sampled.trees_per_task
-        tasks_per_shard = max(1, usual // trees_per_task)  # shards of about the usual size
+        tasks_per_shard = max(1, usual // sampled.trees_per_task)  # shards of the usual size
+        if trees_per_task is not None or sampled.trees_per_task < usual:
+            trees_per_task = sampled.trees_per_task  # (else the usual batches, the last smaller)
+        least, most = sampled.least_bytes >> 20, sampled.most_bytes >> 20
         logger.info(
             "sampled mode: %d trees, %d a task, planned %d to %d MiB a worker",
-            len(tree_ids), trees_per_task, sampled.least_bytes >> 20, sampled.most_bytes >> 20,
+            len(tree_ids), sampled.trees_per_task, least, most,
         )  # fmt: skip
     batches = tree_batches(tree_ids, trees_per_task, len(workers))
     token = uuid.uuid4().hex[:8]

@@ -1358,10 +1358,10 @@ FOREST_DOC = """
         worker holds, the top of each tree split from histograms summed across the blocks and
         each node small enough for a task grown there from its gathered rows (not with
         ``class_weight="balanced_subsample"``). "auto" samples when trees draw under half the
-        rows, and otherwise picks the first mode whose tree task fits in 60 % of the smallest
-        worker memory limit (for workers without one, and without a client, their share of
-        their host's available memory): replicated, sampled, distributed. Every mode grows the
-        same trees.
+        rows, and otherwise picks the first mode whose tree task, once a worker thread, fits in
+        60 % of the smallest worker memory limit (for a worker without one, or this process
+        without a client, what it can reach: its memory and its share of its host's available
+        memory): replicated, sampled, distributed. Every mode grows the same trees.
     tree_storage : {"client", "workers", "auto"}, default="client"
         Where the fitted trees are kept (docs/forests.md, "Forests kept on the workers"): in
         this process; or on the workers, in shards (the trees of a tree task, or of a run of
