@@ -84,10 +84,14 @@ def input_blocks(
                 "y: with a dask DataFrame X, y must be a dask Series (or a DataFrame of target "
                 "columns) with the same partitions (for example a column of the same frame)"
             )
-        x_blocks, y_blocks = list(X.to_delayed()), list(y.to_delayed())
-        meta = X._meta
-        w_blocks = _dask_weight_blocks(sample_weight, X.npartitions)
-        return x_blocks, y_blocks, w_blocks, None, meta, True
+        if sample_weight is not None and not (
+            isinstance(sample_weight, dd.Series) and sample_weight.npartitions == X.npartitions
+        ):
+            raise TypeError(
+                "sample_weight: with a dask DataFrame X, pass a dask Series with X's partitions"
+            )
+        x_blocks, y_blocks, w_blocks = _frame_blocks(X, y, sample_weight)
+        return x_blocks, y_blocks, w_blocks, None, X._meta, True
     if isinstance(X, da.Array):
         if X.ndim != 2:
             raise ValueError(f"X must be 2-d (n_samples, n_features), got shape {X.shape}")
@@ -152,14 +156,56 @@ class _FrameRows:
         return self.frame.iloc[rows]
 
 
-def _dask_weight_blocks(sample_weight, n_blocks):
-    if sample_weight is None:
-        return [None] * n_blocks
-    if isinstance(sample_weight, dd.Series) and sample_weight.npartitions == n_blocks:
-        return list(sample_weight.to_delayed())
-    raise TypeError(
-        "sample_weight: with a dask DataFrame X, pass a dask Series with X's partitions"
-    )
+# The columns y and sample_weight take in the one frame X's blocks are cut from.
+_TARGET, _WEIGHT = "__dasktrees_y", "__dasktrees_w"
+
+
+def _frame_blocks(X, y, sample_weight) -> tuple[list, list, list]:
+    """A dask DataFrame X's blocks, and y's and sample_weight's beside them, each partition
+    read once: the three as one frame, cut apart in each block's tasks.
+
+    Cut apart, X, y and sample_weight are optimised one by one, and dask fuses the partitions
+    of each as its columns' bytes allow: a Parquet table's y, one narrow column, came in fewer
+    partitions than X (8 files, 3 partitions), and each was read on its own.
+    """
+    targets = [f"{_TARGET}{j}" for j in range(y.shape[1])] if y.ndim == 2 else [_TARGET]
+    columns = {_TARGET: y} if y.ndim == 1 else dict(zip(targets, (y[c] for c in y.columns)))
+    if sample_weight is not None:
+        columns[_WEIGHT] = sample_weight
+    try:
+        parts = list(X.assign(**columns).to_delayed())
+    except (ValueError, NotImplementedError):  # not aligned as one frame: each its own graph
+        parts = None
+    if parts is None:
+        x_blocks, y_blocks = list(X.to_delayed()), list(y.to_delayed())
+        w_blocks = [None] * len(x_blocks)
+        if sample_weight is not None:
+            w_blocks = list(sample_weight.to_delayed())
+        if not len(x_blocks) == len(y_blocks) == len(w_blocks):
+            raise ValueError(
+                "y and sample_weight must come in X's partitions, but dask made "
+                f"{len(x_blocks)}, {len(y_blocks)} and {len(w_blocks)}: take them from one "
+                "frame, or persist them"
+            )
+        return x_blocks, y_blocks, w_blocks
+    aside = [*columns]
+    x_blocks = [dask.delayed(_without)(part, aside) for part in parts]
+    column = y.ndim == 1
+    y_blocks = [dask.delayed(_taken)(part, targets, column) for part in parts]
+    w_blocks = [None] * len(parts)
+    if sample_weight is not None:
+        w_blocks = [dask.delayed(_taken)(part, [_WEIGHT], True) for part in parts]
+    return x_blocks, y_blocks, w_blocks
+
+
+def _without(part, columns):
+    """A block of X: its partition without y's and sample_weight's columns."""
+    return part.drop(columns=columns)
+
+
+def _taken(part, columns, column):
+    """A block of y or sample_weight: a Series (``column``) or a frame of ``columns``."""
+    return part[columns[0]] if column else part[columns]
 
 
 def first_rows(*lengths: int) -> tuple[int, ...]:
