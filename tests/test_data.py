@@ -59,3 +59,21 @@ def test_x_and_y_of_one_parquet_table_keep_its_partitions(tmp_path):
     expected = RandomForestClassifier(n_estimators=3, random_state=0)
     expected.fit(X_local, table["y"], sample_weight=table["w"])
     np.testing.assert_array_equal(forest.predict_proba(X_local), expected.predict_proba(X_local))
+
+
+def test_y_of_another_frame_is_taken_by_position_partition_by_partition():
+    # Only X and y of one frame are read as one; a y of another frame, with the same partitions
+    # but other divisions or another index, is still taken by position, not aligned on its index.
+    rng = np.random.default_rng(0)
+    X_local = pd.DataFrame(rng.normal(size=(1000, 3)), columns=list("abc"))
+    y_local = pd.Series((X_local["a"] > 0).astype(int), name="t")
+    X = dd.from_pandas(X_local, npartitions=4)
+    expected = RandomForestClassifier(n_estimators=3, random_state=0).fit(X_local, y_local)
+    for y in (
+        dd.from_pandas(y_local, npartitions=4).clear_divisions(),
+        dd.from_pandas(y_local.set_axis(np.arange(1000) + 5000), npartitions=4),
+    ):
+        forest = RandomForestClassifier(n_estimators=3, random_state=0).fit(X, y)
+        np.testing.assert_array_equal(
+            forest.predict_proba(X_local), expected.predict_proba(X_local)
+        )

@@ -166,17 +166,15 @@ def _frame_blocks(X, y, sample_weight) -> tuple[list, list, list]:
 
     Cut apart, X, y and sample_weight are optimised one by one, and dask fuses the partitions
     of each as its columns' bytes allow: a Parquet table's y, one narrow column, came in fewer
-    partitions than X (8 files, 3 partitions), and each was read on its own.
+    partitions than X (8 files, 3 partitions), and each was read on its own. Only collections
+    of the same inputs are one frame (``_co_aligned``): others are cut apart and taken
+    partition by partition, as rows are taken by position, never aligned on their index.
     """
     targets = [f"{_TARGET}{j}" for j in range(y.shape[1])] if y.ndim == 2 else [_TARGET]
     columns = {_TARGET: y} if y.ndim == 1 else dict(zip(targets, (y[c] for c in y.columns)))
     if sample_weight is not None:
         columns[_WEIGHT] = sample_weight
-    try:
-        parts = list(X.assign(**columns).to_delayed())
-    except (ValueError, NotImplementedError):  # not aligned as one frame: each its own graph
-        parts = None
-    if parts is None:
+    if not _co_aligned(X, *columns.values()):
         x_blocks, y_blocks = list(X.to_delayed()), list(y.to_delayed())
         w_blocks = [None] * len(x_blocks)
         if sample_weight is not None:
@@ -188,6 +186,7 @@ def _frame_blocks(X, y, sample_weight) -> tuple[list, list, list]:
                 "frame, or persist them"
             )
         return x_blocks, y_blocks, w_blocks
+    parts = list(X.assign(**columns).to_delayed())
     aside = [*columns]
     x_blocks = [dask.delayed(_without)(part, aside) for part in parts]
     column = y.ndim == 1
@@ -196,6 +195,17 @@ def _frame_blocks(X, y, sample_weight) -> tuple[list, list, list]:
     if sample_weight is not None:
         w_blocks = [dask.delayed(_taken)(part, [_WEIGHT], True) for part in parts]
     return x_blocks, y_blocks, w_blocks
+
+
+def _co_aligned(*collections) -> bool:
+    """Whether dask's expressions of ``collections`` come from the same inputs, blockwise
+    (dask's own test before it combines collections; private, so False where it is missing)."""
+    try:
+        from dask.dataframe.dask_expr._expr import are_co_aligned
+
+        return bool(are_co_aligned(*(c.expr for c in collections)))
+    except (ImportError, AttributeError):
+        return False
 
 
 def _without(part, columns):
