@@ -275,7 +275,7 @@ def prepare(
         firsts: list = list(dask.delayed(first_rows, nout=len(counted))(*counted))
     else:
         counted = [int(n) for n in lengths]
-        firsts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64).tolist()
+        firsts = list(first_rows(*counted))
     labels = dask.delayed(all_labels)(
         is_classifier,
         poisson,

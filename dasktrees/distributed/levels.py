@@ -77,7 +77,7 @@ from ..learner.sampling import tree_counts, tree_seed, tree_subspace, tree_weigh
 from ..learner.splitting import child_value
 from ..learner.tree import Tree
 from .client import Client, as_completed, cluster_workers, is_in_process
-from .memory import describe_limit, mib, smallest_limit
+from .memory import describe_limit, mib, process_memory, smallest_limit
 
 logger = logging.getLogger(__name__)
 
@@ -223,6 +223,11 @@ def histogram_copies(threads: int) -> int:
     return 2 * threads + REDUCTION_FAN_IN + 1
 
 
+def worker_block_bytes(n_rows: int, n_features: int, n_workers: int, n_targets: int = 1) -> int:
+    """A worker's share of the binned blocks: codes, ``n_targets`` targets and weight a row."""
+    return -(-n_rows * (n_features + 8 * n_targets + 8) // n_workers)
+
+
 def most_threads(workers: dict) -> int:
     """The most threads of any of ``workers`` (``client.cluster_workers``)."""
     return max([w.get("nthreads", 1) or 1 for w in workers.values()] or [1])
@@ -276,7 +281,7 @@ def plan_levels(
     per_row = bytes_per_gathered_row(n_features, n_values, constrained)
     # A worker holds the rows it handed over to the tasks of HANDED_PER_TASK budgets a thread.
     handed_per_row = HANDED_PER_TASK * (n_features + 24)
-    block_bytes = -(-n_rows * (n_features + 16) // n_workers)
+    block_bytes = worker_block_bytes(n_rows, n_features, n_workers)
     # One tree's top at a time: its rounds overlap the last tree's subtree tasks.
     trees_per_batch = 1
     state_bytes = 2 * 4 * trees_per_batch * -(-n_rows // n_workers)
@@ -331,9 +336,7 @@ def workers_own_memory(client) -> int | None:
 
 
 def _own_memory(dask_worker) -> int:
-    import psutil  # a dependency of distributed
-
-    return max(0, psutil.Process().memory_info().rss - dask_worker.state.nbytes)
+    return max(0, process_memory() - dask_worker.state.nbytes)
 
 
 # --- on the workers: the blocks' part of a round ----------------------------------------------

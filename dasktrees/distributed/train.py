@@ -330,15 +330,17 @@ def plan_sampled(
         could not run to its end.
     """
     memory = smallest_limit(workers)
+    n_workers, threads = max(1, len(workers)), levels.most_threads(workers)
+    in_bag = levels.estimate_tree_rows(data.n_rows, spec.lam)
+    baseline = levels.own_memory(workers, own_bytes)
+    n_features = data.bin_mapper.n_features_in_
+    block_bytes = levels.worker_block_bytes(data.n_rows, n_features, n_workers, data.n_outputs)
 
     def least_and_most(trees: int) -> tuple[int, int]:
-        n_workers, threads = max(1, len(workers)), levels.most_threads(workers)
-        in_bag = levels.estimate_tree_rows(data.n_rows, spec.lam)
-        fixed = levels.own_memory(workers, own_bytes) + _block_bytes(data, n_workers)
         waiting = trees * in_bag * _extracted_row_bytes(data)  # the next task's rows
-        least = fixed + threads * in_bag * sampled_least_bytes_per_row(data, trees)
-        most = fixed + threads * (in_bag * sampled_bytes_per_row(data, spec, trees) + waiting)
-        return int(least), int(most)
+        least = threads * in_bag * sampled_least_bytes_per_row(data, trees)
+        most = threads * (in_bag * sampled_bytes_per_row(data, spec, trees) + waiting)
+        return baseline + block_bytes + int(least), baseline + block_bytes + int(most)
 
     if trees_per_task is None:
         trees_per_task = max(1, usual_trees_per_task)
@@ -351,24 +353,15 @@ def plan_sampled(
     least, most = least_and_most(trees_per_task)
     share = pause_share(workers) if workers else 1.0
     if memory and least > share * memory:
-        n_workers, threads = max(1, len(workers)), levels.most_threads(workers)
-        in_bag = levels.estimate_tree_rows(data.n_rows, spec.lam)
-        baseline = levels.own_memory(workers, own_bytes)
         raise MemoryError(
             f'mode="sampled" needs at least {mib(least / share)} of memory per worker (up to '
             f"{mib(most / share)} for full-depth trees) for trees of {in_bag} in-bag rows of "
-            f"{data.bin_mapper.n_features_in_} features, {trees_per_task} a task, on "
+            f"{n_features} features, {trees_per_task} a task, on "
             f"{n_workers} worker(s) of {threads} thread(s) ({mib(baseline)} of its own and "
-            f"{mib(_block_bytes(data, n_workers))} of binned rows, within {share:.0%} of it); "
+            f"{mib(block_bytes)} of binned rows, within {share:.0%} of it); "
             f"{describe_limit(workers)}: add workers or memory, or lower max_samples"
         )
     return SampledPlan(trees_per_task, least, most)
-
-
-def _block_bytes(data: TrainingData, n_workers: int) -> int:
-    """A worker's share of the binned blocks: codes, targets and weight."""
-    row = data.bin_mapper.n_features_in_ + 8 * data.n_outputs + 8
-    return -(-data.n_rows * row // n_workers)
 
 
 def _extracted_row_bytes(data: TrainingData) -> int:
